@@ -1,0 +1,1 @@
+"""Kafka bindings: changelog reader/writer, admin helpers and the embedded broker."""

@@ -1,0 +1,273 @@
+"""Positions and position bounds (KIP-796).
+
+A :class:`Position` maps topic -> partition -> offset, where the offset is the offset *of the
+last processed input record* (not +1, unlike a consumer's committed offset). Stores carry the
+position of the input that produced their content; queries can demand a minimum position
+with a :class:`PositionBound` ("read your writes").
+
+JSON uses the shape of Spark's Kafka offsets JSON: ``{"topic": {"0": 42, "1": 7}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from spark_statestore.errors import InvalidPositionError
+
+__all__ = ["Position", "PositionBound"]
+
+_Entry = tuple[str, int, int]
+
+
+def _check_entry(topic: object, partition: object, offset: object) -> _Entry:
+    if not isinstance(topic, str) or not topic:
+        raise InvalidPositionError(f"position topic must be a non-empty string, got {topic!r}")
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise InvalidPositionError(
+            f"position partition of topic {topic!r} must be an int >= 0, got {partition!r}"
+        )
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidPositionError(
+            f"position offset of {topic}-{partition} must be an int >= 0, got {offset!r}"
+        )
+    if offset > 2**63 - 1:
+        raise InvalidPositionError(f"position offset of {topic}-{partition} exceeds int64")
+    return (topic, partition, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """An immutable topic -> partition -> offset vector.
+
+    Build one with :meth:`empty`, :meth:`from_map`, :meth:`from_json` or
+    :meth:`with_offset`; combine with :meth:`merge`.
+
+    Parameters
+    ----------
+    entries
+        ``(topic, partition, offset)`` triples, sorted, one per topic-partition. Prefer the
+        named constructors, which validate and normalise.
+    """
+
+    entries: tuple[_Entry, ...] = ()
+
+    # -- constructors -------------------------------------------------------------------
+    @classmethod
+    def empty(cls) -> Position:
+        """The position of a store that has processed nothing."""
+        return _EMPTY
+
+    @classmethod
+    def from_map(cls, offsets: Mapping[str, Mapping[int, int]]) -> Position:
+        """Build from ``{topic: {partition: offset}}``.
+
+        Raises
+        ------
+        InvalidPositionError
+            If a topic, partition or offset has the wrong type or a negative value.
+        """
+        if not isinstance(offsets, Mapping):
+            raise InvalidPositionError(
+                f"a position must be a mapping of topic -> partition -> offset, got {offsets!r}"
+            )
+        entries: list[_Entry] = []
+        for topic, partitions in offsets.items():
+            if not isinstance(partitions, Mapping):
+                raise InvalidPositionError(
+                    f"position of topic {topic!r} must map partition -> offset, got {partitions!r}"
+                )
+            for partition, offset in partitions.items():
+                entries.append(_check_entry(topic, partition, offset))
+        return cls(tuple(sorted(entries)))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Position:
+        """Parse Spark's offsets-JSON shape, ``{"topic": {"0": 42}}``.
+
+        Raises
+        ------
+        InvalidPositionError
+            On malformed JSON, non-integer partitions or offsets, or negative values.
+        """
+        try:
+            raw = json.loads(text)
+        except (ValueError, TypeError) as exc:
+            raise InvalidPositionError(
+                f'position JSON is not valid JSON ({exc}); expected {{"topic": {{"0": 42}}}}'
+            ) from exc
+        if not isinstance(raw, dict):
+            raise InvalidPositionError(
+                f'position JSON must be an object like {{"topic": {{"0": 42}}}}, got {text!r}'
+            )
+        converted: dict[str, dict[int, int]] = {}
+        for topic, partitions in raw.items():
+            if not isinstance(partitions, dict):
+                raise InvalidPositionError(
+                    f"position JSON for topic {topic!r} must be an object of partition -> "
+                    f"offset, got {partitions!r}"
+                )
+            converted[topic] = {}
+            for partition, offset in partitions.items():
+                try:
+                    number = int(partition)
+                except ValueError:
+                    raise InvalidPositionError(
+                        f"position JSON for topic {topic!r} has a non-integer partition "
+                        f"{partition!r}"
+                    ) from None
+                if str(number) != partition.strip():
+                    raise InvalidPositionError(
+                        f"position JSON for topic {topic!r} has a malformed partition {partition!r}"
+                    )
+                converted[topic][number] = offset
+        return cls.from_map(converted)
+
+    # -- queries ------------------------------------------------------------------------
+    def topics(self) -> frozenset[str]:
+        """The topics this position has an offset for."""
+        return frozenset(topic for topic, _, _ in self.entries)
+
+    def partition_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: offset}`` of one topic (empty if the topic is unknown)."""
+        return {p: o for t, p, o in self.entries if t == topic}
+
+    def offset(self, topic: str, partition: int) -> int | None:
+        """The offset of one topic-partition, or None when this position has not seen it."""
+        for t, p, o in self.entries:
+            if t == topic and p == partition:
+                return o
+        return None
+
+    def is_empty(self) -> bool:
+        """True when no topic-partition has an offset."""
+        return not self.entries
+
+    def to_map(self) -> dict[str, dict[int, int]]:
+        """``{topic: {partition: offset}}``, a fresh mutable copy."""
+        out: dict[str, dict[int, int]] = {}
+        for topic, partition, offset in self.entries:
+            out.setdefault(topic, {})[partition] = offset
+        return out
+
+    def to_json(self) -> str:
+        """Spark's offsets-JSON shape, deterministic (sorted keys, compact)."""
+        return json.dumps(
+            {t: {str(p): o for p, o in parts.items()} for t, parts in self.to_map().items()},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    def __iter__(self) -> Iterator[_Entry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __str__(self) -> str:
+        return self.to_json()
+
+    # -- algebra ------------------------------------------------------------------------
+    def with_offset(self, topic: str, partition: int, offset: int) -> Position:
+        """A copy with one topic-partition set to ``offset`` (replacing, not merging)."""
+        entry = _check_entry(topic, partition, offset)
+        kept = [e for e in self.entries if (e[0], e[1]) != (topic, partition)]
+        kept.append(entry)
+        return Position(tuple(sorted(kept)))
+
+    def merge(self, other: Position) -> Position:
+        """The per-partition maximum of two positions (commutative, associative, idempotent)."""
+        if not other.entries:
+            return self
+        if not self.entries:
+            return other
+        best: dict[tuple[str, int], int] = {}
+        for topic, partition, offset in (*self.entries, *other.entries):
+            key = (topic, partition)
+            if offset > best.get(key, -1):
+                best[key] = offset
+        return Position(tuple(sorted((t, p, o) for (t, p), o in best.items())))
+
+    def dominates(self, other: Position) -> bool:
+        """True when this position has seen every topic-partition of ``other`` at least as far.
+
+        Equivalent to ``PositionBound.at(other).permits(self)``.
+        """
+        mine = {(t, p): o for t, p, o in self.entries}
+        return all(mine.get((t, p), -1) >= o for t, p, o in other.entries)
+
+
+_EMPTY = Position(())
+
+
+@dataclass(frozen=True, slots=True)
+class PositionBound:
+    """The minimum position a query result must reflect.
+
+    ``PositionBound.unbounded()`` accepts any store; ``PositionBound.at(position)`` accepts a
+    store whose position has reached ``position`` (see :meth:`permits`).
+    """
+
+    position: Position | None = None
+
+    @classmethod
+    def unbounded(cls) -> PositionBound:
+        """A bound every store satisfies (no freshness requirement)."""
+        return _UNBOUNDED
+
+    @classmethod
+    def at(cls, position: Position) -> PositionBound:
+        """A bound requiring the store to have processed at least ``position``."""
+        if not isinstance(position, Position):
+            raise InvalidPositionError(
+                f"PositionBound.at() takes a Position, got {type(position).__name__}"
+            )
+        return cls(position)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> PositionBound:
+        """``PositionBound.at(Position.from_json(text))``."""
+        return cls.at(Position.from_json(text))
+
+    def is_unbounded(self) -> bool:
+        """True for the bound that accepts every store."""
+        return self.position is None
+
+    def permits(self, seen: Position, partition: int | None = None) -> bool:
+        """Whether a store at position ``seen`` satisfies this bound.
+
+        Kafka's rule (``StoreQueryUtils.isPermitted``): for every topic-partition of the bound
+        that applies, the store must have seen that topic-partition and be at or beyond the
+        bound's offset. A bounded topic-partition the store has never seen does *not* satisfy
+        the bound: nothing proves the write it asks for has arrived.
+
+        Parameters
+        ----------
+        seen
+            The store's (or snapshot's) position.
+        partition
+            When given, only the bound's entries for this partition number apply, as in Kafka
+            Streams where store partition *n* holds input partition *n*. When None (the whole
+            store), every entry of the bound applies.
+        """
+        if self.position is None:
+            return True
+        mine = {(t, p): o for t, p, o in seen.entries}
+        for topic, bound_partition, offset in self.position.entries:
+            if partition is not None and bound_partition != partition:
+                continue
+            have = mine.get((topic, bound_partition))
+            if have is None or have < offset:
+                return False
+        return True
+
+    def to_json(self) -> str | None:
+        """The bound's position as offsets JSON, or None when unbounded."""
+        return None if self.position is None else self.position.to_json()
+
+    def __str__(self) -> str:
+        return "unbounded" if self.position is None else f"at {self.position.to_json()}"
+
+
+_UNBOUNDED = PositionBound(None)
