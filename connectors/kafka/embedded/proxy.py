@@ -92,7 +92,9 @@ class _UpstreamChannel:
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._correlation = 0
 
-    async def call(self, api_key: int, version: int, body: bytes) -> Reader:
+    async def call(
+        self, api_key: int, version: int, body: bytes, flexible: bool = False
+    ) -> Reader:
         async with self._lock:
             for attempt in (1, 2):
                 try:
@@ -102,6 +104,8 @@ class _UpstreamChannel:
                     self._correlation += 1
                     corr = self._correlation
                     head = request_header(api_key, version, corr, _CLIENT_ID).build()
+                    if flexible:
+                        head += b"\x00"  # request header v2: no tagged fields
                     writer.write(_frame(head + body))
                     await writer.drain()
                     frame = await _read_frame(reader)
@@ -116,6 +120,8 @@ class _UpstreamChannel:
                 if r.i32() != corr:
                     self.close()
                     raise IndexUnavailableError("proxy channel lost response ordering")
+                if flexible:
+                    r.skip_tagged_fields()  # response header v1
                 return r
         raise AssertionError("unreachable")
 
@@ -267,9 +273,10 @@ class TxnProxy:
                     elif api_key == ApiKey.LIST_OFFSETS:
                         context = _parse_list_offsets_request(frame, version)
                     elif api_key == ApiKey.INIT_PRODUCER_ID:
-                        context = _parse_init_producer_id_request(frame, version)
-                        if context is not None:
-                            await self._abort_ongoing(broker_id, context)
+                        init = _parse_init_producer_id_request(frame, version)
+                        if init is not None:
+                            context, current_pid = init
+                            await self._fence_previous(broker_id, context, current_pid)
                 except WireError as exc:
                     log.warning(
                         "txn proxy: unparsable request api=%d v%d: %s", api_key, version, exc
@@ -375,24 +382,55 @@ class TxnProxy:
                     )
             return txn_log
 
-    async def _abort_ongoing(self, broker_id: int, transactional_id: str) -> None:
-        """Abort the open transaction of the previous producer of ``transactional_id``."""
+    async def _fence_previous(
+        self, broker_id: int, transactional_id: str, current_pid: int
+    ) -> None:
+        """Fence the previous producer of ``transactional_id``, as Kafka's coordinator does.
+
+        The mock hands every InitProducerId a brand-new producer id and leaves the old one
+        valid, so a zombie could still commit. Kafka instead aborts the zombie's open
+        transaction and bumps its epoch. We do the same through the mock's own API: EndTxn
+        (abort) with the zombie's id and epoch, then InitProducerId v3 naming the zombie's
+        id and epoch, which makes the mock bump that epoch (KIP-360). Any later request of
+        the zombie then fails with INVALID_PRODUCER_EPOCH.
+        """
         known = self._producers.get(transactional_id)
-        if known is None:
+        if known is None or known[0] == current_pid:
+            # First producer of this id, or the producer bumping its own epoch (KIP-360):
+            # nothing to fence.
             return
+        del self._producers[transactional_id]
         pid, epoch = known
-        body = Writer().string(transactional_id).i64(pid).i16(epoch).i8(0).build()
+        channel = self._channels[broker_id]
+        abort = Writer().string(transactional_id).i64(pid).i16(epoch).i8(0).build()
+        encoded_id = transactional_id.encode()
+        bump = (
+            Writer()
+            .raw(_uvarint(len(encoded_id) + 1))
+            .raw(encoded_id)
+            .i32(60_000)  # transaction timeout
+            .i64(pid)
+            .i16(epoch)
+            .raw(b"\x00")  # no tagged fields
+            .build()
+        )
         try:
-            r = await self._channels[broker_id].call(ApiKey.END_TXN, 1, body)
+            r = await channel.call(ApiKey.END_TXN, 1, abort)
             r.i32()  # throttle
-            error = r.i16()
+            abort_error = r.i16()
+            r = await channel.call(ApiKey.INIT_PRODUCER_ID, 3, bump, flexible=True)
+            r.i32()  # throttle
+            bump_error = r.i16()
         except (IndexUnavailableError, WireError) as exc:
-            log.warning(
-                "txn proxy: could not abort the ongoing txn of %r: %s", transactional_id, exc
-            )
+            log.warning("txn proxy: could not fence the producer of %r: %s", transactional_id, exc)
             return
-        if error:
-            log.debug("txn proxy: EndTxn(abort) for fenced %r answered %d", transactional_id, error)
+        if abort_error or bump_error:
+            log.debug(
+                "txn proxy: fencing %r answered EndTxn=%d InitProducerId=%d",
+                transactional_id,
+                abort_error,
+                bump_error,
+            )
 
     async def _rewrite_fetch(
         self, broker_id: int, version: int, offsets: dict[TopicPartition, int], frame: bytes
@@ -477,6 +515,15 @@ class TxnProxy:
 # -- request parsing ------------------------------------------------------------------------
 
 
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _body(frame: bytes, flexible: bool = False) -> Reader:
     r = Reader(frame, 8)
     r.string()  # client id (a plain nullable string even in header v2)
@@ -533,11 +580,19 @@ def _parse_list_offsets_request(frame: bytes, version: int) -> set[TopicPartitio
     return latest or None
 
 
-def _parse_init_producer_id_request(frame: bytes, version: int) -> str | None:
-    """The transactional id of an InitProducerId request (None for idempotent producers)."""
+def _parse_init_producer_id_request(frame: bytes, version: int) -> tuple[str, int] | None:
+    """``(transactional id, current producer id or -1)`` of an InitProducerId request.
+
+    None for idempotent (non-transactional) producers.
+    """
     flexible = version >= 2
     r = _body(frame, flexible)
-    return r.compact_string() if flexible else r.string()
+    transactional_id = r.compact_string() if flexible else r.string()
+    if not transactional_id:
+        return None
+    r.i32()  # transaction timeout
+    current_pid = r.i64() if version >= 3 else -1
+    return transactional_id, current_pid
 
 
 def _record_producer(

@@ -1,0 +1,181 @@
+"""The ``spark-statestore`` command.
+
+Subcommands import what they need when they run, so ``spark-statestore --help`` stays fast
+and the engine keeps its no-Kafka-at-import rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from spark_statestore import __version__
+from spark_statestore.errors import StateStoreError
+
+__all__ = ["main"]
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def _wait_for_signal() -> int:
+    """Block until SIGINT or SIGTERM; returns the signal number."""
+    received: list[int] = []
+    done = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+        done.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    while not done.wait(timeout=1.0):
+        pass
+    return received[0]
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from spark_statestore.connectors.kafka.embedded import EmbeddedBroker, create_topics
+
+    bootstrap_file = Path(args.bootstrap_file) if args.bootstrap_file else None
+    with EmbeddedBroker(brokers=args.brokers, host=args.host) as broker:
+        created = create_topics(broker, args.topic)
+        if bootstrap_file is not None:
+            _write_atomically(bootstrap_file, broker.bootstrap_servers + "\n")
+        print(f"bootstrap.servers={broker.bootstrap_servers}", flush=True)
+        for name, partitions in created:
+            print(f"topic {name} partitions={partitions}", flush=True)
+        print(
+            f"embedded Kafka broker running ({args.brokers} broker(s)); "
+            "stop with Ctrl-C or SIGTERM",
+            file=sys.stderr,
+            flush=True,
+        )
+        signum = _wait_for_signal()
+        print(f"received {signal.Signals(signum).name}, shutting down", file=sys.stderr)
+    if bootstrap_file is not None:
+        bootstrap_file.unlink(missing_ok=True)
+    return 0
+
+
+def _cmd_tail(args: argparse.Namespace) -> int:
+    from spark_statestore.connectors.kafka.tail import format_record, tail_changelog
+
+    count = 0
+    for record in tail_changelog(
+        args.bootstrap_servers,
+        args.changelog,
+        timeout_s=args.timeout,
+        on_missing_position=args.on_missing_position,
+    ):
+        print(format_record(record, args.key_format, args.value_format), flush=True)
+        count += 1
+    print(f"{count} committed record(s) in {args.changelog}", file=sys.stderr)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from spark_statestore.demo import run_demo
+
+    return run_demo(workdir=Path(args.workdir) if args.workdir else None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``spark-statestore`` (exposed for docs and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="spark-statestore",
+        description="Kafka Streams style state stores for Spark Structured Streaming.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    broker = sub.add_parser(
+        "broker",
+        help="run the embedded Kafka broker (librdkafka mock cluster) until stopped",
+        description="Run the embedded Kafka broker until SIGINT/SIGTERM and print its "
+        "bootstrap servers. For tests, demos and local experiments only.",
+    )
+    broker.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    broker.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME:PARTITIONS",
+        help="create a topic (repeatable), e.g. --topic orders:8",
+    )
+    broker.add_argument(
+        "--bootstrap-file", metavar="FILE", help="also write the bootstrap servers to FILE"
+    )
+    broker.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    broker.set_defaults(func=_cmd_broker)
+
+    tail = sub.add_parser(
+        "tail",
+        help="print the committed records of a changelog topic with their positions",
+        description="Read a Kafka Streams changelog topic from the beginning to its current "
+        "end (read_committed) and print each record with its decoded position header.",
+    )
+    tail.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
+    tail.add_argument("--changelog", required=True, help="changelog topic")
+    tail.add_argument(
+        "--key-format", choices=["string", "hex"], default="string", help="how to print keys"
+    )
+    tail.add_argument(
+        "--value-format", choices=["string", "hex"], default="string", help="how to print values"
+    )
+    tail.add_argument(
+        "--on-missing-position",
+        choices=["error", "skip"],
+        default="error",
+        help="a record with v=0 but no valid c header: fail (default) or skip its position",
+    )
+    tail.add_argument(
+        "--timeout", type=float, default=30.0, help="give up after this many seconds"
+    )
+    tail.set_defaults(func=_cmd_tail)
+
+    demo = sub.add_parser(
+        "demo",
+        help="run the end-to-end demo on the embedded broker",
+        description="Start the embedded broker, write a Kafka Streams-format changelog "
+        "(position headers, tombstones, an aborted transaction) and read it back from a "
+        "separate process.",
+    )
+    demo.add_argument("--workdir", help="directory for demo files (default: a temp dir)")
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``spark-statestore`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.func(args)
+    except StateStoreError as exc:
+        print(f"spark-statestore {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
