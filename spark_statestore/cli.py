@@ -142,9 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="error",
         help="a record with v=0 but no valid c header: fail (default) or skip its position",
     )
-    tail.add_argument(
-        "--timeout", type=float, default=30.0, help="give up after this many seconds"
-    )
+    tail.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds")
     tail.set_defaults(func=_cmd_tail)
 
     demo = sub.add_parser(

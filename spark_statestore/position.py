@@ -74,6 +74,10 @@ class Position:
             )
         entries: list[_Entry] = []
         for topic, partitions in offsets.items():
+            if not isinstance(topic, str) or not topic:
+                raise InvalidPositionError(
+                    f"position topic must be a non-empty string, got {topic!r}"
+                )
             if not isinstance(partitions, Mapping):
                 raise InvalidPositionError(
                     f"position of topic {topic!r} must map partition -> offset, got {partitions!r}"
@@ -93,7 +97,7 @@ class Position:
         """
         try:
             raw = json.loads(text)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             raise InvalidPositionError(
                 f'position JSON is not valid JSON ({exc}); expected {{"topic": {{"0": 42}}}}'
             ) from exc
@@ -120,6 +124,10 @@ class Position:
                 if str(number) != partition.strip():
                     raise InvalidPositionError(
                         f"position JSON for topic {topic!r} has a malformed partition {partition!r}"
+                    )
+                if number in converted[topic]:
+                    raise InvalidPositionError(
+                        f"position JSON for topic {topic!r} names partition {number} twice"
                     )
                 converted[topic][number] = offset
         return cls.from_map(converted)

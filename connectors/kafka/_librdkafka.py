@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import functools
 import glob
+import importlib.util
 import os
 from pathlib import Path
 
@@ -63,12 +64,9 @@ def _candidates() -> list[Path]:
     if override:
         return [Path(override)]
     found: list[Path] = []
-    try:
-        import confluent_kafka
-    except ImportError:  # pragma: no cover - confluent-kafka is a hard dependency
-        confluent_kafka = None
-    if confluent_kafka is not None and confluent_kafka.__file__:
-        package_dir = Path(confluent_kafka.__file__).resolve().parent
+    spec = importlib.util.find_spec("confluent_kafka")
+    if spec is not None and spec.origin:
+        package_dir = Path(spec.origin).resolve().parent
         for libs in (package_dir.parent / "confluent_kafka.libs", package_dir / ".libs"):
             found.extend(Path(p) for p in sorted(glob.glob(str(libs / "librdkafka*.so*"))))
             found.extend(Path(p) for p in sorted(glob.glob(str(libs / "librdkafka*.dylib"))))

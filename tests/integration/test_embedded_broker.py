@@ -111,9 +111,7 @@ def test_cross_process_produce_and_consume(
         topic,
     )
     seen = json.loads(child.stdout)
-    assert sorted((k, v) for _, k, v, _ in seen) == sorted(
-        (f"k{i}", f"v{i}") for i in range(100)
-    )
+    assert sorted((k, v) for _, k, v, _ in seen) == sorted((f"k{i}", f"v{i}") for i in range(100))
     assert all(p == int(k[1:]) % 4 and h == "v" for p, k, _, h in seen)
 
 
@@ -271,7 +269,9 @@ def test_injected_request_error_reaches_the_client(
     assert producer.flush(30) == 0
     kafka_broker.push_request_errors(ApiKey.PRODUCE, [KafkaError.TOPIC_AUTHORIZATION_FAILED])
     outcome: list[KafkaError | None] = []
-    producer.produce(topic, b"denied", b"k", partition=0, on_delivery=lambda e, _m: outcome.append(e))
+    producer.produce(
+        topic, b"denied", b"k", partition=0, on_delivery=lambda e, _m: outcome.append(e)
+    )
     producer.flush(30)
     assert len(outcome) == 1 and outcome[0] is not None
     assert outcome[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
@@ -339,5 +339,5 @@ def test_broker_command_runs_standalone() -> None:
         assert child.stdout.strip() == "8 [1, 1, 1, 1, 1, 1, 1, 1]"
     finally:
         proc.terminate()
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err

@@ -53,9 +53,9 @@ def batch(
         count = 1
     else:
         records = b"".join(_record(b"k", b"v", i) for i in range(count))
-    after_length = struct.pack(
-        ">ibIhiqqqhii", 0, 2, 0, attrs, count - 1, 0, 0, pid, 0, 0, count
-    ) + records
+    after_length = (
+        struct.pack(">ibIhiqqqhii", 0, 2, 0, attrs, count - 1, 0, 0, pid, 0, 0, count) + records
+    )
     return struct.pack(">qi", base_offset, len(after_length)) + after_length
 
 

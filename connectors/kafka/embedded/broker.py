@@ -116,7 +116,7 @@ class EmbeddedBroker:
         raw = self._lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
         admin = AdminClient({"bootstrap.servers": raw, "log_level": 3})
         metadata = admin.list_topics(timeout=10)
-        listeners = {b.id: (b.host, b.port) for b in metadata.brokers.values()}
+        listeners = {b.id: (str(b.host), int(b.port)) for b in metadata.brokers.values()}
         if len(listeners) != self._broker_count:
             raise EmbeddedBrokerError(
                 f"mock cluster reported {len(listeners)} brokers, expected {self._broker_count}"
@@ -219,7 +219,7 @@ class EmbeddedBroker:
         )
 
     def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
-        """Fail the next ``len(errors)`` requests of ``api_key`` with these error codes, in order."""
+        """Fail the next ``len(errors)`` requests of ``api_key`` with these codes, in order."""
         array = (ctypes.c_int * len(errors))(*errors)
         self._lib.rd_kafka_mock_push_request_errors_array(
             self._handle(), api_key, len(errors), array

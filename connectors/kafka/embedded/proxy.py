@@ -92,9 +92,7 @@ class _UpstreamChannel:
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._correlation = 0
 
-    async def call(
-        self, api_key: int, version: int, body: bytes, flexible: bool = False
-    ) -> Reader:
+    async def call(self, api_key: int, version: int, body: bytes, flexible: bool = False) -> Reader:
         async with self._lock:
             for attempt in (1, 2):
                 try:
@@ -203,13 +201,13 @@ class TxnProxy:
             ) -> None:
                 task = asyncio.current_task()
                 assert task is not None
-                self._connections.add(task)  # type: ignore[arg-type]
+                self._connections.add(task)
                 try:
                     await self._serve(broker_id, reader, writer)
                 except asyncio.CancelledError:
                     pass  # proxy shutdown
                 finally:
-                    self._connections.discard(task)  # type: ignore[arg-type]
+                    self._connections.discard(task)
 
             server = await asyncio.start_server(handle, self._host, 0)
             self._servers.append(server)
@@ -362,7 +360,7 @@ class TxnProxy:
                 records = r.bytes_()
                 if error == _OFFSET_OUT_OF_RANGE and log_start > txn_log.scanned_to:
                     log.warning(
-                        "txn proxy: %s-%d truncated below offset %d, transaction index resumes there",
+                        "txn proxy: %s-%d truncated below offset %d, index resumes there",
                         tp[0],
                         tp[1],
                         log_start,
@@ -371,7 +369,7 @@ class TxnProxy:
                     continue
                 if error:
                     raise IndexUnavailableError(
-                        f"index fetch of {tp[0]}-{tp[1]} at {txn_log.scanned_to} failed: error {error}"
+                        f"index fetch of {tp[0]}-{tp[1]} at {txn_log.scanned_to} failed: {error}"
                     )
                 batches, _ = scan_batches(records or b"")
                 before = txn_log.scanned_to

@@ -1,0 +1,19 @@
+# The README's two commands. Both set everything up first (Java 17, .venv, the project).
+.PHONY: demo test setup lint bench clean
+
+demo: setup
+	.venv/bin/spark-statestore demo
+
+test: setup
+	bash scripts/run-tests.sh
+
+setup:
+	bash scripts/bootstrap.sh
+
+lint: setup
+	.venv/bin/ruff check spark_statestore connectors tests
+	.venv/bin/ruff format --check spark_statestore connectors tests
+	bash scripts/typecheck.sh
+
+clean:
+	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

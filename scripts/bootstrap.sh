@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh machine, idempotently:
+#   1. Java 17+ (Spark needs it): detected, installed with apt when missing and we are root.
+#   2. A virtualenv in .venv/ with the project (editable) and its dev dependencies.
+# Re-running is cheap: the install step is skipped while pyproject.toml/setup.cfg are unchanged.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+cd "$ROOT"
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+is_root() { [ "$(id -u)" = "0" ]; }
+
+apt_install() {
+    if [ -z "${APT_UPDATED:-}" ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# --- Python ---------------------------------------------------------------------------
+PYTHON="${PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+    for candidate in python3.11 python3.12 python3.13 python3.10 python3; do
+        if command -v "$candidate" >/dev/null 2>&1; then PYTHON="$(command -v "$candidate")"; break; fi
+    done
+fi
+[ -n "$PYTHON" ] || die "no python3 found; install Python 3.10+ (Debian: apt-get install python3 python3-venv)"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
+    || die "$PYTHON is $("$PYTHON" -V 2>&1); spark-statestore needs Python 3.10 or newer"
+
+# --- Java 17+ for Spark -----------------------------------------------------------------
+java_major() {
+    local java_bin="$1"
+    "$java_bin" -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'
+}
+JAVA_BIN=""
+if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then JAVA_BIN="$JAVA_HOME/bin/java";
+elif command -v java >/dev/null 2>&1; then JAVA_BIN="$(command -v java)"; fi
+major="$( [ -n "$JAVA_BIN" ] && java_major "$JAVA_BIN" || echo 0 )"
+if [ "${major:-0}" -lt 17 ] 2>/dev/null; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        say "Java 17+ not found (found: ${major:-none}); installing openjdk-17-jre-headless with apt"
+        apt_install openjdk-17-jre-headless
+        JAVA_BIN="$(command -v java)"
+        major="$(java_major "$JAVA_BIN")"
+        [ "${major:-0}" -ge 17 ] || die "installed openjdk-17-jre-headless but 'java -version' still reports ${major}; set JAVA_HOME to a Java 17 install"
+    else
+        die "Spark needs Java 17 or newer (found: ${major:-none}). Install it, e.g. as root on Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless ; or set JAVA_HOME to a Java 17+ installation."
+    fi
+fi
+say "java: $JAVA_BIN (major version $major)"
+
+# --- virtualenv -------------------------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+    say "creating virtualenv in $VENV"
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+        rm -rf "$VENV"
+        if is_root && command -v apt-get >/dev/null 2>&1; then
+            pyver="$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+            say "the venv module is missing; installing python${pyver}-venv with apt"
+            apt_install "python${pyver}-venv" || apt_install python3-venv
+            "$PYTHON" -m venv "$VENV"
+        else
+            die "'$PYTHON -m venv' failed; install the venv module (Debian: apt-get install python3-venv)"
+        fi
+    fi
+fi
+
+stamp="$VENV/.spark-statestore-install"
+want="$(cat pyproject.toml setup.cfg | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    say "installing spark-statestore and its dependencies into $VENV (first run takes a few minutes)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip "setuptools>=77" wheel
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+    echo "$want" > "$stamp"
+else
+    say "virtualenv up to date"
+fi
+"$VENV/bin/python" -c 'import spark_statestore.connectors.kafka, pyspark, pyarrow, plyvel, confluent_kafka' \
+    || die "the virtualenv in $VENV is broken; delete it and run again"
