@@ -19,14 +19,20 @@ from spark_statestore.errors import InvalidPositionError
 __all__ = ["Position", "PositionBound"]
 
 _Entry = tuple[str, int, int]
+_INT32_MAX = 2**31 - 1
 
 
 def _check_entry(topic: object, partition: object, offset: object) -> _Entry:
     if not isinstance(topic, str) or not topic:
         raise InvalidPositionError(f"position topic must be a non-empty string, got {topic!r}")
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+    if (
+        isinstance(partition, bool)
+        or not isinstance(partition, int)
+        or not 0 <= partition <= _INT32_MAX
+    ):
         raise InvalidPositionError(
-            f"position partition of topic {topic!r} must be an int >= 0, got {partition!r}"
+            f"position partition of topic {topic!r} must be an int in [0, 2**31-1], "
+            f"got {partition!r}"
         )
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidPositionError(
@@ -35,6 +41,16 @@ def _check_entry(topic: object, partition: object, offset: object) -> _Entry:
     if offset > 2**63 - 1:
         raise InvalidPositionError(f"position offset of {topic}-{partition} exceeds int64")
     return (topic, partition, offset)
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """json object hook: a key given twice is an error, not "last one wins"."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +68,25 @@ class Position:
     """
 
     entries: tuple[_Entry, ...] = ()
+
+    def __post_init__(self) -> None:
+        # The raw constructor is used on hot paths with pre-validated entries; still refuse
+        # anything that would break equality (unsorted, duplicate topic-partitions) or the
+        # wire format (bad types or ranges).
+        previous: tuple[str, int] | None = None
+        for entry in self.entries:
+            if not isinstance(entry, tuple) or len(entry) != 3:
+                raise InvalidPositionError(
+                    f"Position entries must be (topic, partition, offset) triples, got {entry!r}"
+                )
+            _check_entry(*entry)
+            key = (entry[0], entry[1])
+            if previous is not None and key <= previous:
+                raise InvalidPositionError(
+                    "Position entries must be sorted with one entry per topic-partition; "
+                    "use Position.from_map() or Position.from_json() to build one"
+                )
+            previous = key
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -96,7 +131,7 @@ class Position:
             On malformed JSON, non-integer partitions or offsets, or negative values.
         """
         try:
-            raw = json.loads(text)
+            raw = json.loads(text, object_pairs_hook=_unique_keys)
         except (ValueError, TypeError, RecursionError) as exc:
             raise InvalidPositionError(
                 f'position JSON is not valid JSON ({exc}); expected {{"topic": {{"0": 42}}}}'
@@ -121,7 +156,7 @@ class Position:
                         f"position JSON for topic {topic!r} has a non-integer partition "
                         f"{partition!r}"
                     ) from None
-                if str(number) != partition.strip():
+                if str(number) != partition:
                     raise InvalidPositionError(
                         f"position JSON for topic {topic!r} has a malformed partition {partition!r}"
                     )
@@ -169,9 +204,6 @@ class Position:
 
     def __iter__(self) -> Iterator[_Entry]:
         return iter(self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
 
     def __str__(self) -> str:
         return self.to_json()

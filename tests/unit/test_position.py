@@ -73,7 +73,8 @@ def test_to_map_returns_a_fresh_copy(position: Position) -> None:
 def test_empty_position() -> None:
     empty = Position.empty()
     assert empty.is_empty()
-    assert len(empty) == 0
+    assert len(empty.entries) == 0
+    assert bool(empty)  # an empty position is still a position, not 'absent'
     assert empty.to_json() == "{}"
     assert Position.from_json("{}") == empty
     assert Position.from_map({}) == empty
@@ -91,7 +92,7 @@ def test_accessors() -> None:
     assert position.partition_offsets("missing") == {}
     assert position.topics() == frozenset({"t", "u"})
     assert not position.is_empty()
-    assert len(position) == 3
+    assert len(position.entries) == 3
     assert list(position) == [("t", 0, 42), ("t", 3, 7), ("u", 1, 0)]
 
 
@@ -382,10 +383,40 @@ def test_position_bound_json() -> None:
 
 
 # -- regressions ---------------------------------------------------------------------------
-def test_from_json_rejects_a_partition_named_twice() -> None:
-    # " 1" is accepted as partition 1; it must not silently overwrite "1".
-    with pytest.raises(InvalidPositionError, match="partition 1 twice"):
-        Position.from_json('{"t": {"1": 5, " 1": 7}}')
+@pytest.mark.parametrize(
+    "text",
+    ['{"t": {"1": 5, "1": 7}}', '{"t": {"1": 5, " 1": 7}}', '{"t": {"01": 5}}', '{"t": {"+1": 5}}'],
+)
+def test_from_json_rejects_duplicate_or_non_canonical_partitions(text: str) -> None:
+    # json.loads alone keeps the last of two equal keys: a silent overwrite of an offset.
+    with pytest.raises(InvalidPositionError):
+        Position.from_json(text)
+
+
+def test_from_json_rejects_a_topic_given_twice() -> None:
+    with pytest.raises(InvalidPositionError, match="twice"):
+        Position.from_json('{"t": {"0": 5}, "t": {"0": 1}}')
+
+
+def test_partitions_must_fit_in_an_int32_like_the_c_header() -> None:
+    Position.from_map({"t": {2**31 - 1: 0}})
+    with pytest.raises(InvalidPositionError, match="2\\*\\*31"):
+        Position.from_map({"t": {2**31: 0}})
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        (("t", 1, 0), ("t", 0, 0)),  # unsorted
+        (("t", 0, 0), ("t", 0, 5)),  # the same topic-partition twice
+        (("", 0, 0),),  # empty topic
+        (("t", -1, 0),),
+        (("t", 0),),
+    ],
+)
+def test_raw_constructor_refuses_what_would_break_equality_or_the_wire(entries: Any) -> None:
+    with pytest.raises(InvalidPositionError):
+        Position(entries)
 
 
 @pytest.mark.parametrize("raw", [{1: {}}, {"": {}}, {None: {}}])

@@ -36,35 +36,40 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from spark_statestore.connectors.kafka.embedded.messages import (
+    FETCH_VERSIONS,
+    LIST_OFFSETS_VERSIONS,
+    TopicPartition,
+    parse_fetch_request,
+    parse_init_producer_id_request,
+    parse_list_offsets_request,
+    read_producer_id,
+    uvarint,
+)
 from spark_statestore.connectors.kafka.embedded.txnlog import PartitionTxnLog
+from spark_statestore.connectors.kafka.embedded.upstream import (
+    IndexUnavailableError,
+    UpstreamChannel,
+    frame_bytes,
+    read_frame,
+)
 from spark_statestore.connectors.kafka.embedded.wire import (
     ApiKey,
     Reader,
     WireError,
     Writer,
-    request_header,
     scan_batches,
 )
 
-__all__ = ["TxnProxy"]
+__all__ = ["FETCH_VERSIONS", "LIST_OFFSETS_VERSIONS", "TxnProxy"]
 
 log = logging.getLogger(__name__)
 
 _LEN = struct.Struct(">i")
-_CLIENT_ID = "spark-statestore-txn-proxy"
-_READ_COMMITTED = 1
-_LATEST = -1
 _OFFSET_OUT_OF_RANGE = 1
 _INDEX_FETCH_MAX_BYTES = 32 * 1024 * 1024
-FETCH_VERSIONS = (4, 11)
-LIST_OFFSETS_VERSIONS = (2, 5)
 
 T = TypeVar("T")
-TopicPartition = tuple[str, int]
-
-
-class IndexUnavailableError(RuntimeError):
-    """The proxy could not read the log it needs to answer a read_committed request."""
 
 
 @dataclass(slots=True)
@@ -72,61 +77,6 @@ class _Pending:
     api_key: int
     version: int
     context: Any
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    (size,) = _LEN.unpack(await reader.readexactly(4))
-    return await reader.readexactly(size)
-
-
-def _frame(body: bytes) -> bytes:
-    return _LEN.pack(len(body)) + body
-
-
-class _UpstreamChannel:
-    """The proxy's own request/response connection to one mock broker."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._addr = (host, port)
-        self._lock = asyncio.Lock()
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        self._correlation = 0
-
-    async def call(self, api_key: int, version: int, body: bytes, flexible: bool = False) -> Reader:
-        async with self._lock:
-            for attempt in (1, 2):
-                try:
-                    if self._streams is None:
-                        self._streams = await asyncio.open_connection(*self._addr)
-                    reader, writer = self._streams
-                    self._correlation += 1
-                    corr = self._correlation
-                    head = request_header(api_key, version, corr, _CLIENT_ID).build()
-                    if flexible:
-                        head += b"\x00"  # request header v2: no tagged fields
-                    writer.write(_frame(head + body))
-                    await writer.drain()
-                    frame = await _read_frame(reader)
-                except (OSError, asyncio.IncompleteReadError) as exc:
-                    self.close()
-                    if attempt == 2:
-                        raise IndexUnavailableError(
-                            f"proxy connection to mock broker {self._addr} failed: {exc}"
-                        ) from exc
-                    continue
-                r = Reader(frame)
-                if r.i32() != corr:
-                    self.close()
-                    raise IndexUnavailableError("proxy channel lost response ordering")
-                if flexible:
-                    r.skip_tagged_fields()  # response header v1
-                return r
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        if self._streams is not None:
-            self._streams[1].close()
-            self._streams = None
 
 
 class TxnProxy:
@@ -146,7 +96,7 @@ class TxnProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.base_events.Server] = []
-        self._channels: dict[int, _UpstreamChannel] = {}
+        self._channels: dict[int, UpstreamChannel] = {}
         self._logs: dict[TopicPartition, PartitionTxnLog] = {}
         self._log_locks: dict[TopicPartition, asyncio.Lock] = {}
         self._producers: dict[str, tuple[int, int]] = {}
@@ -192,7 +142,7 @@ class TxnProxy:
     async def _listen(self) -> dict[int, int]:
         ports: dict[int, int] = {}
         for broker_id, (host, port) in sorted(self._upstreams.items()):
-            self._channels[broker_id] = _UpstreamChannel(host, port)
+            self._channels[broker_id] = UpstreamChannel(host, port)
 
             async def handle(
                 reader: asyncio.StreamReader,
@@ -262,16 +212,16 @@ class TxnProxy:
     ) -> None:
         try:
             while True:
-                frame = await _read_frame(client)
+                frame = await read_frame(client)
                 api_key, version, corr = struct.unpack_from(">hhi", frame)
                 context: Any = None
                 try:
                     if api_key == ApiKey.FETCH:
-                        context = _parse_fetch_request(frame, version)
+                        context = parse_fetch_request(frame, version)
                     elif api_key == ApiKey.LIST_OFFSETS:
-                        context = _parse_list_offsets_request(frame, version)
+                        context = parse_list_offsets_request(frame, version)
                     elif api_key == ApiKey.INIT_PRODUCER_ID:
-                        init = _parse_init_producer_id_request(frame, version)
+                        init = parse_init_producer_id_request(frame, version)
                         if init is not None:
                             context, current_pid = init
                             await self._fence_previous(broker_id, context, current_pid)
@@ -282,7 +232,7 @@ class TxnProxy:
                     context = None
                 if context is not None:
                     pending[corr] = _Pending(api_key, version, context)
-                upstream.write(_frame(frame))
+                upstream.write(frame_bytes(frame))
                 await upstream.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             return
@@ -296,7 +246,7 @@ class TxnProxy:
     ) -> None:
         try:
             while True:
-                frame = await _read_frame(upstream)
+                frame = await read_frame(upstream)
                 (corr,) = _LEN.unpack_from(frame)
                 entry = pending.pop(corr, None)
                 if entry is not None:
@@ -307,7 +257,7 @@ class TxnProxy:
                         # instead, the client reconnects and asks again.
                         log.warning("txn proxy: closing connection (%s)", exc)
                         return
-                client.write(_frame(frame))
+                client.write(frame_bytes(frame))
                 await client.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             return
@@ -318,7 +268,9 @@ class TxnProxy:
         if entry.api_key == ApiKey.LIST_OFFSETS:
             return await self._rewrite_list_offsets(broker_id, entry.version, entry.context, frame)
         if entry.api_key == ApiKey.INIT_PRODUCER_ID:
-            _record_producer(self._producers, entry.version, entry.context, frame)
+            producer = read_producer_id(entry.version, frame)
+            if producer is not None:
+                self._producers[entry.context] = producer
         return frame
 
     # -- transaction index ----------------------------------------------------------------
@@ -404,7 +356,7 @@ class TxnProxy:
         encoded_id = transactional_id.encode()
         bump = (
             Writer()
-            .raw(_uvarint(len(encoded_id) + 1))
+            .raw(uvarint(len(encoded_id) + 1))
             .raw(encoded_id)
             .i32(60_000)  # transaction timeout
             .i64(pid)
@@ -508,98 +460,3 @@ class TxnProxy:
                     w.i32(r.i32())  # leader epoch
         w.raw(r.rest())
         return w.build()
-
-
-# -- request parsing ------------------------------------------------------------------------
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _body(frame: bytes, flexible: bool = False) -> Reader:
-    r = Reader(frame, 8)
-    r.string()  # client id (a plain nullable string even in header v2)
-    if flexible:
-        r.skip_tagged_fields()
-    return r
-
-
-def _parse_fetch_request(frame: bytes, version: int) -> dict[TopicPartition, int] | None:
-    """Fetch offsets per partition of a read_committed Fetch, else None (pass through)."""
-    if not FETCH_VERSIONS[0] <= version <= FETCH_VERSIONS[1]:
-        return None
-    r = _body(frame)
-    r.i32()  # replica id
-    r.i32()  # max wait
-    r.i32()  # min bytes
-    r.i32()  # max bytes
-    if r.i8() != _READ_COMMITTED:
-        return None
-    if version >= 7:
-        r.i32()  # session id
-        r.i32()  # session epoch
-    offsets: dict[TopicPartition, int] = {}
-    for _ in range(r.array_len()):
-        topic = r.string() or ""
-        for _ in range(r.array_len()):
-            partition = r.i32()
-            if version >= 9:
-                r.i32()  # current leader epoch
-            offsets[(topic, partition)] = r.i64()
-            if version >= 5:
-                r.i64()  # log start offset
-            r.i32()  # partition max bytes
-    return offsets
-
-
-def _parse_list_offsets_request(frame: bytes, version: int) -> set[TopicPartition] | None:
-    """Partitions asked for their ``latest`` offset under read_committed, else None."""
-    if not LIST_OFFSETS_VERSIONS[0] <= version <= LIST_OFFSETS_VERSIONS[1]:
-        return None
-    r = _body(frame)
-    r.i32()  # replica id
-    if r.i8() != _READ_COMMITTED:
-        return None
-    latest: set[TopicPartition] = set()
-    for _ in range(r.array_len()):
-        topic = r.string() or ""
-        for _ in range(r.array_len()):
-            partition = r.i32()
-            if version >= 4:
-                r.i32()  # current leader epoch
-            if r.i64() == _LATEST:
-                latest.add((topic, partition))
-    return latest or None
-
-
-def _parse_init_producer_id_request(frame: bytes, version: int) -> tuple[str, int] | None:
-    """``(transactional id, current producer id or -1)`` of an InitProducerId request.
-
-    None for idempotent (non-transactional) producers.
-    """
-    flexible = version >= 2
-    r = _body(frame, flexible)
-    transactional_id = r.compact_string() if flexible else r.string()
-    if not transactional_id:
-        return None
-    r.i32()  # transaction timeout
-    current_pid = r.i64() if version >= 3 else -1
-    return transactional_id, current_pid
-
-
-def _record_producer(
-    producers: dict[str, tuple[int, int]], version: int, transactional_id: str, frame: bytes
-) -> None:
-    r = Reader(frame)
-    r.i32()  # correlation id
-    if version >= 2:
-        r.skip_tagged_fields()  # response header v1
-    r.i32()  # throttle
-    if r.i16() == 0:
-        producers[transactional_id] = (r.i64(), r.i16())
