@@ -122,6 +122,18 @@ def test_applying_the_same_batches_twice_is_harmless() -> None:
     assert txn_log.scanned_to == 2
 
 
+def test_batches_beyond_a_gap_are_not_folded_in() -> None:
+    # A fetch response that starts past the scanned end must not make the index skip the
+    # unseen offsets (an open transaction could start there).
+    txn_log = _log(batch(0, 2))
+    txn_log.apply(scan_batches(batch(5, 1) + batch(6, 1, pid=4, transactional=True))[0])
+    assert txn_log.scanned_to == 2
+    assert txn_log.open == {}
+    txn_log.apply(scan_batches(batch(2, 3, pid=4, transactional=True) + batch(5, 1))[0])
+    assert txn_log.scanned_to == 6
+    assert txn_log.last_stable_offset() == 2
+
+
 def test_retention_gap_moves_the_scan_forward() -> None:
     txn_log = PartitionTxnLog()
     txn_log.skip_to(100)

@@ -55,6 +55,7 @@ from spark_statestore.connectors.kafka.embedded.upstream import (
 )
 from spark_statestore.connectors.kafka.embedded.wire import (
     ApiKey,
+    BatchInfo,
     Reader,
     WireError,
     Writer,
@@ -274,11 +275,24 @@ class TxnProxy:
         return frame
 
     # -- transaction index ----------------------------------------------------------------
-    async def _txn_log(self, broker_id: int, tp: TopicPartition, upto: int) -> PartitionTxnLog:
-        """The index of ``tp`` brought up to at least offset ``upto`` (a high watermark)."""
+    async def _txn_log(
+        self,
+        broker_id: int,
+        tp: TopicPartition,
+        upto: int,
+        in_hand: list[BatchInfo] | None = None,
+    ) -> PartitionTxnLog:
+        """The index of ``tp`` brought up to at least offset ``upto`` (a high watermark).
+
+        ``in_hand`` are batches of ``tp`` the caller already holds (a fetch response being
+        rewritten); the index takes what continues its scan from them and reads only the rest
+        of the log itself.
+        """
         lock = self._log_locks.setdefault(tp, asyncio.Lock())
         async with lock:
             txn_log = self._logs.setdefault(tp, PartitionTxnLog())
+            if in_hand:
+                txn_log.apply(in_hand)
             channel = self._channels[broker_id]
             while txn_log.scanned_to < upto:
                 body = (
@@ -409,9 +423,9 @@ class TxnProxy:
                 aborted_out = aborted_in
                 if error == 0 and records is not None:
                     tp = (topic, partition)
-                    txn_log = await self._txn_log(broker_id, tp, high_watermark)
-                    lso = min(txn_log.last_stable_offset(), high_watermark)
                     batches, _ = scan_batches(records)
+                    txn_log = await self._txn_log(broker_id, tp, high_watermark, batches)
+                    lso = min(txn_log.last_stable_offset(), high_watermark)
                     keep = 0
                     for batch in batches:
                         if batch.last_offset >= lso:

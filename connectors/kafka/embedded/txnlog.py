@@ -40,10 +40,16 @@ class PartitionTxnLog:
     aborted: list[AbortedTxn] = field(default_factory=list)
 
     def apply(self, batches: list[BatchInfo]) -> None:
-        """Fold scanned batches (in log order) into the index; already-seen ones are skipped."""
+        """Fold batches (in log order) into the index.
+
+        Already-seen batches are skipped, and folding stops at the first batch that does not
+        continue the scanned log: the index must never jump over offsets it has not seen.
+        """
         for batch in batches:
             if batch.last_offset < self.scanned_to:
                 continue
+            if batch.base_offset > self.scanned_to:
+                return
             pid = batch.producer_id
             if batch.control_type is not None:
                 first = self.open.pop(pid, None)

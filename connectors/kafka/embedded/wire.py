@@ -165,10 +165,6 @@ class Writer:
     def build(self) -> bytes:
         return b"".join(self.parts)
 
-    def frame(self) -> bytes:
-        body = self.build()
-        return _I32.pack(len(body)) + body
-
 
 def request_header(api_key: int, api_version: int, correlation_id: int, client_id: str) -> Writer:
     """A non-flexible (v1) request header."""
