@@ -13,6 +13,7 @@ This module only describes queries and results; stores execute them.
 
 from spark_statestore.query._errors import QueryError, QueryFailedError
 from spark_statestore.query._queries import (
+    CustomQuery,
     KeyQuery,
     PrefixQuery,
     Query,
@@ -25,6 +26,7 @@ from spark_statestore.query._results import FailureReason, QueryResult, StateQue
 from spark_statestore.query._routing import HostInfo, KeyQueryMetadata, LagInfo
 
 __all__ = [
+    "CustomQuery",
     "FailureReason",
     "HostInfo",
     "InStore",

@@ -159,9 +159,24 @@ class RawScanQuery:
         return replace(self, limit=limit)
 
 
+class CustomQuery:
+    """Base class of queries defined outside this package (IQv2's custom ``Query``).
+
+    A request may carry any subclass; a store that does not know how to execute it answers
+    with ``FailureReason.UNKNOWN_QUERY_TYPE`` instead of raising.
+    """
+
+    __slots__ = ()
+
+
 Query: TypeAlias = (
-    KeyQuery[Any, Any] | RangeQuery[Any, Any] | PrefixQuery | RawKeyQuery | RawScanQuery
+    KeyQuery[Any, Any]
+    | RangeQuery[Any, Any]
+    | PrefixQuery
+    | RawKeyQuery
+    | RawScanQuery
+    | CustomQuery
 )
 """Any query a store may be asked to execute."""
 
-_QUERY_TYPES = (KeyQuery, RangeQuery, PrefixQuery, RawKeyQuery, RawScanQuery)
+_QUERY_TYPES = (KeyQuery, RangeQuery, PrefixQuery, RawKeyQuery, RawScanQuery, CustomQuery)

@@ -56,7 +56,8 @@ class StateQueryRequest:
         _check_store_name(self.store_name)
         if not isinstance(self.query, _QUERY_TYPES):
             raise QueryError(
-                f"query must be one of {', '.join(t.__name__ for t in _QUERY_TYPES)}, "
+                f"query must be one of {', '.join(t.__name__ for t in _QUERY_TYPES[:-1])} "
+                f"or a CustomQuery subclass, "
                 f"got {type(self.query).__name__}"
             )
         if self.partitions is not None:

@@ -1,0 +1,138 @@
+"""On-disk layout of a store: key namespaces and the value envelope (DESIGN.md §3).
+
+One store is one LevelDB database. User data lives under the data namespace ``b"d" + key``;
+the store's metadata lives under ``b"m:" + name``. Every data value is an *envelope*::
+
+    byte 0      envelope version (0)
+    bytes 1-4   int32 big-endian  changelog partition of the write (-1: unknown)
+    bytes 5-12  int64 big-endian  changelog offset of the write      (-1: unknown)
+    bytes 13-20 int64 big-endian  record timestamp, epoch millis     (-1: none)
+    bytes 21-   the value bytes
+
+Deletes remove the record; no tombstone is kept locally.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from spark_statestore.store.errors import StoreCorruptedError
+
+DATA_PREFIX: Final = b"d"
+DATA_START: Final = b"d"
+DATA_STOP: Final = b"e"  # first key after the data namespace
+META_PREFIX: Final = b"m:"
+
+# Metadata keys.
+META_MANIFEST: Final = b"m:manifest"  # StoreManifest JSON: format, role, topic, partitions
+META_POSITION: Final = b"m:position"  # Position JSON (offsets JSON shape)
+META_OFFSETS: Final = b"m:offsets"  # {"partition": next changelog offset} JSON
+META_COMMIT: Final = b"m:commit"  # CommitRecord JSON (sink: query id, batch id, offsets)
+META_SEQ: Final = b"m:seq"  # number of commits so far, decimal ASCII
+META_REDO: Final = b"m:redo"  # redo marker JSON while a chunked commit is being applied
+
+ENVELOPE_VERSION: Final = 0
+NO_VALUE: Final = -1  # "unknown" partition / offset, "no" timestamp
+
+# Format byte 0 is a pad byte: struct writes it as 0, which is ENVELOPE_VERSION.
+_HEADER: Final = struct.Struct(">xiqq")
+HEADER_SIZE: Final = _HEADER.size
+pack_header = _HEADER.pack
+_unpack_header = _HEADER.unpack_from
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def data_key(key: bytes) -> bytes:
+    """The LevelDB key of user key ``key``."""
+    return DATA_PREFIX + key
+
+
+def encode_envelope(value: bytes, partition: int, offset: int, timestamp: int) -> bytes:
+    """The envelope of ``value`` written at changelog ``partition``/``offset``."""
+    return pack_header(partition, offset, timestamp) + value
+
+
+def check_envelope_fields(partition: int, offset: int, timestamp: int) -> None:
+    """Raise ValueError unless the fields fit the envelope (int32 / int64, >= -1)."""
+    for name, value, low, high in (
+        ("partition", partition, -1, _INT32_MAX),
+        ("offset", offset, -1, _INT64_MAX),
+        ("timestamp", timestamp, -1, _INT64_MAX),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(
+                f"record {name} must be an int in [{low}, {high}] (-1: unknown), got {value!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record of a store: the latest write of ``key``, with where it came from.
+
+    Parameters
+    ----------
+    key, value
+        The user key and value bytes.
+    partition, offset
+        The changelog partition and offset of the write (None when unknown, e.g. a sink that
+        publishes no changelog has no offsets).
+    timestamp
+        The record timestamp in epoch milliseconds, or None.
+    """
+
+    key: bytes
+    value: bytes
+    partition: int | None
+    offset: int | None
+    timestamp: int | None
+
+
+def decode_record(key: bytes, raw: bytes, path: str | None = None) -> StoredRecord:
+    """Decode the envelope ``raw`` stored under user key ``key``."""
+    if len(raw) < HEADER_SIZE or raw[0] != ENVELOPE_VERSION:
+        raise StoreCorruptedError(
+            f"store {path}: the value of key {key[:64]!r} is not a valid envelope "
+            f"({len(raw)} bytes, version byte {raw[:1].hex() or 'missing'}); the store is "
+            "corrupted or was written by another program",
+            path,
+        )
+    partition, offset, timestamp = _unpack_header(raw)
+    return StoredRecord(
+        key,
+        raw[HEADER_SIZE:],
+        None if partition < 0 else partition,
+        None if offset < 0 else offset,
+        None if timestamp < 0 else timestamp,
+    )
+
+
+def envelope_value(raw: bytes) -> bytes:
+    """The value bytes of envelope ``raw`` (no validation: the hot read path)."""
+    return raw[HEADER_SIZE:]
+
+
+def envelope_header(raw: bytes) -> tuple[int, int, int]:
+    """``(partition, offset, timestamp)`` of envelope ``raw``, -1 for unknown."""
+    result: tuple[int, int, int] = _unpack_header(raw)
+    return result
+
+
+def data_bounds(
+    lower: bytes | None, upper: bytes | None, prefix: bytes | None = None
+) -> tuple[bytes, bytes, bool]:
+    """LevelDB ``(start, stop, include_stop)`` of the user keys in ``[lower, upper]`` (both
+    inclusive, None: open) or starting with ``prefix``."""
+    if prefix is not None:
+        if lower is not None or upper is not None:
+            raise ValueError("give either a key prefix or range bounds, not both")
+        start = DATA_PREFIX + bytes(prefix)
+        trimmed = start.rstrip(b"\xff")
+        return start, trimmed[:-1] + bytes([trimmed[-1] + 1]), False
+    start = DATA_START if lower is None else DATA_PREFIX + bytes(lower)
+    if upper is None:
+        return start, DATA_STOP, False
+    return start, DATA_PREFIX + bytes(upper), True

@@ -1,0 +1,212 @@
+"""Single ownership of a store directory: an OS lock plus ``_owner.json``.
+
+LevelDB lets one process open a database. The process that holds a store open is its
+*owner*: it holds an exclusive ``flock`` on ``<store>/_owner.lock`` for as long as the store is
+open (the kernel releases it when the process dies, even on SIGKILL) and describes itself in
+``<store>/_owner.json`` (pid, host, role, purpose, start time and, once it serves one, a Flight
+location). Anyone else reads ``_owner.json`` to learn who owns the store; an ``_owner.json``
+left behind by a dead process is stale and the next owner replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+
+from spark_statestore.store.errors import StoreLockedError
+
+__all__ = ["OWNER_FILE", "OwnerInfo", "OwnerLock", "live_owner", "read_owner"]
+
+OWNER_FILE = "_owner.json"
+LOCK_FILE = "_owner.lock"
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerInfo:
+    """Who owns a store (the content of ``_owner.json``).
+
+    Parameters
+    ----------
+    pid, host
+        The owning process and the host it runs on.
+    role
+        ``leader``, ``follower`` or ``reader`` (a process that opened the store to read it).
+    purpose
+        What the owner is doing, for humans (e.g. ``follower source of query 3f2a...``).
+    started_at
+        When it took ownership, ISO 8601 UTC.
+    flight_location
+        The Arrow Flight location serving this store, once there is one.
+    """
+
+    pid: int
+    host: str
+    role: str
+    purpose: str
+    started_at: str
+    flight_location: str | None = None
+
+    @classmethod
+    def for_this_process(cls, role: str, purpose: str) -> OwnerInfo:
+        return cls(
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            role=role,
+            purpose=purpose,
+            started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
+
+    def is_this_process(self) -> bool:
+        return self.pid == os.getpid() and self.host == socket.gethostname()
+
+    def is_alive_here(self) -> bool:
+        """True when the owner runs on this host and its pid is alive."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def describe(self) -> str:
+        where = f", serving at {self.flight_location}" if self.flight_location else ""
+        return (
+            f"pid {self.pid} on {self.host} ({self.role}: {self.purpose or 'no purpose given'}, "
+            f"since {self.started_at}{where})"
+        )
+
+
+def read_owner(path: str) -> OwnerInfo | None:
+    """The ``_owner.json`` of store ``path`` (possibly stale), or None if absent/unreadable."""
+    try:
+        with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as handle:
+            data = json.load(handle)
+        return OwnerInfo(
+            pid=int(data["pid"]),
+            host=str(data["host"]),
+            role=str(data["role"]),
+            purpose=str(data.get("purpose", "")),
+            started_at=str(data.get("started_at", "")),
+            flight_location=data.get("flight_location"),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        # Missing, half-written by a process killed mid-write, or foreign: not an owner.
+        return None
+
+
+def live_owner(path: str) -> OwnerInfo | None:
+    """The owner of store ``path`` if a live process holds it open, else None.
+
+    Probes the lock without keeping it: a shared lock attempt fails exactly when an owner
+    holds the exclusive lock.
+    """
+    lock_path = os.path.join(path, LOCK_FILE)
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = read_owner(path)
+            if owner is None:
+                return OwnerInfo(-1, "?", "unknown", "starting up", "")
+            return owner
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+class OwnerLock:
+    """The exclusive ownership of one store directory, held until :meth:`release`."""
+
+    def __init__(self, path: str, info: OwnerInfo, fd: int) -> None:
+        self.path = path
+        self.info = info
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, path: str, info: OwnerInfo, wait_seconds: float = 2.0) -> OwnerLock:
+        """Take ownership of store directory ``path`` (which must exist).
+
+        A live owner fails at once with :class:`StoreLockedError`. While the lock is held by
+        a process that has not described itself (one that is starting up, or a short
+        :func:`live_owner` probe) this retries for up to ``wait_seconds``.
+        """
+        fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + wait_seconds
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    owner = read_owner(path)
+                    if owner is not None and owner.is_this_process():
+                        raise StoreLockedError(
+                            f"store {path} is already open in this process "
+                            f"({owner.describe()}); use that Store handle or close it first",
+                            path,
+                            owner,
+                        ) from None
+                    if (owner is not None and owner.is_alive_here()) or (
+                        time.monotonic() >= deadline
+                    ):
+                        who = owner.describe() if owner else "a process that did not say who"
+                        raise StoreLockedError(
+                            f"store {path} is owned by {who}; one process at a time may open "
+                            "a store: read it through its owner, stop the owner, or use "
+                            "another path",
+                            path,
+                            owner,
+                        ) from None
+                    time.sleep(0.01)  # the holder is starting up or probing: back off
+        except BaseException:
+            os.close(fd)
+            raise
+        stale = read_owner(path)
+        if stale is not None:
+            _log.warning("store %s: replacing the stale owner file of %s", path, stale.describe())
+        lock = cls(path, info, fd)
+        lock._write(info)
+        return lock
+
+    def update(self, **changes: object) -> OwnerInfo:
+        """Rewrite ``_owner.json`` with ``changes`` (e.g. ``flight_location=...``)."""
+        self.info = replace(self.info, **changes)  # type: ignore[arg-type]
+        self._write(self.info)
+        return self.info
+
+    def _write(self, info: OwnerInfo) -> None:
+        target = os.path.join(self.path, OWNER_FILE)
+        tmp = f"{target}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(asdict(info), handle, sort_keys=True)
+        os.replace(tmp, target)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Remove ``_owner.json`` and give up the lock (idempotent)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.path, OWNER_FILE))
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None

@@ -1,0 +1,197 @@
+"""Local interactive queries: IQv2 requests executed against one snapshot of a store.
+
+The store keeps every partition in one database, so a query runs once over the snapshot and
+its rows are split by the changelog partition recorded in each envelope. Each requested
+partition gets its own :class:`QueryResult`, checked against the request's position bound;
+every failure is a result, never an exception (KIP-796).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.changelog.partitioner import partition_for_key
+from spark_statestore.errors import StateStoreError
+from spark_statestore.query import (
+    FailureReason,
+    KeyQuery,
+    PrefixQuery,
+    QueryResult,
+    RangeQuery,
+    RawKeyQuery,
+    RawScanQuery,
+    StateQueryRequest,
+    StateQueryResult,
+)
+from spark_statestore.store.layout import DATA_PREFIX, HEADER_SIZE, envelope_header
+from spark_statestore.store.manifest import Role
+
+if TYPE_CHECKING:
+    from spark_statestore.store.snapshot import Snapshot
+    from spark_statestore.store.store import Store
+
+__all__ = ["execute"]
+
+
+class _BadQuery(StateStoreError, TypeError):
+    """A query this store cannot run as given (e.g. a key that is not bytes)."""
+
+
+def execute(store: Store, request: StateQueryRequest) -> StateQueryResult[Any]:
+    """Run ``request`` on one snapshot of ``store``; see :meth:`Store.query`."""
+    requested = sorted(request.partitions) if request.partitions is not None else None
+    if request.store_name != store.name:
+        return _fail_all(
+            requested or list(store.partitions),
+            FailureReason.DOES_NOT_EXIST,
+            f"this is store {store.name!r} ({store.path}), not {request.store_name!r}",
+            None,
+        )
+    started = time.perf_counter_ns()
+    with store.snapshot() as snapshot:
+        position = snapshot.position
+        partitions = requested if requested is not None else list(store.partitions)
+        if request.active_only and store.manifest.role is Role.FOLLOWER:
+            return _fail_all(
+                partitions,
+                FailureReason.NOT_ACTIVE,
+                f"store {store.name!r} is a follower of changelog "
+                f"{store.manifest.changelog_topic!r}, and the request requires the active "
+                "(leader) store",
+                position,
+            )
+        results: dict[int, QueryResult[Any]] = {}
+        runnable = []
+        held = store.partitions
+        for partition in partitions:
+            if partition not in held:
+                results[partition] = QueryResult.for_failure(
+                    FailureReason.NOT_PRESENT,
+                    f"store {store.name!r} holds partitions 0-{len(held) - 1}; partition "
+                    f"{partition} is not here",
+                    position,
+                )
+            elif not request.position_bound.permits(position, partition):
+                results[partition] = QueryResult.not_up_to_bound(
+                    position, request.position_bound, partition
+                )
+            else:
+                runnable.append(partition)
+        if runnable:
+            results.update(_run(store, snapshot, request, runnable, started))
+    return StateQueryResult.for_partitions(results)
+
+
+def _run(
+    store: Store,
+    snapshot: Snapshot,
+    request: StateQueryRequest,
+    partitions: list[int],
+    started: int,
+) -> dict[int, QueryResult[Any]]:
+    query = request.query
+    position = snapshot.position
+    counts = len(store.partitions)
+    try:
+        if isinstance(query, (KeyQuery, RawKeyQuery)):
+            kind = "point get"
+            key = _key(query.key, "key")
+            raw = snapshot._get(DATA_PREFIX + key) if snapshot._snapshot is not None else None
+            if raw is None and snapshot._snapshot is None:
+                raise snapshot._closed()
+            examined = 0 if raw is None else 1
+            holder = None if raw is None else _partition_of(key, raw, counts)
+            values: dict[int, Any] = {
+                p: (raw[HEADER_SIZE:] if raw is not None and holder == p else None)
+                for p in partitions
+            }
+        elif isinstance(query, (RangeQuery, PrefixQuery, RawScanQuery)):
+            if isinstance(query, RangeQuery):
+                kind = "descending range scan" if query.descending else "range scan"
+                lower = None if query.lower is None else _key(query.lower, "range lower bound")
+                upper = None if query.upper is None else _key(query.upper, "range upper bound")
+                rows = snapshot._raw(lower, upper, query.descending, None, None)
+                limit = None
+            elif isinstance(query, PrefixQuery):
+                kind = "prefix scan"
+                rows = snapshot._raw(None, None, False, query.prefix, None)
+                limit = None
+            else:
+                kind = "full scan"
+                rows = snapshot._raw(None, None, False, None, None)
+                limit = query.limit
+            values, examined = _bucket(rows, partitions, counts, limit)
+        else:
+            return {
+                p: QueryResult.for_unknown_query_type(query, store.name, position)
+                for p in partitions
+            }
+    except Exception as exc:  # every store failure becomes a result (KIP-796)
+        message = (
+            f"store {store.name!r} ({store.path}) failed to execute {type(query).__name__}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        return {
+            p: QueryResult.for_failure(FailureReason.STORE_EXCEPTION, message, position)
+            for p in partitions
+        }
+    elapsed_us = (time.perf_counter_ns() - started) // 1000
+    results: dict[int, QueryResult[Any]] = {}
+    for partition in partitions:
+        value = values[partition]
+        info: tuple[str, ...] = ()
+        if request.execution_info_enabled:
+            returned = (0 if value is None else 1) if kind == "point get" else len(value)
+            info = (
+                f"store {store.name!r} partition {partition}: {type(query).__name__} as a "
+                f"{kind} over snapshot commit {snapshot.commit_seq}; examined {examined} "
+                f"rows, returned {returned}, in {elapsed_us} us",
+            )
+        results[partition] = QueryResult.for_result(value, position, info)
+    return results
+
+
+def _bucket(
+    rows: Iterable[tuple[bytes, bytes]], partitions: list[int], counts: int, limit: int | None
+) -> tuple[dict[int, Any], int]:
+    buckets: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in partitions}
+    open_buckets = len(buckets)
+    examined = 0
+    for dkey, raw in rows:
+        examined += 1
+        key = dkey[1:]
+        bucket = buckets.get(_partition_of(key, raw, counts))
+        if bucket is None or (limit is not None and len(bucket) >= limit):
+            continue
+        bucket.append((key, raw[HEADER_SIZE:]))
+        if limit is not None and len(bucket) == limit:
+            open_buckets -= 1
+            if open_buckets == 0:
+                break
+    return dict(buckets), examined
+
+
+def _partition_of(key: bytes, raw: bytes, counts: int) -> int:
+    partition = envelope_header(raw)[0]
+    if partition < 0:
+        return 0 if counts == 1 else partition_for_key(key, counts)
+    return partition
+
+
+def _key(value: object, what: str) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise _BadQuery(
+        f"the {what} must be bytes for this store (it stores serialized keys), got "
+        f"{type(value).__name__} {value!r}; serialize it first"
+    )
+
+
+def _fail_all(
+    partitions: Iterable[int], reason: FailureReason, message: str, position: Any
+) -> StateQueryResult[Any]:
+    return StateQueryResult.for_partitions(
+        {p: QueryResult.for_failure(reason, message, position) for p in partitions}
+    )

@@ -1,0 +1,98 @@
+"""What a writer expects a store to be (:class:`StoreSpec`) and how to run it
+(:class:`StoreOptions`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spark_statestore.errors import OptionError
+from spark_statestore.store.manifest import Role
+
+__all__ = ["DEFAULT_UNCOMMITTED_MAX_BYTES", "StoreOptions", "StoreSpec"]
+
+DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
+"""A transaction's in-memory budget before it spills to a redo file (64 MiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSpec:
+    """The identity a writer expects: created with it when missing, checked when present.
+
+    Parameters
+    ----------
+    role
+        :attr:`Role.LEADER` (a sink writes it) or :attr:`Role.FOLLOWER` (a changelog
+        follower writes it).
+    changelog_topic
+        The changelog topic followed or published; None for a leader without a changelog.
+    partitions
+        The changelog's partition count (>= 1).
+    name
+        The store's name in queries; defaults to the directory name when creating, and is
+        only checked on reopen when given.
+    """
+
+    role: Role
+    changelog_topic: str | None
+    partitions: int
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "role", Role(self.role))
+        except ValueError:
+            raise OptionError(
+                f"store role must be 'leader' or 'follower', got {self.role!r}"
+            ) from None
+        if self.changelog_topic is not None and (
+            not isinstance(self.changelog_topic, str) or not self.changelog_topic
+        ):
+            raise OptionError(
+                f"changelog topic must be a non-empty str or None, got {self.changelog_topic!r}"
+            )
+        if self.role is Role.FOLLOWER and self.changelog_topic is None:
+            raise OptionError("a follower store needs the changelog topic it follows")
+        if (
+            isinstance(self.partitions, bool)
+            or not isinstance(self.partitions, int)
+            or not 1 <= self.partitions <= 2**31 - 1
+        ):
+            raise OptionError(f"store partitions must be an int >= 1, got {self.partitions!r}")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name):
+            raise OptionError(f"store name must be a non-empty str, got {self.name!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """How a store handle behaves.
+
+    Parameters
+    ----------
+    uncommitted_max_bytes
+        In-memory budget of one transaction; past it the transaction spills to a redo file
+        in the store directory and its commit is applied in chunks under a redo marker.
+    chunk_bytes
+        Size of one chunk of a chunked commit.
+    sync
+        fsync every commit (survives power loss, not only process crashes).
+    lock_wait_seconds
+        How long to retry while the store's lock is held by a process that has not said who
+        it is yet (starting up, or probing).
+    """
+
+    uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES
+    chunk_bytes: int = 4 * 1024 * 1024
+    sync: bool = True
+    lock_wait_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("uncommitted_max_bytes", "chunk_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OptionError(f"store option {name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.sync, bool):
+            raise OptionError(f"store option sync must be a bool, got {self.sync!r}")
+        if not isinstance(self.lock_wait_seconds, (int, float)) or self.lock_wait_seconds < 0:
+            raise OptionError(
+                f"store option lock_wait_seconds must be >= 0, got {self.lock_wait_seconds!r}"
+            )

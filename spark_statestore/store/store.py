@@ -1,0 +1,500 @@
+"""The store handle: open/create, ownership, recovery, transactions, snapshots, queries."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+import weakref
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.store.errors import (
+    RECOVERY_HINT,
+    StoreClosedError,
+    StoreCorruptedError,
+    StoreError,
+    StoreLockedError,
+    StoreMismatchError,
+    StoreNotFoundError,
+    StoreRoleError,
+    TransactionError,
+)
+from spark_statestore.store.layout import (
+    META_COMMIT,
+    META_MANIFEST,
+    META_OFFSETS,
+    META_POSITION,
+    META_REDO,
+    META_SEQ,
+)
+from spark_statestore.store.manifest import (
+    FORMAT_VERSION,
+    CommitRecord,
+    Role,
+    StoreManifest,
+    StoreMetadata,
+    decode_offsets,
+    decode_position,
+    decode_seq,
+)
+from spark_statestore.store.ownership import OwnerInfo, OwnerLock
+from spark_statestore.store.redo import (
+    RedoMarker,
+    SpillArea,
+    _fault,
+    apply_redo,
+    remove_stray_redo,
+)
+from spark_statestore.store.snapshot import Snapshot
+from spark_statestore.store.spec import StoreOptions, StoreSpec
+from spark_statestore.store.transaction import Transaction
+
+if TYPE_CHECKING:
+    import plyvel
+
+    from spark_statestore.query import StateQueryRequest, StateQueryResult
+
+__all__ = ["DB_DIR", "Store"]
+
+DB_DIR = "db"
+"""The LevelDB database inside a store directory."""
+
+_log = logging.getLogger(__name__)
+
+
+class Store:
+    """An open store: one directory, one LevelDB, one owner (this process).
+
+    Open with :meth:`open`. A handle opened with a :class:`StoreSpec` is a *writer* with that
+    role and may :meth:`begin` transactions; a handle opened without one is read-only. Read
+    with :meth:`snapshot` or :meth:`query`. Close it (or use ``with``) to give up ownership.
+
+    Thread-safe: one thread may run a transaction while others take snapshots and query.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        db: plyvel.DB,
+        manifest: StoreManifest,
+        role: Role | None,
+        options: StoreOptions,
+        lock: OwnerLock,
+    ) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.role = role
+        self.options = options
+        self._db: plyvel.DB | None = db
+        self._lock = lock
+        self._mutex = threading.RLock()
+        self._txn: Transaction | None = None
+        self._pinned: _PinnedSnapshot | None = None
+        self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
+        self._metadata = _read_metadata(db, path)
+
+    # -- opening --------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        spec: StoreSpec | None = None,
+        *,
+        purpose: str = "",
+        options: StoreOptions | None = None,
+    ) -> Store:
+        """Open (with a ``spec``: create when missing) the store at ``path``.
+
+        Parameters
+        ----------
+        path
+            The store directory.
+        spec
+            What a writer expects the store to be; None opens an existing store read-only.
+        purpose
+            What this process does with the store, recorded in ``_owner.json``.
+        options
+            :class:`StoreOptions`.
+
+        Raises
+        ------
+        StoreNotFoundError
+            No store at ``path`` and no ``spec`` to create one.
+        StoreLockedError
+            Another live process (or handle) owns the store; the error names it.
+        StoreMismatchError, StoreRoleError
+            The store belongs to another topic / partition count / name, or has the other role.
+        StoreFormatError, StoreCorruptedError
+            The store is newer than this code, or damaged (the message says how to recover).
+        """
+        import plyvel
+
+        path = os.path.abspath(os.fspath(path))
+        options = options or StoreOptions()
+        db_path = os.path.join(path, DB_DIR)
+        if spec is None and not os.path.isdir(db_path):
+            raise StoreNotFoundError(
+                f"no store at {path}: nothing to open; create one by opening it with a "
+                "StoreSpec (a follower or a sink does that)",
+                path,
+            )
+        os.makedirs(path, exist_ok=True)
+        role_name = spec.role.value if spec is not None else "reader"
+        lock = OwnerLock.acquire(
+            path, OwnerInfo.for_this_process(role_name, purpose), options.lock_wait_seconds
+        )
+        db = None
+        try:
+            db = _open_leveldb(plyvel, db_path, create=spec is not None)
+            manifest = _load_or_create_manifest(db, path, spec)
+            _check_spec(path, manifest, spec)
+            _recover(db, path, options)
+            store = cls(path, db, manifest, spec.role if spec else None, options, lock)
+        except BaseException:
+            if db is not None:
+                db.close()
+            lock.release()
+            raise
+        _log.info(
+            "opened store %s (%s, changelog %s, %d partitions, commit %d) as %s",
+            path,
+            manifest.role.value,
+            manifest.changelog_topic,
+            manifest.partitions,
+            store._metadata.commit_seq,
+            role_name,
+        )
+        return store
+
+    # -- what the store is ----------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The store's name (queries address it by this)."""
+        return self.manifest.name
+
+    @property
+    def partitions(self) -> range:
+        """The changelog partitions this store holds."""
+        return range(self.manifest.partitions)
+
+    @property
+    def metadata(self) -> StoreMetadata:
+        """The metadata of the latest commit (position, offsets, commit record, sequence)."""
+        with self._mutex:
+            return self._metadata
+
+    @property
+    def owner(self) -> OwnerInfo:
+        """What this process wrote into ``_owner.json``."""
+        return self._lock.info
+
+    def update_owner(self, **changes: Any) -> OwnerInfo:
+        """Rewrite ``_owner.json`` (e.g. ``flight_location="grpc://127.0.0.1:1234"``)."""
+        self._check_open()
+        return self._lock.update(**changes)
+
+    @property
+    def closed(self) -> bool:
+        return self._db is None
+
+    # -- transactions ---------------------------------------------------------------------
+    def begin(self) -> Transaction:
+        """Start a transaction (one at a time per store).
+
+        Raises
+        ------
+        StoreRoleError
+            If this handle is read-only.
+        TransactionError
+            If a transaction is already open.
+        """
+        db = self._check_open()
+        if self.role is None:
+            raise StoreRoleError(
+                f"store {self.path} was opened read-only; open it with a StoreSpec of role "
+                f"{self.manifest.role.value!r} to write",
+                self.path,
+            )
+        with self._mutex:
+            if self._txn is not None:
+                raise TransactionError(
+                    f"store {self.path} already has an open transaction ({self._txn.id}); "
+                    "commit or roll it back first",
+                    self.path,
+                )
+            self._txn = Transaction(self, db.snapshot(), self._metadata)
+            return self._txn
+
+    def _end_transaction(self, txn: Transaction, base: plyvel.Snapshot) -> None:
+        with self._mutex:
+            if self._txn is txn:
+                self._txn = None
+        if self._db is not None:
+            base.close()
+
+    def _commit_batch(
+        self,
+        writes: Mapping[bytes, bytes | None],
+        metadata: Mapping[bytes, bytes],
+        new_meta: StoreMetadata,
+    ) -> None:
+        db = self._check_open()
+        batch = db.write_batch(sync=self.options.sync)
+        put, delete = batch.put, batch.delete
+        for key, envelope in writes.items():
+            if envelope is None:
+                delete(key)
+            else:
+                put(key, envelope)
+        for key, value in metadata.items():
+            put(key, value)
+        with self._mutex:
+            batch.write()
+            self._metadata = new_meta
+
+    def _commit_chunked(
+        self, spill: SpillArea, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
+    ) -> None:
+        db = self._check_open()
+        spill.seal()
+        _fault("redo.sealed")
+        marker = RedoMarker.for_metadata(spill.relpath, metadata)
+        with self._mutex:
+            # Readers keep the last committed state until the whole redo file is applied.
+            pinned = self._pinned = _PinnedSnapshot(db.snapshot(), self._metadata)
+            db.put(META_REDO, marker.to_json(), sync=True)
+        _fault("redo.marked")
+        try:
+            apply_redo(db, self.path, marker, self.options.chunk_bytes, self.options.sync, spill)
+        except BaseException:
+            # Part of the transaction may be in the database: nobody may read it until a
+            # reopen completes the commit from the redo marker.
+            _log.error("store %s: chunked commit failed; closing the store handle", self.path)
+            self.close()
+            raise
+        with self._mutex:
+            self._metadata = new_meta
+            self._pinned = None
+            pinned.release()
+
+    # -- reads ----------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """A consistent read view of the latest commit (see :class:`Snapshot`)."""
+        db = self._check_open()
+        with self._mutex:
+            if self._pinned is not None:
+                # A chunked commit is being applied: show the state before it.
+                view = Snapshot(self, self._pinned.acquire(), self._pinned.metadata)
+            else:
+                view = Snapshot(self, db.snapshot(), self._metadata)
+            self._snapshots.add(view)
+            return view
+
+    def _release_snapshot(self, view: Snapshot, snapshot: plyvel.Snapshot) -> None:
+        with self._mutex:
+            self._snapshots.discard(view)
+            if self._db is not None:
+                snapshot.close()
+
+    def get(self, key: bytes) -> bytes | None:
+        """The committed value of ``key`` (a one-off read; use a snapshot for many)."""
+        with self.snapshot() as snapshot:
+            return snapshot.get(key)
+
+    def query(self, request: StateQueryRequest) -> StateQueryResult[Any]:
+        """Execute an IQv2 request against one snapshot of this store.
+
+        Failures (bounds not reached, partitions not held, unknown query types, store
+        errors) come back as failed :class:`~spark_statestore.query.QueryResult` objects, not
+        as exceptions.
+        """
+        from spark_statestore.store.queries import execute
+
+        return execute(self, request)
+
+    # -- closing --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every snapshot, the database, and give up ownership (idempotent)."""
+        with self._mutex:
+            db, self._db = self._db, None
+            if db is None:
+                return
+            txn = self._txn
+            views = list(self._snapshots)
+        if txn is not None:
+            txn.rollback()
+        for view in views:
+            view._snapshot = None
+        db.close()
+        self._lock.release()
+
+    def _check_open(self) -> plyvel.DB:
+        db = self._db
+        if db is None:
+            raise StoreClosedError(f"store {self.path} is closed; open it again", self.path)
+        return db
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._db is None else f"commit {self._metadata.commit_seq}"
+        return f"Store({self.path!r}, {self.manifest.role.value}, {state})"
+
+
+class _PinnedSnapshot:
+    """The snapshot readers get while a chunked commit is applied, shared and ref-counted:
+    the LevelDB snapshot is released when the commit and every reader are done with it."""
+
+    def __init__(self, snapshot: plyvel.Snapshot, metadata: StoreMetadata) -> None:
+        self.snapshot = snapshot
+        self.metadata = metadata
+        self._refs = 1  # the committing transaction's
+
+    def acquire(self) -> plyvel.Snapshot:
+        self._refs += 1
+        return _Lease(self)
+
+    def release(self) -> None:
+        self._refs -= 1
+        if self._refs == 0:
+            self.snapshot.close()
+
+
+class _Lease:
+    """One reader's hold on a :class:`_PinnedSnapshot` (quacks like a plyvel snapshot)."""
+
+    def __init__(self, pinned: _PinnedSnapshot) -> None:
+        self._pinned: _PinnedSnapshot | None = pinned
+        self.get = pinned.snapshot.get
+        self.iterator = pinned.snapshot.iterator
+
+    def close(self) -> None:
+        pinned, self._pinned = self._pinned, None
+        if pinned is not None:
+            pinned.release()
+
+
+# -- opening helpers ----------------------------------------------------------------------
+def _open_leveldb(plyvel: Any, db_path: str, create: bool) -> plyvel.DB:
+    try:
+        return plyvel.DB(db_path, create_if_missing=create)
+    except plyvel.CorruptionError as exc:
+        raise StoreCorruptedError(
+            f"store {os.path.dirname(db_path)}: LevelDB reports corruption ({exc}); "
+            f"{RECOVERY_HINT}",
+            os.path.dirname(db_path),
+        ) from exc
+    except plyvel.IOError as exc:
+        path = os.path.dirname(db_path)
+        if "lock" in str(exc).lower():
+            # Our own flock is held, so this is a program outside the ownership protocol.
+            raise StoreLockedError(
+                f"store {path}: its LevelDB is locked by a program that does not use "
+                f"spark-statestore's ownership (_owner.json); stop it ({exc})",
+                path,
+            ) from exc
+        raise StoreError(f"store {path}: LevelDB cannot open {db_path}: {exc}", path) from exc
+    except plyvel.Error as exc:
+        path = os.path.dirname(db_path)
+        if not create and "does not exist" in str(exc):
+            raise StoreNotFoundError(f"no store at {path}: {exc}", path) from exc
+        raise StoreError(f"store {path}: LevelDB cannot open {db_path}: {exc}", path) from exc
+
+
+def _load_or_create_manifest(db: plyvel.DB, path: str, spec: StoreSpec | None) -> StoreManifest:
+    raw = db.get(META_MANIFEST)
+    if raw is not None:
+        return StoreManifest.from_json(raw, path)
+    has_data = False
+    with db.iterator(include_value=False) as it:
+        for _ in it:
+            has_data = True
+            break
+    if has_data:
+        raise StoreCorruptedError(
+            f"store {path}: the database has data but no manifest: it is corrupted or not a "
+            f"spark-statestore store; {RECOVERY_HINT}",
+            path,
+        )
+    if spec is None:
+        raise StoreNotFoundError(f"no store at {path}: the database is empty", path)
+    manifest = StoreManifest(
+        format_version=FORMAT_VERSION,
+        role=spec.role,
+        changelog_topic=spec.changelog_topic,
+        partitions=spec.partitions,
+        name=spec.name or os.path.basename(path),
+        store_id=uuid.uuid4().hex,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    db.put(META_MANIFEST, manifest.to_json(), sync=True)
+    return manifest
+
+
+def _check_spec(path: str, manifest: StoreManifest, spec: StoreSpec | None) -> None:
+    if spec is None:
+        return
+    if spec.role is not manifest.role:
+        if manifest.role is Role.FOLLOWER:
+            what = (
+                f"a follower store of changelog {manifest.changelog_topic!r}: a sink (leader) "
+                "cannot write into it"
+            )
+        else:
+            what = (
+                f"a leader store (written by a sink, changelog {manifest.changelog_topic!r}): "
+                "a follower cannot follow a changelog into it"
+            )
+        raise StoreRoleError(f"store {path} is {what}; use another path", path)
+    if spec.changelog_topic != manifest.changelog_topic:
+        raise StoreMismatchError(
+            f"store {path} belongs to changelog topic {manifest.changelog_topic!r}, not "
+            f"{spec.changelog_topic!r}; use another path, or {RECOVERY_HINT}",
+            path,
+        )
+    if spec.partitions != manifest.partitions:
+        raise StoreMismatchError(
+            f"store {path} has {manifest.partitions} partitions but changelog "
+            f"{spec.changelog_topic!r} has {spec.partitions}; partitions cannot change under "
+            f"a store: {RECOVERY_HINT}",
+            path,
+        )
+    if spec.name is not None and spec.name != manifest.name:
+        raise StoreMismatchError(
+            f"store {path} is named {manifest.name!r}, not {spec.name!r}; use another path",
+            path,
+        )
+
+
+def _recover(db: plyvel.DB, path: str, options: StoreOptions) -> None:
+    raw = db.get(META_REDO)
+    keep = None
+    if raw is not None:
+        marker = RedoMarker.from_json(raw, path)
+        _log.warning("store %s: completing an interrupted chunked commit", path)
+        apply_redo(db, path, marker, options.chunk_bytes, sync=True)
+    for removed in remove_stray_redo(path, keep):
+        _log.info("store %s: removed the redo file %s of an uncommitted transaction", path, removed)
+
+
+def _read_metadata(db: plyvel.DB | plyvel.Snapshot, path: str) -> StoreMetadata:
+    raw_commit = db.get(META_COMMIT)
+    return StoreMetadata(
+        position=decode_position(db.get(META_POSITION), path),
+        changelog_offsets=decode_offsets(db.get(META_OFFSETS), path),
+        commit_record=None if raw_commit is None else CommitRecord.from_json(raw_commit, path),
+        commit_seq=decode_seq(db.get(META_SEQ), path),
+    )
