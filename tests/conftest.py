@@ -15,6 +15,16 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soak variants run only when asked for (``make soak``), never in CI's ``make test``."""
+    if os.environ.get("SPARK_STATESTORE_SOAK") == "1":
+        return
+    skip = pytest.mark.skip(reason="soak variant: run it with `make soak`")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[object]:
     """One embedded 3-broker Kafka cluster for the whole test session."""
