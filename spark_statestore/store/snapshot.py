@@ -92,14 +92,20 @@ class Snapshot:
         """The value of ``key``, or None."""
         if self._snapshot is None:
             raise self._closed()
-        raw: bytes | None = self._get(DATA_PREFIX + key)
+        try:
+            raw: bytes | None = self._get(DATA_PREFIX + key)
+        except RuntimeError:  # plyvel: the database was closed under us
+            raise self._closed() from None
         return None if raw is None else raw[HEADER_SIZE:]
 
     def get_record(self, key: bytes) -> StoredRecord | None:
         """The record of ``key`` with its partition, offset and timestamp, or None."""
         if self._snapshot is None:
             raise self._closed()
-        raw = self._get(DATA_PREFIX + key)
+        try:
+            raw = self._get(DATA_PREFIX + key)
+        except RuntimeError:
+            raise self._closed() from None
         return None if raw is None else decode_record(key, raw, self._store.path)
 
     def multi_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
@@ -108,10 +114,13 @@ class Snapshot:
             raise self._closed()
         get = self._get
         found = {}
-        for key in keys:
-            raw = get(DATA_PREFIX + key)
-            if raw is not None:
-                found[key] = raw[HEADER_SIZE:]
+        try:
+            for key in keys:
+                raw = get(DATA_PREFIX + key)
+                if raw is not None:
+                    found[key] = raw[HEADER_SIZE:]
+        except RuntimeError:
+            raise self._closed() from None
         return found
 
     # -- scans ----------------------------------------------------------------------------
@@ -220,16 +229,18 @@ class Snapshot:
         if lower is not None and upper is not None and lower > upper:
             return
         count = 0
-        with self._snapshot.iterator(
-            start=start, stop=stop, include_stop=include_stop, reverse=reverse
-        ) as it:
-            for item in it:
-                if self._snapshot is None:
-                    raise self._closed()
-                yield item
-                count += 1
-                if limit is not None and count >= limit:
-                    return
+        try:
+            iterator = self._snapshot.iterator(
+                start=start, stop=stop, include_stop=include_stop, reverse=reverse
+            )
+            with iterator as it:
+                for item in it:
+                    yield item
+                    count += 1
+                    if limit is not None and count >= limit:
+                        return
+        except RuntimeError:  # plyvel: the database was closed under us
+            raise self._closed() from None
 
     # -- lifecycle ------------------------------------------------------------------------
     @property

@@ -167,14 +167,17 @@ class Transaction:
     def put_all(self, records: Iterable[tuple[bytes, bytes | None, int, int, int]]) -> int:
         """Write many records: ``(key, value, partition, offset, timestamp)`` tuples.
 
-        A None value deletes the key; -1 means unknown offset / no timestamp. This is the
-        bulk path of followers and sinks: the fields are trusted to be in range (an
-        out-of-range number fails when it is packed). Returns the number of records.
+        A None value deletes the key; -1 means unknown partition / offset / no timestamp.
+        This is the bulk path of followers and sinks; a malformed record raises
+        :class:`TransactionError` naming its index, and the records before it stay in the
+        transaction (roll it back, or let the ``with`` block do it). Returns the number of
+        records.
         """
         self._check_open()
         writes = self._writes
         pack = pack_header
         prefix = DATA_PREFIX
+        partitions = self._partitions
         count = size = 0
         try:
             for key, value, partition, offset, timestamp in records:
@@ -183,6 +186,11 @@ class Transaction:
                     writes[dkey] = None
                     size += len(dkey) + _ENTRY_OVERHEAD
                 else:
+                    if partition >= partitions:
+                        raise ValueError(
+                            f"partition {partition} is out of range for a store of "
+                            f"{partitions} partitions"
+                        )
                     envelope = pack(partition, offset, timestamp) + value
                     writes[dkey] = envelope
                     size += len(dkey) + len(envelope) + _ENTRY_OVERHEAD
