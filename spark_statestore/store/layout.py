@@ -15,8 +15,9 @@ Deletes remove the record; no tombstone is kept locally.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from spark_statestore.store.errors import StoreCorruptedError
 
@@ -42,9 +43,6 @@ HEADER_SIZE: Final = _HEADER.size
 pack_header = _HEADER.pack
 _unpack_header = _HEADER.unpack_from
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
 
 def data_key(key: bytes) -> bytes:
     """The LevelDB key of user key ``key``."""
@@ -54,19 +52,6 @@ def data_key(key: bytes) -> bytes:
 def encode_envelope(value: bytes, partition: int, offset: int, timestamp: int) -> bytes:
     """The envelope of ``value`` written at changelog ``partition``/``offset``."""
     return pack_header(partition, offset, timestamp) + value
-
-
-def check_envelope_fields(partition: int, offset: int, timestamp: int) -> None:
-    """Raise ValueError unless the fields fit the envelope (int32 / int64, >= -1)."""
-    for name, value, low, high in (
-        ("partition", partition, -1, _INT32_MAX),
-        ("offset", offset, -1, _INT64_MAX),
-        ("timestamp", timestamp, -1, _INT64_MAX),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(
-                f"record {name} must be an int in [{low}, {high}] (-1: unknown), got {value!r}"
-            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +121,22 @@ def data_bounds(
     if upper is None:
         return start, DATA_STOP, False
     return start, DATA_PREFIX + bytes(upper), True
+
+
+def iterate(
+    source: Any, start: bytes, stop: bytes, include_stop: bool, reverse: bool
+) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` of a plyvel DB/snapshot between ``start`` (inclusive) and ``stop``.
+
+    plyvel 1.5 drops the key equal to ``start`` from a reverse scan when it is the first key
+    the scan reaches, so reverse scans are bounded by ``stop`` only and end here instead.
+    """
+    if not reverse:
+        with source.iterator(start=start, stop=stop, include_stop=include_stop) as it:
+            yield from it
+        return
+    with source.iterator(stop=stop, include_stop=include_stop, reverse=True) as it:
+        for item in it:
+            if item[0] < start:
+                return
+            yield item

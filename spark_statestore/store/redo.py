@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.store.errors import RECOVERY_HINT, StoreCorruptedError, StoreError
-from spark_statestore.store.layout import DATA_START, DATA_STOP, META_REDO
+from spark_statestore.store.layout import DATA_START, DATA_STOP, META_REDO, iterate
 
 if TYPE_CHECKING:
     import plyvel
@@ -87,11 +87,8 @@ class SpillArea:
     def entries(
         self, start: bytes, stop: bytes, include_stop: bool, reverse: bool
     ) -> Iterator[tuple[bytes, bytes | None]]:
-        with self.db.iterator(
-            start=start, stop=stop, include_stop=include_stop, reverse=reverse
-        ) as it:
-            for key, raw in it:
-                yield key, (raw[1:] if raw[:1] == _PUT else None)
+        for key, raw in iterate(self.db, start, stop, include_stop, reverse):
+            yield key, (raw[1:] if raw[:1] == _PUT else None)
 
     def seal(self) -> None:
         """Make everything spilled durable (one synced write flushes LevelDB's log)."""

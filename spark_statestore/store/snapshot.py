@@ -15,6 +15,7 @@ from spark_statestore.store.layout import (
     data_bounds,
     decode_record,
     envelope_header,
+    iterate,
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata
 
@@ -230,15 +231,11 @@ class Snapshot:
             return
         count = 0
         try:
-            iterator = self._snapshot.iterator(
-                start=start, stop=stop, include_stop=include_stop, reverse=reverse
-            )
-            with iterator as it:
-                for item in it:
-                    yield item
-                    count += 1
-                    if limit is not None and count >= limit:
-                        return
+            for item in iterate(self._snapshot, start, stop, include_stop, reverse):
+                yield item
+                count += 1
+                if limit is not None and count >= limit:
+                    return
         except RuntimeError:  # plyvel: the database was closed under us
             raise self._closed() from None
 

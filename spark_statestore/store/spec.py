@@ -78,15 +78,35 @@ class StoreOptions:
     lock_wait_seconds
         How long to retry while the store's lock is held by a process that has not said who
         it is yet (starting up, or probing).
+    cache_bytes
+        LevelDB's block cache (its default, 8 MiB, makes point reads of a store of a few
+        hundred thousand keys go to disk files).
+    bloom_filter_bits
+        Bits per key of LevelDB's bloom filter (0: none); lookups of absent keys skip files.
     """
 
     uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES
     chunk_bytes: int = 4 * 1024 * 1024
     sync: bool = True
     lock_wait_seconds: float = 2.0
+    cache_bytes: int = 64 * 1024 * 1024
+    bloom_filter_bits: int = 10
+
+    def leveldb_options(self) -> dict[str, int]:
+        """The keyword arguments for ``plyvel.DB`` that these options imply."""
+        return {"lru_cache_size": self.cache_bytes, "bloom_filter_bits": self.bloom_filter_bits}
 
     def __post_init__(self) -> None:
-        for name in ("uncommitted_max_bytes", "chunk_bytes"):
+        if (
+            isinstance(self.bloom_filter_bits, bool)
+            or not isinstance(self.bloom_filter_bits, int)
+            or self.bloom_filter_bits < 0
+        ):
+            raise OptionError(
+                f"store option bloom_filter_bits must be an int >= 0, "
+                f"got {self.bloom_filter_bits!r}"
+            )
+        for name in ("uncommitted_max_bytes", "chunk_bytes", "cache_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"store option {name} must be an int >= 1, got {value!r}")

@@ -149,7 +149,7 @@ class Store:
         )
         db = None
         try:
-            db = _open_leveldb(plyvel, db_path, create=spec is not None)
+            db = _open_leveldb(plyvel, db_path, spec is not None, options)
             manifest = _load_or_create_manifest(db, path, spec)
             _check_spec(path, manifest, spec)
             _recover(db, path, options)
@@ -236,22 +236,15 @@ class Store:
         if self._db is not None:
             base.close()
 
+    def _new_batch(self) -> plyvel.WriteBatch:
+        return self._check_open().write_batch(sync=self.options.sync)
+
     def _commit_batch(
-        self,
-        writes: Mapping[bytes, bytes | None],
-        metadata: Mapping[bytes, bytes],
-        new_meta: StoreMetadata,
+        self, batch: plyvel.WriteBatch, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
     ) -> None:
-        db = self._check_open()
-        batch = db.write_batch(sync=self.options.sync)
-        put, delete = batch.put, batch.delete
-        for key, envelope in writes.items():
-            if envelope is None:
-                delete(key)
-            else:
-                put(key, envelope)
+        self._check_open()
         for key, value in metadata.items():
-            put(key, value)
+            batch.put(key, value)
         with self._mutex:
             batch.write()
             self._metadata = new_meta
@@ -388,9 +381,9 @@ class _Lease:
 
 
 # -- opening helpers ----------------------------------------------------------------------
-def _open_leveldb(plyvel: Any, db_path: str, create: bool) -> plyvel.DB:
+def _open_leveldb(plyvel: Any, db_path: str, create: bool, options: StoreOptions) -> plyvel.DB:
     try:
-        return plyvel.DB(db_path, create_if_missing=create)
+        return plyvel.DB(db_path, create_if_missing=create, **options.leveldb_options())
     except plyvel.CorruptionError as exc:
         raise StoreCorruptedError(
             f"store {os.path.dirname(db_path)}: LevelDB reports corruption ({exc}); "

@@ -8,9 +8,11 @@ atomic ``WriteBatch`` (or a chunked commit under a redo marker); ``rollback()`` 
 
 from __future__ import annotations
 
+import struct
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
+from itertools import islice
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -27,9 +29,9 @@ from spark_statestore.store.layout import (
     META_SEQ,
     NO_VALUE,
     StoredRecord,
-    check_envelope_fields,
     data_bounds,
     decode_record,
+    iterate,
     pack_header,
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata, encode_offsets
@@ -43,7 +45,9 @@ if TYPE_CHECKING:
 __all__ = ["Transaction", "TransactionState"]
 
 _ENTRY_OVERHEAD = 96  # dict slot + two bytes object headers, roughly
-_CHECK_EVERY = 1024  # records between budget checks in put_all
+_CHECK_EVERY = 1024  # single writes between budget checks
+_CHUNK = 4096  # records per step of the bulk paths (and between their budget checks)
+_INT64_MAX = 2**63 - 1
 
 
 class TransactionState(str, Enum):
@@ -68,8 +72,17 @@ class Transaction:
         self._meta = meta
         self._partitions = store.manifest.partitions
         self._budget = store.options.uncommitted_max_bytes
-        self._writes: dict[bytes, bytes | None] = {}
-        self._bytes = 0
+        self._writes: dict[bytes, bytes | None] = {}  # read index: data key -> envelope
+        # Bulk writes not yet in the read index: built only if the transaction reads.
+        self._pending: list[tuple[list[bytes], list[bytes | None]]] = []
+        self._pending_count = 0
+        self._batch = store._new_batch()  # the same writes, ready to commit
+        # The budget is checked every _CHECK_EVERY writes, or sooner when large values add
+        # up to a sixteenth of it.
+        self._count = 0
+        self._next_check = _CHECK_EVERY
+        self._unchecked_bytes = 0
+        self._check_bytes = max(1, self._budget // 16)
         self._sorted: list[bytes] | None = None
         self._spill: SpillArea | None = None
         self._sources: dict[tuple[str, int], int] = {}
@@ -106,10 +119,38 @@ class Transaction:
             The input record behind the write, ``(topic, partition, offset)`` (KIP-791 record
             metadata): merged into the store's position on commit.
         """
-        self._check_open()
-        _check_bytes(key, "key")
-        _check_bytes(value, "value")
-        self._write(key, bytes(value), partition, offset, timestamp, source)
+        if self.state is not TransactionState.OPEN:
+            self._check_open()
+        if type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        partitions = self._partitions
+        if partition is None:
+            partition = 0 if partitions == 1 else partition_for_key(key, partitions)
+        elif type(partition) is not int or not 0 <= partition < partitions:
+            raise self._bad_field("partition", partition, f"an int in [0, {partitions})")
+        if offset is None:
+            offset = NO_VALUE
+        elif type(offset) is not int or not 0 <= offset <= _INT64_MAX:
+            raise self._bad_field("offset", offset, "an int64 >= 0 or None")
+        if timestamp is None:
+            timestamp = NO_VALUE
+        elif type(timestamp) is not int or not 0 <= timestamp <= _INT64_MAX:
+            raise self._bad_field("timestamp", timestamp, "epoch millis >= 0 or None")
+        if source is not None:
+            self.record_source(*source)
+        dkey = DATA_PREFIX + key
+        envelope = pack_header(partition, offset, timestamp) + value
+        if self._pending:
+            self._index()
+        self._writes[dkey] = envelope
+        self._batch.put(dkey, envelope)
+        self._sorted = None
+        self._count += 1
+        self._unchecked_bytes += len(envelope)
+        if self._count >= self._next_check or self._unchecked_bytes > self._check_bytes:
+            self._check_budget()
 
     def delete(
         self,
@@ -118,102 +159,131 @@ class Transaction:
         source: tuple[str, int, int] | None = None,
     ) -> None:
         """Delete ``key`` (nothing is kept locally). ``source`` is as for :meth:`put`."""
-        self._check_open()
-        _check_bytes(key, "key")
-        self._write(key, None, None, None, None, source)
-
-    def _write(
-        self,
-        key: bytes,
-        value: bytes | None,
-        partition: int | None,
-        offset: int | None,
-        timestamp: int | None,
-        source: tuple[str, int, int] | None,
-    ) -> None:
-        dkey = DATA_PREFIX + bytes(key)
-        if value is None:
-            envelope = None
-            size = len(dkey) + _ENTRY_OVERHEAD
-        else:
-            if partition is None:
-                partition = 0 if self._partitions == 1 else partition_for_key(key, self._partitions)
-            fields = (
-                partition,
-                NO_VALUE if offset is None else offset,
-                NO_VALUE if timestamp is None else timestamp,
-            )
-            try:
-                check_envelope_fields(*fields)
-            except ValueError as exc:
-                path = self._store.path
-                raise TransactionError(f"store {path}: {exc}", path) from None
-            if fields[0] >= self._partitions:
-                raise TransactionError(
-                    f"store {self._store.path}: partition {fields[0]} is out of range for a "
-                    f"store of {self._partitions} partitions",
-                    self._store.path,
-                )
-            envelope = pack_header(*fields) + value
-            size = len(dkey) + len(envelope) + _ENTRY_OVERHEAD
+        if self.state is not TransactionState.OPEN:
+            self._check_open()
+        if type(key) is not bytes:
+            key = _as_bytes(key, "key")
         if source is not None:
             self.record_source(*source)
-        self._writes[dkey] = envelope
+        dkey = DATA_PREFIX + key
+        if self._pending:
+            self._index()
+        self._writes[dkey] = None
+        self._batch.delete(dkey)
         self._sorted = None
-        self._bytes += size
-        if self._bytes > self._budget:
-            self._spill_writes()
+        self._count += 1
+        if self._count >= self._next_check:
+            self._check_budget()
 
     def put_all(self, records: Iterable[tuple[bytes, bytes | None, int, int, int]]) -> int:
         """Write many records: ``(key, value, partition, offset, timestamp)`` tuples.
 
-        A None value deletes the key; -1 means unknown partition / offset / no timestamp.
-        This is the bulk path of followers and sinks; a malformed record raises
-        :class:`TransactionError` naming its index, and the records before it stay in the
-        transaction (roll it back, or let the ``with`` block do it). Returns the number of
-        records.
+        A None value deletes the key; a negative partition, offset or timestamp means
+        unknown (a record without a partition is placed by its key's hash in queries).
+        This is the bulk path of followers and sinks. A malformed record raises
+        :class:`TransactionError` naming its index; roll the transaction back then (the
+        ``with`` block does). Returns the number of records.
         """
         self._check_open()
-        writes = self._writes
-        pack = pack_header
-        prefix = DATA_PREFIX
-        partitions = self._partitions
-        count = size = 0
-        try:
-            for key, value, partition, offset, timestamp in records:
-                dkey = prefix + key
-                if value is None:
-                    writes[dkey] = None
-                    size += len(dkey) + _ENTRY_OVERHEAD
-                else:
-                    if partition >= partitions:
-                        raise ValueError(
-                            f"partition {partition} is out of range for a store of "
-                            f"{partitions} partitions"
-                        )
-                    envelope = pack(partition, offset, timestamp) + value
-                    writes[dkey] = envelope
-                    size += len(dkey) + len(envelope) + _ENTRY_OVERHEAD
-                count += 1
-                if not count % _CHECK_EVERY:
-                    self._bytes += size
-                    size = 0
-                    if self._bytes > self._budget:
-                        self._spill_writes()
-        except Exception as exc:
-            # What was written so far stays in the transaction; the caller decides whether
-            # to roll back. A bad record never reaches the store on its own.
-            raise TransactionError(
-                f"store {self._store.path}: record {count} of put_all is malformed ({exc}); "
-                "records are (key bytes, value bytes or None, partition, offset, timestamp)",
-                self._store.path,
-            ) from exc
-        finally:
-            self._sorted = None
-            self._bytes += size
-        if self._bytes > self._budget:
-            self._spill_writes()
+        records = iter(records)
+        count = 0
+        while chunk := list(islice(records, _CHUNK)):
+            try:
+                columns = tuple(zip(*chunk, strict=True))
+            except (TypeError, ValueError):
+                columns = ()
+            if len(columns) != 5:
+                raise self._malformed(count + _first_bad(chunk), "not a 5-tuple")
+            self._put_chunk(count, *columns)
+            count += len(chunk)
         return count
+
+    def put_columns(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        partitions: Sequence[int],
+        offsets: Sequence[int],
+        timestamps: Sequence[int],
+    ) -> int:
+        """Like :meth:`put_all`, with one sequence per field (all of the same length)."""
+        self._check_open()
+        count = len(keys)
+        if not len(values) == len(partitions) == len(offsets) == len(timestamps) == count:
+            raise TransactionError(
+                f"store {self._store.path}: put_columns needs columns of one length, got "
+                f"{[len(c) for c in (keys, values, partitions, offsets, timestamps)]}",
+                self._store.path,
+            )
+        for start in range(0, count, _CHUNK):
+            stop = start + _CHUNK
+            self._put_chunk(
+                start,
+                keys[start:stop],
+                values[start:stop],
+                partitions[start:stop],
+                offsets[start:stop],
+                timestamps[start:stop],
+            )
+        return count
+
+    def _put_chunk(
+        self,
+        first: int,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        partitions: Sequence[int],
+        offsets: Sequence[int],
+        timestamps: Sequence[int],
+    ) -> None:
+        # C-level map/zip instead of a Python loop per record: this is the hot write path.
+        if not keys:
+            return
+        try:
+            if max(partitions) >= self._partitions:
+                raise ValueError("partition out of range")
+            headers = map(pack_header, partitions, offsets, timestamps)
+            if None in values:
+                envelopes: list[bytes | None] = [
+                    None if value is None else header + value
+                    for header, value in zip(headers, values, strict=True)
+                ]
+            else:
+                envelopes = list(map(bytes.__add__, headers, values))  # type: ignore[arg-type]
+            dkeys = list(map(DATA_PREFIX.__add__, keys))
+        except (TypeError, ValueError, struct.error) as exc:
+            bad = _first_bad(
+                list(zip(keys, values, partitions, offsets, timestamps, strict=True)), self
+            )
+            raise self._malformed(first + bad, str(exc)) from exc
+        put, delete = self._batch.put, self._batch.delete
+        for dkey, envelope in zip(dkeys, envelopes, strict=True):
+            if envelope is None:
+                delete(dkey)
+            else:
+                put(dkey, envelope)
+        self._pending.append((dkeys, envelopes))
+        self._pending_count += len(dkeys)
+        self._sorted = None
+        self._count += len(dkeys)
+        self._check_budget()
+
+    def _index(self) -> dict[bytes, bytes | None]:
+        """The read index of unspilled writes, with the pending bulk writes folded in."""
+        writes = self._writes
+        for dkeys, envelopes in self._pending:
+            writes.update(zip(dkeys, envelopes, strict=True))
+        self._pending.clear()
+        self._pending_count = 0
+        return writes
+
+    def _malformed(self, index: int, reason: str) -> TransactionError:
+        return TransactionError(
+            f"store {self._store.path}: record {index} of the bulk write is malformed "
+            f"({reason}); records are (key bytes, value bytes or None, partition < "
+            f"{self._partitions}, offset, timestamp)",
+            self._store.path,
+        )
 
     def record_source(self, topic: str, partition: int, offset: int) -> None:
         """Merge input record ``topic``/``partition``/``offset`` into the store position."""
@@ -273,7 +343,7 @@ class Transaction:
 
     def _lookup(self, dkey: bytes) -> bytes | None:
         self._check_open()
-        writes = self._writes
+        writes = self._index() if self._pending else self._writes
         if dkey in writes:
             return writes[dkey]
         if self._spill is not None:
@@ -295,6 +365,8 @@ class Transaction:
         as this transaction sees them."""
         self._check_open()
         start, stop, include_stop = data_bounds(lower, upper, prefix)
+        if self._pending:
+            self._index()
         if self._sorted is None:
             self._sorted = sorted(self._writes)
         layers: list[Iterable[Entry]] = [
@@ -302,15 +374,24 @@ class Transaction:
         ]
         if self._spill is not None:
             layers.append(self._spill.entries(start, stop, include_stop, reverse))
-        layers.append(_base_entries(self._base, start, stop, include_stop, reverse))
+        layers.append(iterate(self._base, start, stop, include_stop, reverse))
         for dkey, envelope in merge_layers(layers, reverse):
             yield dkey[1:], envelope[HEADER_SIZE:]
 
     # -- end ------------------------------------------------------------------------------
     @property
     def uncommitted_bytes(self) -> int:
-        """Bytes of writes held in memory (spilled writes excluded)."""
-        return self._bytes
+        """Estimated memory held by unspilled writes (the budget's measure)."""
+        # Each write is held twice (the read index and the pending WriteBatch).
+        pending: int = self._batch.approximate_size()
+        entries = len(self._writes) + self._pending_count
+        return 2 * pending + entries * _ENTRY_OVERHEAD
+
+    def _check_budget(self) -> None:
+        self._next_check = self._count + _CHECK_EVERY
+        self._unchecked_bytes = 0
+        if self.uncommitted_bytes > self._budget:
+            self._spill_writes()
 
     @property
     def spilled(self) -> bool:
@@ -342,9 +423,9 @@ class Transaction:
         new_meta = StoreMetadata(position, dict(self._offsets), commit_record, seq)
         try:
             if self._spill is None:
-                self._store._commit_batch(self._writes, metadata, new_meta)
+                self._store._commit_batch(self._batch, metadata, new_meta)
             else:
-                self._spill.write(self._writes)
+                self._spill.write(self._index())
                 self._writes = {}
                 self._store._commit_chunked(self._spill, metadata, new_meta)
         except BaseException:
@@ -364,6 +445,8 @@ class Transaction:
 
     def _finish(self) -> None:
         self._writes = {}
+        self._pending.clear()
+        self._batch.clear()
         self._sorted = None
         if self._spill is not None:
             self._spill.discard()
@@ -373,10 +456,16 @@ class Transaction:
     def _spill_writes(self) -> None:
         if self._spill is None:
             self._spill = SpillArea(self._store.path, self.id)
-        self._spill.write(self._writes)
+        self._spill.write(self._index())
         self._writes = {}
+        self._batch.clear()
         self._sorted = None
-        self._bytes = 0
+
+    def _bad_field(self, name: str, value: object, expected: str) -> TransactionError:
+        return TransactionError(
+            f"store {self._store.path}: record {name} must be {expected}, got {value!r}",
+            self._store.path,
+        )
 
     def _check_open(self) -> None:
         if self.state is not TransactionState.OPEN:
@@ -403,10 +492,29 @@ class Transaction:
             self.rollback()
 
 
-def _check_bytes(value: object, what: str) -> None:
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        hint = " (encode it first)" if isinstance(value, str) else ""
-        raise TransactionError(f"{what} must be bytes, got {type(value).__name__}{hint}")
+def _first_bad(chunk: Sequence[object], txn: Transaction | None = None) -> int:
+    """Index of the first malformed record of a bulk chunk (the slow path, on error only)."""
+    partitions = txn._partitions if txn is not None else 2**31
+    for index, record in enumerate(chunk):
+        if not isinstance(record, tuple) or len(record) != 5:
+            return index
+        key, value, partition, offset, timestamp = record
+        if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
+            return index
+        try:
+            pack_header(partition, offset, timestamp)
+        except (TypeError, struct.error):
+            return index
+        if partition >= partitions:
+            return index
+    return 0
+
+
+def _as_bytes(value: object, what: str) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    hint = " (encode it first)" if isinstance(value, str) else ""
+    raise TransactionError(f"{what} must be bytes, got {type(value).__name__}{hint}")
 
 
 def _group(sources: dict[tuple[str, int], int]) -> dict[str, dict[int, int]]:
@@ -414,12 +522,3 @@ def _group(sources: dict[tuple[str, int], int]) -> dict[str, dict[int, int]]:
     for (topic, partition), offset in sources.items():
         grouped.setdefault(topic, {})[partition] = offset
     return grouped
-
-
-def _base_entries(
-    snapshot: plyvel.Snapshot, start: bytes, stop: bytes, include_stop: bool, reverse: bool
-) -> Iterator[Entry]:
-    with snapshot.iterator(
-        start=start, stop=stop, include_stop=include_stop, reverse=reverse
-    ) as it:
-        yield from it
