@@ -1,5 +1,5 @@
 # The README's two commands. Both set everything up first (Java 17, .venv, the project).
-.PHONY: demo test setup lint bench clean
+.PHONY: demo test setup lint bench soak clean
 
 demo: setup
 	.venv/bin/spark-statestore demo
@@ -14,6 +14,13 @@ lint: setup
 	.venv/bin/ruff check spark_statestore connectors tests
 	.venv/bin/ruff format --check spark_statestore connectors tests
 	bash scripts/typecheck.sh
+
+bench: setup
+	.venv/bin/spark-statestore bench
+
+# Long crash/soak variants (300 SIGKILLs of a committing store by default); not part of CI.
+soak: setup
+	SPARK_STATESTORE_SOAK=1 bash scripts/run-tests.sh -m soak
 
 clean:
 	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

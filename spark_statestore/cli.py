@@ -92,6 +92,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(workdir=Path(args.workdir) if args.workdir else None)
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from spark_statestore.bench import BenchOptions, run_suites
+    from spark_statestore.bench.report import render_table, report_json
+    from spark_statestore.bench.suites import resolve_suites
+
+    options = BenchOptions.for_run(quick=args.quick, rounds=args.rounds, records=args.records)
+    suites = resolve_suites(args.suite)
+    print(
+        f"running suite(s) {', '.join(suites)} "
+        f"({options.rounds} rounds, {options.records:,} records per run) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    run = run_suites(suites, options)
+    print(render_table(run), flush=True)
+    if args.output:
+        _write_atomically(Path(args.output), report_json(run))
+        print(f"report written to {args.output}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``spark-statestore`` (exposed for docs and tests)."""
     parser = argparse.ArgumentParser(
@@ -154,6 +175,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--workdir", help="directory for demo files (default: a temp dir)")
     demo.set_defaults(func=_cmd_demo)
+
+    bench = sub.add_parser(
+        "bench",
+        help="measure the store's paths against bare LevelDB on this machine",
+        description="Measure each path against the raw limit of the same machine, "
+        "interleaving candidate and baseline runs and keeping each side's best rate. "
+        "Prints one line per measurement (rates, ratio, target, PASS/BELOW) and exits 0 "
+        "even when a ratio is below its target: it is a measurement, not a test.",
+    )
+    bench.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run this suite, e.g. store (repeatable; default: every suite)",
+    )
+    bench.add_argument(
+        "--rounds", type=int, help="interleaved rounds per path, best kept (default 5)"
+    )
+    bench.add_argument(
+        "--records",
+        type=int,
+        help="records written or keys read per timed run (default 100000)",
+    )
+    bench.add_argument("--output", metavar="FILE", help="also write the JSON report to FILE")
+    bench.add_argument(
+        "--quick", action="store_true", help="tiny sizes (a smoke run of about a second)"
+    )
+    bench.set_defaults(func=_cmd_bench)
     return parser
 
 

@@ -1,0 +1,86 @@
+"""The registry of benchmark suites and the run of a selection of them.
+
+A suite is a function ``(BenchOptions) -> list[Measurement]`` that sets up what it needs,
+measures each of its paths against the raw limit of the same machine and cleans up. To add
+one (follower, Flight, Spark SQL, sink), write it in its own module and register it in
+:data:`SUITES`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from types import MappingProxyType
+
+from spark_statestore.bench.measure import BenchOptions, BenchRun, Measurement
+from spark_statestore.bench.report import machine_facts
+from spark_statestore.bench.store import run_store_suite
+from spark_statestore.errors import OptionError
+
+__all__ = ["SUITES", "Suite", "resolve_suites", "run_suites"]
+
+Suite = Callable[[BenchOptions], list[Measurement]]
+
+SUITES: Mapping[str, Suite] = MappingProxyType({"store": run_store_suite})
+"""Every suite by name, in the order a run without ``--suite`` runs them."""
+
+
+def resolve_suites(names: Sequence[str] | None) -> tuple[str, ...]:
+    """The suites to run: ``names`` in order without repeats, or every suite when empty.
+
+    Raises
+    ------
+    OptionError
+        For an unknown name; the message gives the closest known one.
+    """
+    if not names:
+        return tuple(SUITES)
+    for name in names:
+        if name not in SUITES:
+            close = difflib.get_close_matches(name, list(SUITES), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise OptionError(
+                f"bench option --suite: unknown suite {name!r}; {hint}"
+                f"known suites: {', '.join(SUITES)}"
+            )
+    return tuple(dict.fromkeys(names))
+
+
+def run_suites(names: Sequence[str] | None, options: BenchOptions) -> BenchRun:
+    """Run the suites ``names`` (every suite when empty) one after another.
+
+    Parameters
+    ----------
+    names
+        Suite names (see :data:`SUITES`), or None for all.
+    options
+        Sizes and rounds, shared by every suite.
+
+    Returns
+    -------
+    BenchRun
+        The measurements with the machine facts and the run's duration.
+
+    Raises
+    ------
+    OptionError
+        For an unknown suite name (before anything runs).
+    BenchError
+        If a suite could not measure what it claims.
+    """
+    suites = resolve_suites(names)
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    start = time.perf_counter()
+    measurements: list[Measurement] = []
+    for name in suites:
+        measurements.extend(SUITES[name](options))
+    return BenchRun(
+        suites=suites,
+        options=options,
+        measurements=tuple(measurements),
+        started_at=started_at,
+        seconds=time.perf_counter() - start,
+        machine=machine_facts(),
+    )
