@@ -1,0 +1,156 @@
+"""The Kafka changelog source of the follower: a read_committed consumer tuned for throughput.
+
+Implements :class:`spark_statestore.follower.ChangelogSource` with confluent-kafka. It never
+commits consumer offsets (the store records what it applied) and never produces.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from spark_statestore.changelog.headers import OnMissing
+from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.tail import message_to_record
+from spark_statestore.follower import PollResult
+
+__all__ = ["KafkaChangelogSource"]
+
+_INVALID_OFFSET = -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID
+
+
+class KafkaChangelogSource:
+    """Reads one changelog topic with ``isolation.level=read_committed``.
+
+    Parameters
+    ----------
+    bootstrap_servers
+        Kafka bootstrap servers.
+    topic
+        The changelog topic.
+    config
+        Extra consumer settings (Spark's ``kafka.*`` options without the prefix); they
+        override the defaults here, except the isolation level, which must stay
+        read_committed.
+    on_missing_position
+        A record with ``v``=0 and no valid ``c`` header: ``"error"`` or ``"skip"``.
+    timeout_s
+        Timeout of metadata and offset requests.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        on_missing_position: OnMissing = "error",
+        timeout_s: float = 30.0,
+    ) -> None:
+        settings: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"spark-statestore-follower-{topic}",  # required; never committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",  # a lost offset is data loss, not a silent reset
+            "enable.partition.eof": True,
+            "queued.min.messages": 500_000,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+        }
+        settings.update(config or {})
+        if settings.get("isolation.level", "read_committed") != "read_committed":
+            raise KafkaClientError(
+                f"changelog {topic!r} must be read with isolation.level=read_committed "
+                "(aborted transactions must never reach a store); remove that setting"
+            )
+        settings["isolation.level"] = "read_committed"
+        self._topic = topic
+        self._timeout_s = timeout_s
+        self._on_missing: OnMissing = on_missing_position
+        self._consumer = Consumer(settings)
+        # Offset queries come from other threads (lag, Spark's latestOffset) while the
+        # follower thread blocks in consume(): they get their own client.
+        self._offsets_client = Consumer(
+            dict(settings, **{"group.id": f"{settings['group.id']}-offsets"})
+        )
+        self._offsets_lock = threading.Lock()
+        self._assigned: list[int] = []
+        self._positions: dict[int, int] = {}
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def partition_count(self) -> int:
+        try:
+            metadata = self._consumer.list_topics(self._topic, timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise KafkaClientError(
+                f"cannot read the metadata of changelog {self._topic!r}: {exc}"
+            ) from exc
+        topic = metadata.topics.get(self._topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            reason = topic.error if topic is not None and topic.error is not None else "none"
+            raise KafkaClientError(
+                f"changelog topic {self._topic!r} does not exist (error: {reason}); check the "
+                "topic name and kafka.bootstrap.servers"
+            )
+        return len(topic.partitions)
+
+    def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
+        ends = {}
+        for partition in partitions:
+            try:
+                with self._offsets_lock:
+                    _, high = self._offsets_client.get_watermark_offsets(
+                        TopicPartition(self._topic, partition), timeout=self._timeout_s
+                    )
+            except KafkaException as exc:
+                raise KafkaClientError(
+                    f"cannot read the end offset of {self._topic}-{partition}: {exc}"
+                ) from exc
+            ends[partition] = high
+        return ends
+
+    def assign(self, starts: Mapping[int, int]) -> None:
+        self._assigned = sorted(starts)
+        self._positions = dict(starts)
+        self._consumer.assign([TopicPartition(self._topic, p, o) for p, o in starts.items()])
+
+    def poll(self, max_records: int, timeout_s: float) -> PollResult:
+        messages = self._consumer.consume(min(max_records, 1_000_000), timeout=timeout_s)
+        records = []
+        for message in messages:
+            error = message.error()
+            if error is None:
+                records.append(message_to_record(message, self._on_missing))
+                continue
+            if error.code() == KafkaError._PARTITION_EOF:
+                partition, offset = message.partition(), message.offset()
+                if partition is not None and offset is not None:
+                    # Past the transaction markers at the end of the partition.
+                    self._positions[partition] = max(self._positions.get(partition, 0), offset)
+                continue
+            raise KafkaClientError(
+                f"reading changelog {self._topic}-{message.partition()} at offset "
+                f"{message.offset()} failed: {error.str()}"
+            )
+        for record in records:
+            self._positions[record.partition] = max(
+                self._positions.get(record.partition, 0), record.offset + 1
+            )
+        if self._assigned:
+            tps = [TopicPartition(self._topic, p) for p in self._assigned]
+            for tp in self._consumer.position(tps):
+                if tp.offset != _INVALID_OFFSET and tp.offset > self._positions.get(
+                    tp.partition, 0
+                ):
+                    self._positions[tp.partition] = tp.offset
+        return PollResult(records, dict(self._positions))
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._offsets_client.close()

@@ -1,0 +1,319 @@
+"""The changelog follower: continuous restore of a changelog into a read-only store (KIP-813).
+
+A :class:`Follower` reads a changelog through a :class:`ChangelogSource` (the Kafka binding
+lives in ``spark_statestore.connectors.kafka``) and applies it to a follower store in chunks.
+Each chunk is one atomic store commit of its records, the changelog offsets it reached and the
+merge of the records' ``c``-header positions, so the store is consistent with its recorded
+offsets at every instant and a restart resumes exactly where the last commit ended.
+
+The follower starts RESTORING and becomes RUNNING once it has reached the end offsets the
+changelog had when it started; it never stops listening after that. It has no producer: it
+cannot write anywhere but its own store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol
+
+from spark_statestore.changelog.record import ChangelogRecord
+from spark_statestore.errors import StateStoreError
+from spark_statestore.position import Position
+from spark_statestore.query import LagInfo
+
+if TYPE_CHECKING:
+    from spark_statestore.store import Store
+
+__all__ = [
+    "ChangelogSource",
+    "Follower",
+    "FollowerError",
+    "FollowerState",
+    "PollResult",
+]
+
+_log = logging.getLogger(__name__)
+
+
+class FollowerError(StateStoreError):
+    """The follower cannot go on (its store, its changelog, or a record is unusable)."""
+
+
+class FollowerState(str, Enum):
+    """Lifecycle of a :class:`Follower`."""
+
+    CREATED = "created"
+    RESTORING = "restoring"
+    RUNNING = "running"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """What one poll of a :class:`ChangelogSource` returned.
+
+    Parameters
+    ----------
+    records
+        Committed records, in offset order per partition.
+    positions
+        ``{partition: next offset}`` the source has read up to after these records; it can
+        be past the last record's offset + 1 (transaction markers take offsets too).
+    """
+
+    records: Sequence[ChangelogRecord]
+    positions: Mapping[int, int]
+
+
+class ChangelogSource(Protocol):
+    """A changelog as the follower reads it (implemented by the Kafka connector)."""
+
+    @property
+    def topic(self) -> str:
+        """The changelog topic."""
+        ...
+
+    def partition_count(self) -> int:
+        """How many partitions the changelog has."""
+        ...
+
+    def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
+        """``{partition: next offset after the last committed record}`` (the LSO)."""
+        ...
+
+    def assign(self, starts: Mapping[int, int]) -> None:
+        """Start reading each partition at ``starts[partition]``."""
+        ...
+
+    def poll(self, max_records: int, timeout_s: float) -> PollResult:
+        """Up to ``max_records`` committed records, waiting at most ``timeout_s``."""
+        ...
+
+    def close(self) -> None:
+        """Release the source's resources."""
+        ...
+
+
+class Follower:
+    """Applies a changelog to a follower store, chunk by chunk, forever (until stopped).
+
+    Parameters
+    ----------
+    store
+        A store opened with a follower :class:`~spark_statestore.store.StoreSpec` of the
+        source's topic and partition count.
+    source
+        The changelog to read.
+    partitions
+        The partitions to follow (a subset follower); None follows all of them.
+    chunk_records
+        Records per store commit.
+    poll_timeout_s
+        How long one poll waits for records.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        source: ChangelogSource,
+        *,
+        partitions: Sequence[int] | None = None,
+        chunk_records: int = 50_000,
+        poll_timeout_s: float = 0.5,
+    ) -> None:
+        from spark_statestore.store import Role
+
+        manifest = store.manifest
+        if store.role is not Role.FOLLOWER or manifest.changelog_topic != source.topic:
+            raise FollowerError(
+                f"store {store.path} must be opened as a follower of {source.topic!r} "
+                f"(it is a {manifest.role.value} store of {manifest.changelog_topic!r})"
+            )
+        count = source.partition_count()
+        if count != manifest.partitions:
+            raise FollowerError(
+                f"changelog {source.topic!r} has {count} partitions but store {store.path} "
+                f"was built for {manifest.partitions}; delete the store and follow again"
+            )
+        chosen = sorted(set(range(count) if partitions is None else partitions))
+        bad = [p for p in chosen if not 0 <= p < count]
+        if bad or not chosen:
+            raise FollowerError(
+                f"partitions {bad or chosen} are not partitions of {source.topic!r} (0-{count - 1})"
+            )
+        if (
+            isinstance(chunk_records, bool)
+            or not isinstance(chunk_records, int)
+            or (chunk_records < 1)
+        ):
+            raise FollowerError(f"chunk_records must be an int >= 1, got {chunk_records!r}")
+        self.store = store
+        self.source = source
+        self.partitions = tuple(chosen)
+        self.chunk_records = chunk_records
+        self.poll_timeout_s = poll_timeout_s
+        self.state = FollowerState.CREATED
+        self.restore_targets: dict[int, int] = {}
+        self.end_offsets: dict[int, int] = {}
+        self.records_applied = 0
+        self.records_without_position = 0
+        self.error: BaseException | None = None
+        self._applied = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- driving --------------------------------------------------------------------------
+    def start_restore(self) -> None:
+        """Assign the source from the store's offsets and note the end offsets to reach."""
+        if self.state is not FollowerState.CREATED:
+            return
+        offsets = self.store.metadata.changelog_offsets
+        starts = {p: offsets.get(p, 0) for p in self.partitions}
+        self.restore_targets = self.source.end_offsets(self.partitions)
+        self.end_offsets = dict(self.restore_targets)
+        self.source.assign(starts)
+        self.state = FollowerState.RESTORING
+        _log.info(
+            "following %s into %s from %s up to %s",
+            self.source.topic,
+            self.store.path,
+            starts,
+            self.restore_targets,
+        )
+        self._check_caught_up(offsets)
+
+    def step(self) -> int:
+        """Poll one chunk and commit it; returns the number of records applied."""
+        if self.state is FollowerState.CREATED:
+            self.start_restore()
+        if self.state not in (FollowerState.RESTORING, FollowerState.RUNNING):
+            raise FollowerError(f"follower of {self.source.topic!r} is {self.state.value}")
+        polled = self.source.poll(self.chunk_records, self.poll_timeout_s)
+        current = self.store.metadata.changelog_offsets
+        moved = {
+            p: o
+            for p, o in polled.positions.items()
+            if p in self.partitions and o > current.get(p, 0)
+        }
+        if not polled.records and not moved:
+            return 0
+        self._commit(polled.records, moved)
+        return len(polled.records)
+
+    def _commit(self, records: Sequence[ChangelogRecord], moved: Mapping[int, int]) -> None:
+        rows = []
+        position: Position | None = None
+        last_position: Position | None = None
+        missing = 0
+        for record in records:
+            rows.append(
+                (record.key, record.value, record.partition, record.offset, record.timestamp)
+            )
+            if record.position is None:
+                missing += 1
+            elif record.position is not last_position:
+                # Records of one leader transaction share positions: merge each only once.
+                last_position = record.position
+                position = record.position if position is None else position.merge(record.position)
+        with self.store.begin() as txn:
+            txn.put_all(rows)
+            if position is not None:
+                txn.merge_position(position)
+            for partition, next_offset in moved.items():
+                txn.set_changelog_offset(partition, next_offset)
+            metadata = txn.commit()
+        with self._applied:
+            self.records_applied += len(records)
+            self.records_without_position += missing
+            self._applied.notify_all()
+        self._check_caught_up(metadata.changelog_offsets)
+
+    def _check_caught_up(self, offsets: Mapping[int, int]) -> None:
+        if self.state is FollowerState.RESTORING and all(
+            offsets.get(p, 0) >= target for p, target in self.restore_targets.items()
+        ):
+            self.state = FollowerState.RUNNING
+            _log.info("follower of %s is RUNNING (restored %s)", self.source.topic, offsets)
+            with self._applied:
+                self._applied.notify_all()
+
+    def refresh_end_offsets(self) -> dict[int, int]:
+        """Ask the changelog for its current end offsets (for :meth:`lags`)."""
+        self.end_offsets = self.source.end_offsets(self.partitions)
+        return dict(self.end_offsets)
+
+    def lags(self) -> dict[int, LagInfo]:
+        """Per partition: applied offset, last known end offset, and their difference."""
+        applied = self.store.metadata.changelog_offsets
+        lags = {}
+        for partition in self.partitions:
+            current = applied.get(partition, 0)
+            end = max(self.end_offsets.get(partition, 0), current)
+            lags[partition] = LagInfo(current, end)
+        return lags
+
+    # -- background thread ----------------------------------------------------------------
+    def start(self) -> None:
+        """Run the follower on a daemon thread (idempotent).
+
+        The restore targets are fetched before the thread starts, so :meth:`wait_running`
+        right after this call waits for the real end offsets.
+        """
+        if self._thread is not None:
+            return
+        self.start_restore()
+        self._thread = threading.Thread(
+            target=self._run, name=f"follower-{self.source.topic}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.step()
+        except BaseException as exc:  # recorded for the thread's owner, who re-raises it
+            self.error = exc
+            self.state = FollowerState.FAILED
+            _log.exception("follower of %s failed", self.source.topic)
+            with self._applied:
+                self._applied.notify_all()
+
+    def wait_until(self, offsets: Mapping[int, int], timeout_s: float) -> bool:
+        """Wait until the store has applied ``{partition: next offset}``; False on timeout.
+
+        Raises
+        ------
+        FollowerError
+            If the follower failed (with its error as the cause).
+        """
+
+        def reached() -> bool:
+            if self.error is not None:
+                return True
+            applied = self.store.metadata.changelog_offsets
+            return all(applied.get(p, 0) >= o for p, o in offsets.items())
+
+        with self._applied:
+            done = self._applied.wait_for(reached, timeout_s)
+        if self.error is not None:
+            raise FollowerError(f"follower of {self.source.topic!r} failed") from self.error
+        return done
+
+    def wait_running(self, timeout_s: float) -> bool:
+        """Wait until the initial restore is complete; False on timeout."""
+        return self.wait_until(self.restore_targets, timeout_s) if self.restore_targets else True
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the thread (if any) and close the source; the store stays open."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        self.source.close()
+        if self.state is not FollowerState.FAILED:
+            self.state = FollowerState.STOPPED

@@ -1,0 +1,178 @@
+"""The follower against the embedded broker: restore, live follow, restart, positions."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from spark_statestore.changelog import partition_for_key
+from spark_statestore.changelog.headers import encode_position
+from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.follower import Follower, FollowerError, FollowerState
+from spark_statestore.position import Position
+from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
+
+pytestmark = pytest.mark.integration
+
+INPUT = "orders"
+
+
+class ChangelogWriter:
+    """Plays a Kafka Streams app: transactional changelog writes with position headers."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": f"writer-{topic}"}
+        )
+        self.producer.init_transactions(30)
+        self.model: dict[bytes, bytes] = {}
+        self.position: dict[int, int] = {}
+        self.input_offset = 0
+
+    def transaction(self, changes: list[tuple[bytes, bytes | None]], abort: bool = False) -> None:
+        self.producer.begin_transaction()
+        staged = dict(self.model)
+        position = dict(self.position)
+        for key, value in changes:
+            partition = partition_for_key(key, self.partitions)
+            self.input_offset += 1
+            position[partition] = self.input_offset
+            header = Position.from_map({INPUT: {partition: self.input_offset}})
+            self.producer.produce(
+                self.topic,
+                key=key,
+                value=value,
+                partition=partition,
+                headers=[
+                    ("v", b"\x00"),
+                    ("c", encode_position(header, pad_like_kafka_streams=True)),
+                ],
+            )
+            if value is None:
+                staged.pop(key, None)
+            else:
+                staged[key] = value
+        if abort:
+            self.producer.abort_transaction(30)
+            return
+        self.producer.commit_transaction(30)
+        self.model = staged
+        self.position = position
+
+    def expected_position(self) -> dict[str, dict[int, int]]:
+        return {INPUT: dict(self.position)} if self.position else {}
+
+
+@pytest.fixture
+def writer(kafka_broker: Any, make_topic: Callable[..., str]) -> Iterator[ChangelogWriter]:
+    topic = make_topic(partitions=3, suffix="-changelog")
+    w = ChangelogWriter(kafka_broker.bootstrap_servers, topic, 3)
+    yield w
+    w.producer.flush(10)
+
+
+def open_follower_store(path: Path, topic: str) -> Store:
+    return Store.open(path, StoreSpec(Role.FOLLOWER, topic, 3), options=StoreOptions(sync=False))
+
+
+def store_content(store: Store) -> dict[bytes, bytes]:
+    with store.snapshot() as snapshot:
+        return dict(snapshot.items())
+
+
+def random_changes(rng: random.Random, count: int) -> list[tuple[bytes, bytes | None]]:
+    return [
+        (b"k%03d" % rng.randrange(60), None if rng.random() < 0.2 else b"v%d" % rng.randrange(9))
+        for _ in range(count)
+    ]
+
+
+def test_restore_then_follow_live(
+    kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    rng = random.Random(7)
+    for n in range(6):
+        writer.transaction(random_changes(rng, 20))
+        writer.transaction([(b"k000", b"ABORTED")], abort=True) if n == 2 else None
+    with open_follower_store(tmp_path / "s", writer.topic) as store:
+        source = KafkaChangelogSource(kafka_broker.bootstrap_servers, writer.topic)
+        follower = Follower(store, source, chunk_records=17)
+        follower.start()
+        try:
+            assert follower.wait_running(60)
+            assert follower.state is FollowerState.RUNNING
+            assert store_content(store) == writer.model
+            assert store.metadata.position.to_map() == writer.expected_position()
+            # Live: changes written after the restore become visible without a restart.
+            writer.transaction([(b"k000", b"ABORTED")], abort=True)
+            writer.transaction([(b"live-key", b"1"), (b"k001", None)])
+            assert follower.wait_until(follower.refresh_end_offsets(), 60)
+            content = store_content(store)
+            assert content == writer.model
+            assert b"ABORTED" not in content.values()
+            lags = follower.lags()
+            assert all(lag.offset_lag == 0 for lag in lags.values())
+        finally:
+            follower.stop()
+
+
+def test_restart_resumes_from_store_offsets(
+    kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    rng = random.Random(11)
+    for _ in range(4):
+        writer.transaction(random_changes(rng, 15))
+    path = tmp_path / "s"
+    with open_follower_store(path, writer.topic) as store:
+        follower = Follower(
+            store, KafkaChangelogSource(kafka_broker.bootstrap_servers, writer.topic)
+        )
+        while follower.state is not FollowerState.RUNNING:
+            follower.step()
+        first = store.metadata
+        follower.stop()
+    for _ in range(3):
+        writer.transaction(random_changes(rng, 15))
+    with open_follower_store(path, writer.topic) as store:
+        follower = Follower(
+            store, KafkaChangelogSource(kafka_broker.bootstrap_servers, writer.topic)
+        )
+        follower.start_restore()
+        applied = 0
+        while follower.state is not FollowerState.RUNNING:
+            applied += follower.step()
+        follower.stop()
+        assert applied == 45  # only the new records: nothing re-applied, nothing skipped
+        assert store_content(store) == writer.model
+        assert store.metadata.commit_seq > first.commit_seq
+        assert store.metadata.position.dominates(first.position)
+
+
+def test_bad_input_is_refused(kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path) -> None:
+    with pytest.raises(KafkaClientError, match="does not exist"):
+        KafkaChangelogSource(kafka_broker.bootstrap_servers, "no-such-changelog").partition_count()
+    spec = StoreSpec(Role.FOLLOWER, writer.topic, 4)
+    with Store.open(tmp_path / "wrong", spec) as store:
+        source = KafkaChangelogSource(kafka_broker.bootstrap_servers, writer.topic)
+        with pytest.raises(FollowerError, match="3 partitions"):
+            Follower(store, source)
+        source.close()
+    with Store.open(tmp_path / "leader", StoreSpec(Role.LEADER, writer.topic, 3)) as store:
+        source = KafkaChangelogSource(kafka_broker.bootstrap_servers, writer.topic)
+        with pytest.raises(FollowerError, match="follower"):
+            Follower(store, source)
+        source.close()
+    with pytest.raises(KafkaClientError, match="read_committed"):
+        KafkaChangelogSource(
+            kafka_broker.bootstrap_servers,
+            writer.topic,
+            config={"isolation.level": "read_uncommitted"},
+        )
