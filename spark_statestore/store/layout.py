@@ -44,16 +44,6 @@ pack_header = _HEADER.pack
 _unpack_header = _HEADER.unpack_from
 
 
-def data_key(key: bytes) -> bytes:
-    """The LevelDB key of user key ``key``."""
-    return DATA_PREFIX + key
-
-
-def encode_envelope(value: bytes, partition: int, offset: int, timestamp: int) -> bytes:
-    """The envelope of ``value`` written at changelog ``partition``/``offset``."""
-    return pack_header(partition, offset, timestamp) + value
-
-
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
     """One record of a store: the latest write of ``key``, with where it came from.
@@ -93,11 +83,6 @@ def decode_record(key: bytes, raw: bytes, path: str | None = None) -> StoredReco
         None if offset < 0 else offset,
         None if timestamp < 0 else timestamp,
     )
-
-
-def envelope_value(raw: bytes) -> bytes:
-    """The value bytes of envelope ``raw`` (no validation: the hot read path)."""
-    return raw[HEADER_SIZE:]
 
 
 def envelope_header(raw: bytes) -> tuple[int, int, int]:

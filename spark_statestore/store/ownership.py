@@ -197,10 +197,6 @@ class OwnerLock:
             json.dump(asdict(info), handle, sort_keys=True)
         os.replace(tmp, target)
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def release(self) -> None:
         """Remove ``_owner.json`` and give up the lock (idempotent)."""
         if self._fd is None:

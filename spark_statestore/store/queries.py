@@ -25,7 +25,7 @@ from spark_statestore.query import (
     StateQueryRequest,
     StateQueryResult,
 )
-from spark_statestore.store.layout import DATA_PREFIX, HEADER_SIZE, envelope_header
+from spark_statestore.store.layout import HEADER_SIZE, envelope_header
 from spark_statestore.store.manifest import Role
 
 if TYPE_CHECKING:
@@ -98,13 +98,11 @@ def _run(
         if isinstance(query, (KeyQuery, RawKeyQuery)):
             kind = "point get"
             key = _key(query.key, "key")
-            raw = snapshot._get(DATA_PREFIX + key) if snapshot._snapshot is not None else None
-            if raw is None and snapshot._snapshot is None:
-                raise snapshot._closed()
-            examined = 0 if raw is None else 1
-            holder = None if raw is None else _partition_of(key, raw, counts)
+            record = snapshot.get_record(key)
+            examined = 0 if record is None else 1
+            holder = None if record is None else _partition_of(key, record.partition, counts)
             values: dict[int, Any] = {
-                p: (raw[HEADER_SIZE:] if raw is not None and holder == p else None)
+                p: (record.value if record is not None and holder == p else None)
                 for p in partitions
             }
         elif isinstance(query, (RangeQuery, PrefixQuery, RawScanQuery)):
@@ -162,7 +160,7 @@ def _bucket(
     for dkey, raw in rows:
         examined += 1
         key = dkey[1:]
-        bucket = buckets.get(_partition_of(key, raw, counts))
+        bucket = buckets.get(_partition_of(key, envelope_header(raw)[0], counts))
         if bucket is None or (limit is not None and len(bucket) >= limit):
             continue
         bucket.append((key, raw[HEADER_SIZE:]))
@@ -173,9 +171,9 @@ def _bucket(
     return dict(buckets), examined
 
 
-def _partition_of(key: bytes, raw: bytes, counts: int) -> int:
-    partition = envelope_header(raw)[0]
-    if partition < 0:
+def _partition_of(key: bytes, partition: int | None, counts: int) -> int:
+    """The store partition of a record: its changelog partition, else its key's hash."""
+    if partition is None or partition < 0:
         return 0 if counts == 1 else partition_for_key(key, counts)
     return partition
 

@@ -62,7 +62,6 @@ class SpillArea:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         shutil.rmtree(self.path, ignore_errors=True)
         self._db: plyvel.DB | None = plyvel.DB(self.path, create_if_missing=True)
-        self.entries_written = 0
 
     @property
     def db(self) -> plyvel.DB:
@@ -75,7 +74,6 @@ class SpillArea:
         with self.db.write_batch() as batch:
             for key, envelope in entries.items():
                 batch.put(key, _DELETE if envelope is None else _PUT + envelope)
-        self.entries_written += len(entries)
 
     def get(self, key: bytes) -> tuple[bool, bytes | None]:
         """``(found, envelope-or-None-for-delete)`` of data key ``key``."""
@@ -196,14 +194,12 @@ def apply_redo(
     shutil.rmtree(os.path.join(store_path, marker.redo_path), ignore_errors=True)
 
 
-def remove_stray_redo(store_path: str, keep: str | None = None) -> list[str]:
+def remove_stray_redo(store_path: str) -> list[str]:
     """Delete redo files of transactions that never committed; returns what was removed."""
     root = os.path.join(store_path, REDO_DIR)
     removed = []
     if os.path.isdir(root):
         for name in sorted(os.listdir(root)):
-            relative = os.path.join(REDO_DIR, name)
-            if relative != keep:
-                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-                removed.append(relative)
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(os.path.join(REDO_DIR, name))
     return removed

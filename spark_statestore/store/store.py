@@ -474,12 +474,11 @@ def _check_spec(path: str, manifest: StoreManifest, spec: StoreSpec | None) -> N
 
 def _recover(db: plyvel.DB, path: str, options: StoreOptions) -> None:
     raw = db.get(META_REDO)
-    keep = None
     if raw is not None:
         marker = RedoMarker.from_json(raw, path)
         _log.warning("store %s: completing an interrupted chunked commit", path)
         apply_redo(db, path, marker, options.chunk_bytes, sync=True)
-    for removed in remove_stray_redo(path, keep):
+    for removed in remove_stray_redo(path):
         _log.info("store %s: removed the redo file %s of an uncommitted transaction", path, removed)
 
 

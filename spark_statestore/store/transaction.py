@@ -193,7 +193,7 @@ class Transaction:
             except (TypeError, ValueError):
                 columns = ()
             if len(columns) != 5:
-                raise self._malformed(count + _first_bad(chunk), "not a 5-tuple")
+                raise self._malformed(count + _first_bad(chunk, self._partitions), "not a 5-tuple")
             self._put_chunk(count, *columns)
             count += len(chunk)
         return count
@@ -253,7 +253,8 @@ class Transaction:
             dkeys = list(map(DATA_PREFIX.__add__, keys))
         except (TypeError, ValueError, struct.error) as exc:
             bad = _first_bad(
-                list(zip(keys, values, partitions, offsets, timestamps, strict=True)), self
+                list(zip(keys, values, partitions, offsets, timestamps, strict=True)),
+                self._partitions,
             )
             raise self._malformed(first + bad, str(exc)) from exc
         put, delete = self._batch.put, self._batch.delete
@@ -492,9 +493,8 @@ class Transaction:
             self.rollback()
 
 
-def _first_bad(chunk: Sequence[object], txn: Transaction | None = None) -> int:
+def _first_bad(chunk: Sequence[object], partitions: int) -> int:
     """Index of the first malformed record of a bulk chunk (the slow path, on error only)."""
-    partitions = txn._partitions if txn is not None else 2**31
     for index, record in enumerate(chunk):
         if not isinstance(record, tuple) or len(record) != 5:
             return index
