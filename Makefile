@@ -11,8 +11,8 @@ setup:
 	bash scripts/bootstrap.sh
 
 lint: setup
-	.venv/bin/ruff check spark_statestore connectors tests
-	.venv/bin/ruff format --check spark_statestore connectors tests
+	.venv/bin/ruff check spark_statestore connectors pyspark_statestore tests
+	.venv/bin/ruff format --check spark_statestore connectors pyspark_statestore tests
 	bash scripts/typecheck.sh
 
 bench: setup

@@ -7,8 +7,8 @@ PY="$ROOT/.venv/bin/python"
 export PYSPARK_PYTHON="$PY" PYSPARK_DRIVER_PYTHON="$PY"
 
 echo "== ruff"
-"$PY" -m ruff check spark_statestore connectors tests || exit 1
-"$PY" -m ruff format --check spark_statestore connectors tests || exit 1
+"$PY" -m ruff check spark_statestore connectors pyspark_statestore tests || exit 1
+"$PY" -m ruff format --check spark_statestore connectors pyspark_statestore tests || exit 1
 echo "== mypy"
 bash "$ROOT/scripts/typecheck.sh" || exit 1
 echo "== pytest"

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from spark_statestore.errors import InvalidPositionError, OptionError, StateStoreError
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.query import (
@@ -27,6 +29,23 @@ from spark_statestore.query import (
 )
 
 __version__ = "0.1.0"
+
+
+def register(spark: Any) -> None:
+    """Register the ``spark_statestore`` data source with ``spark`` (a SparkSession).
+
+    Installing the package already registers it automatically (through the top-level
+    ``pyspark_statestore`` module); call this when that is disabled or to be explicit.
+
+    It also sets ``spark.sql.python.filterPushdown.enabled`` to true: the snapshot reader
+    turns key and partition filters into store lookups, and Spark refuses a reader that
+    pushes filters while that setting is off.
+    """
+    from spark_statestore.connectors.spark.datasource import StateStoreDataSource
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(StateStoreDataSource)
+
 
 __all__ = [
     "FailureReason",
@@ -51,4 +70,5 @@ __all__ = [
     "StateQueryResult",
     "StateStoreError",
     "__version__",
+    "register",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
@@ -110,7 +110,8 @@ class Follower:
     source
         The changelog to read.
     partitions
-        The partitions to follow (a subset follower); None follows all of them.
+        The partitions to follow; None follows the ones the store holds (all of them, or
+        the subset recorded in its manifest). Anything else must equal the store's subset.
     chunk_records
         Records per store commit.
     poll_timeout_s
@@ -140,11 +141,13 @@ class Follower:
                 f"changelog {source.topic!r} has {count} partitions but store {store.path} "
                 f"was built for {manifest.partitions}; delete the store and follow again"
             )
-        chosen = sorted(set(range(count) if partitions is None else partitions))
-        bad = [p for p in chosen if not 0 <= p < count]
-        if bad or not chosen:
+        held = list(manifest.holds)
+        chosen = held if partitions is None else sorted(set(partitions))
+        if chosen != held:
             raise FollowerError(
-                f"partitions {bad or chosen} are not partitions of {source.topic!r} (0-{count - 1})"
+                f"store {store.path} holds partitions {held} of {source.topic!r}, it cannot "
+                f"follow partitions {chosen}: open a store created for that subset (another "
+                "path)"
             )
         if (
             isinstance(chunk_records, bool)
@@ -155,12 +158,14 @@ class Follower:
         self.store = store
         self.source = source
         self.partitions = tuple(chosen)
+        self.key_prefix = manifest.key_prefix
         self.chunk_records = chunk_records
         self.poll_timeout_s = poll_timeout_s
         self.state = FollowerState.CREATED
         self.restore_targets: dict[int, int] = {}
         self.end_offsets: dict[int, int] = {}
         self.records_applied = 0
+        self.records_skipped = 0
         self.records_without_position = 0
         self.error: BaseException | None = None
         self._applied = threading.Condition()
@@ -210,10 +215,14 @@ class Follower:
         position: Position | None = None
         last_position: Position | None = None
         missing = 0
+        prefix = self.key_prefix
         for record in records:
-            rows.append(
-                (record.key, record.value, record.partition, record.offset, record.timestamp)
-            )
+            if prefix is None or record.key.startswith(prefix):
+                rows.append(
+                    (record.key, record.value, record.partition, record.offset, record.timestamp)
+                )
+            # A subset store has still seen the records it does not keep: their positions
+            # count (the store is as fresh for its keys as the changelog it has read).
             if record.position is None:
                 missing += 1
             elif record.position is not last_position:
@@ -228,7 +237,8 @@ class Follower:
                 txn.set_changelog_offset(partition, next_offset)
             metadata = txn.commit()
         with self._applied:
-            self.records_applied += len(records)
+            self.records_applied += len(rows)
+            self.records_skipped += len(records) - len(rows)
             self.records_without_position += missing
             self._applied.notify_all()
         self._check_caught_up(metadata.changelog_offsets)
@@ -291,12 +301,23 @@ class Follower:
         FollowerError
             If the follower failed (with its error as the cause).
         """
+        return self.wait_for(
+            lambda applied: all(applied.get(p, 0) >= o for p, o in offsets.items()), timeout_s
+        )
+
+    def wait_for(self, predicate: Callable[[Mapping[int, int]], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate(applied offsets)`` holds, re-checked after every commit.
+
+        Returns False on timeout.
+
+        Raises
+        ------
+        FollowerError
+            If the follower failed (with its error as the cause).
+        """
 
         def reached() -> bool:
-            if self.error is not None:
-                return True
-            applied = self.store.metadata.changelog_offsets
-            return all(applied.get(p, 0) >= o for p, o in offsets.items())
+            return self.error is not None or predicate(self.store.metadata.changelog_offsets)
 
         with self._applied:
             done = self._applied.wait_for(reached, timeout_s)

@@ -6,6 +6,7 @@ commits consumer offsets (the store records what it applied) and never produces.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spark_statestore.changelog.headers import OnMissing
-from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.follower import PollResult
 
-__all__ = ["KafkaChangelogSource"]
+__all__ = ["KafkaChangelogSource", "handle_out_of_range"]
+
+_log = logging.getLogger(__name__)
 
 _INVALID_OFFSET = -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID
 
@@ -39,6 +42,10 @@ class KafkaChangelogSource:
         A record with ``v``=0 and no valid ``c`` header: ``"error"`` or ``"skip"``.
     timeout_s
         Timeout of metadata and offset requests.
+    fail_on_data_loss
+        When offsets the store still needs are gone from the topic: True raises
+        :class:`DataLossError`; False skips ahead to the earliest available offset, logs a
+        warning and counts the skipped offsets in :attr:`lost_offsets`.
     """
 
     def __init__(
@@ -49,6 +56,7 @@ class KafkaChangelogSource:
         config: Mapping[str, Any] | None = None,
         on_missing_position: OnMissing = "error",
         timeout_s: float = 30.0,
+        fail_on_data_loss: bool = True,
     ) -> None:
         settings: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
@@ -79,6 +87,10 @@ class KafkaChangelogSource:
         self._offsets_lock = threading.Lock()
         self._assigned: list[int] = []
         self._positions: dict[int, int] = {}
+        self._fail_on_data_loss = fail_on_data_loss
+        self.lost_offsets: dict[int, int] = {}
+        """``{partition: offsets skipped}`` because they were gone (``fail_on_data_loss``
+        False)."""
 
     @property
     def topic(self) -> str:
@@ -101,19 +113,22 @@ class KafkaChangelogSource:
         return len(topic.partitions)
 
     def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        ends = {}
+        return {p: high for p, (_, high) in self.watermarks(partitions).items()}
+
+    def watermarks(self, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """``{partition: (earliest offset, end offset)}``."""
+        marks = {}
         for partition in partitions:
             try:
                 with self._offsets_lock:
-                    _, high = self._offsets_client.get_watermark_offsets(
+                    marks[partition] = self._offsets_client.get_watermark_offsets(
                         TopicPartition(self._topic, partition), timeout=self._timeout_s
                     )
             except KafkaException as exc:
                 raise KafkaClientError(
-                    f"cannot read the end offset of {self._topic}-{partition}: {exc}"
+                    f"cannot read the offsets of {self._topic}-{partition}: {exc}"
                 ) from exc
-            ends[partition] = high
-        return ends
+        return marks
 
     def assign(self, starts: Mapping[int, int]) -> None:
         self._assigned = sorted(starts)
@@ -123,16 +138,30 @@ class KafkaChangelogSource:
     def poll(self, max_records: int, timeout_s: float) -> PollResult:
         messages = self._consumer.consume(min(max_records, 1_000_000), timeout=timeout_s)
         records = []
+        resets: dict[int, int] = {}
         for message in messages:
             error = message.error()
             if error is None:
                 records.append(message_to_record(message, self._on_missing))
                 continue
+            partition = message.partition()
             if error.code() == KafkaError._PARTITION_EOF:
-                partition, offset = message.partition(), message.offset()
+                offset = message.offset()
                 if partition is not None and offset is not None:
                     # Past the transaction markers at the end of the partition.
                     self._positions[partition] = max(self._positions.get(partition, 0), offset)
+                continue
+            if error.code() == KafkaError._AUTO_OFFSET_RESET and partition is not None:
+                wanted = self._positions.get(partition, 0)
+                low = handle_out_of_range(
+                    self._topic,
+                    partition,
+                    wanted,
+                    self.watermarks([partition])[partition],
+                    fail_on_data_loss=self._fail_on_data_loss,
+                )
+                self.lost_offsets[partition] = self.lost_offsets.get(partition, 0) + low - wanted
+                resets[partition] = low
                 continue
             raise KafkaClientError(
                 f"reading changelog {self._topic}-{message.partition()} at offset "
@@ -147,8 +176,65 @@ class KafkaChangelogSource:
                     tp.partition, 0
                 ):
                     self._positions[tp.partition] = tp.offset
+        if resets:
+            # A partition whose offset was reset is in an error state that seek() refuses:
+            # assign everything again, at the positions of the records returned so far.
+            self._positions.update(resets)
+            self._consumer.assign(
+                [TopicPartition(self._topic, p, self._positions[p]) for p in self._assigned]
+            )
         return PollResult(records, dict(self._positions))
 
     def close(self) -> None:
         self._consumer.close()
         self._offsets_client.close()
+
+
+def handle_out_of_range(
+    topic: str,
+    partition: int,
+    wanted: int,
+    watermarks: tuple[int, int],
+    *,
+    fail_on_data_loss: bool,
+) -> int:
+    """Decide what to do when ``wanted`` is no longer in ``topic``-``partition``.
+
+    Returns the offset to resume at (the earliest available one) when the loss may be
+    skipped; raises :class:`DataLossError` otherwise. An offset past the end of the
+    partition is never skipped: the topic was deleted and re-created (or truncated), and
+    the offsets already applied belong to another history.
+    """
+    low, high = watermarks
+    where = f"{topic}-{partition}"
+    if wanted > high:
+        raise DataLossError(
+            f"changelog {where} ends at offset {high} but offset {wanted} was already read: "
+            "the topic was deleted and re-created or truncated; delete the store and follow "
+            "the changelog again",
+            topic,
+            partition,
+            wanted,
+            watermarks,
+        )
+    if wanted >= low:
+        return wanted  # still there (the partition moved or was being truncated): retry
+    if fail_on_data_loss:
+        raise DataLossError(
+            f"changelog {where}: offsets {wanted}-{low - 1} are gone (the earliest available "
+            f"offset is {low}; retention or an unsafe compaction removed them), so the store "
+            "would miss changes: restore it from a complete changelog (delete the store), or "
+            "set failOnDataLoss=false to skip the lost offsets",
+            topic,
+            partition,
+            wanted,
+            watermarks,
+        )
+    _log.warning(
+        "changelog %s: offsets %d-%d are gone (failOnDataLoss=false): skipping to %d",
+        where,
+        wanted,
+        low - 1,
+        low,
+    )
+    return low

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from spark_statestore.errors import StateStoreError
 
-__all__ = ["EmbeddedBrokerError", "KafkaClientError", "LibrdkafkaNotFoundError"]
+__all__ = [
+    "DataLossError",
+    "EmbeddedBrokerError",
+    "KafkaClientError",
+    "LibrdkafkaNotFoundError",
+]
 
 
 class KafkaClientError(StateStoreError, RuntimeError):
@@ -23,6 +28,30 @@ class KafkaClientError(StateStoreError, RuntimeError):
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class DataLossError(KafkaClientError):
+    """Offsets a reader needed are gone from the topic (retention, compaction of a
+    non-compacted range, or a deleted and re-created topic).
+
+    Attributes
+    ----------
+    topic, partition
+        Where the data was lost.
+    wanted
+        The offset the reader needed next.
+    available
+        ``(low, high)`` watermarks of the partition when the loss was detected.
+    """
+
+    def __init__(
+        self, message: str, topic: str, partition: int, wanted: int, available: tuple[int, int]
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.wanted = wanted
+        self.available = available
 
 
 class EmbeddedBrokerError(StateStoreError, RuntimeError):

@@ -29,6 +29,7 @@ from spark_statestore.store.manifest import (
     StoreMetadata,
 )
 from spark_statestore.store.ownership import OwnerInfo, live_owner, read_owner
+from spark_statestore.store.scan import InvalidScanError, ScanSpec, ScanStats, scan_batches
 from spark_statestore.store.snapshot import Snapshot, arrow_schema
 from spark_statestore.store.spec import DEFAULT_UNCOMMITTED_MAX_BYTES, StoreOptions, StoreSpec
 from spark_statestore.store.store import Store
@@ -38,8 +39,11 @@ __all__ = [
     "DEFAULT_UNCOMMITTED_MAX_BYTES",
     "FORMAT_VERSION",
     "CommitRecord",
+    "InvalidScanError",
     "OwnerInfo",
     "Role",
+    "ScanSpec",
+    "ScanStats",
     "Snapshot",
     "Store",
     "StoreClosedError",
@@ -61,4 +65,5 @@ __all__ = [
     "arrow_schema",
     "live_owner",
     "read_owner",
+    "scan_batches",
 ]

@@ -49,6 +49,10 @@ class StoreManifest:
         A random id, unique per store directory (changelog progress records carry it).
     created_at
         Creation time, ISO 8601 UTC.
+    held_partitions
+        The partitions a subset follower holds; None: all of them.
+    key_prefix
+        The key prefix a subset follower keeps; None: every key.
     """
 
     format_version: int
@@ -58,6 +62,20 @@ class StoreManifest:
     name: str
     store_id: str
     created_at: str
+    held_partitions: tuple[int, ...] | None = None
+    key_prefix: bytes | None = None
+
+    @property
+    def holds(self) -> tuple[int, ...]:
+        """The changelog partitions whose data the store holds."""
+        if self.held_partitions is None:
+            return tuple(range(self.partitions))
+        return self.held_partitions
+
+    @property
+    def is_subset(self) -> bool:
+        """True for a follower of part of its changelog (some partitions or a key prefix)."""
+        return self.held_partitions is not None or self.key_prefix is not None
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -69,6 +87,10 @@ class StoreManifest:
                 "name": self.name,
                 "store_id": self.store_id,
                 "created_at": self.created_at,
+                "held_partitions": (
+                    None if self.held_partitions is None else list(self.held_partitions)
+                ),
+                "key_prefix": None if self.key_prefix is None else self.key_prefix.hex(),
             },
             sort_keys=True,
         ).encode()
@@ -94,6 +116,8 @@ class StoreManifest:
                 name=_typed(data, "name", str),
                 store_id=_typed(data, "store_id", str),
                 created_at=_typed(data, "created_at", str),
+                held_partitions=_held_partitions(data.get("held_partitions")),
+                key_prefix=_key_prefix(data.get("key_prefix")),
             )
         except (TypeError, ValueError) as exc:
             raise _corrupt(path, "manifest", exc) from exc
@@ -242,6 +266,24 @@ def _typed(data: Mapping[str, Any], name: str, kind: type) -> Any:
     if isinstance(value, bool) or not isinstance(value, kind):
         raise TypeError(f"{name} must be {kind.__name__}, got {value!r}")
     return value
+
+
+def _held_partitions(raw: Any) -> tuple[int, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(
+        isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in raw
+    ):
+        raise TypeError(f"held_partitions must be a list of partitions, got {raw!r}")
+    return tuple(raw)
+
+
+def _key_prefix(raw: Any) -> bytes | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise TypeError(f"key_prefix must be hex text, got {raw!r}")
+    return bytes.fromhex(raw)
 
 
 def _corrupt(path: str, what: str, exc: BaseException) -> StoreCorruptedError:

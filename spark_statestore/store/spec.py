@@ -30,12 +30,20 @@ class StoreSpec:
     name
         The store's name in queries; defaults to the directory name when creating, and is
         only checked on reopen when given.
+    held_partitions
+        A subset follower's changelog partitions (KIP-813's "subset of the data"); None
+        holds all of them. Fixed at creation, checked on reopen.
+    key_prefix
+        A subset follower keeps only the keys starting with these bytes; None keeps all.
+        Fixed at creation, checked on reopen.
     """
 
     role: Role
     changelog_topic: str | None
     partitions: int
     name: str | None = None
+    held_partitions: tuple[int, ...] | None = None
+    key_prefix: bytes | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -60,6 +68,29 @@ class StoreSpec:
             raise OptionError(f"store partitions must be an int >= 1, got {self.partitions!r}")
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise OptionError(f"store name must be a non-empty str, got {self.name!r}")
+        if self.held_partitions is not None:
+            held = tuple(sorted(set(self.held_partitions)))
+            bad = [
+                p
+                for p in held
+                if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self.partitions
+            ]
+            if bad or not held:
+                raise OptionError(
+                    f"held partitions {bad or list(held)} are not partitions of "
+                    f"{self.changelog_topic!r} (0-{self.partitions - 1})"
+                )
+            object.__setattr__(
+                self, "held_partitions", None if len(held) == self.partitions else held
+            )
+        if self.key_prefix is not None and (
+            not isinstance(self.key_prefix, bytes) or not self.key_prefix
+        ):
+            raise OptionError(f"key prefix must be non-empty bytes, got {self.key_prefix!r}")
+        if self.role is Role.LEADER and (
+            self.held_partitions is not None or self.key_prefix is not None
+        ):
+            raise OptionError("only a follower store can hold a subset of its changelog")
 
 
 @dataclass(frozen=True, slots=True)

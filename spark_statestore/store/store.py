@@ -432,6 +432,8 @@ def _load_or_create_manifest(db: plyvel.DB, path: str, spec: StoreSpec | None) -
         name=spec.name or os.path.basename(path),
         store_id=uuid.uuid4().hex,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        held_partitions=spec.held_partitions,
+        key_prefix=spec.key_prefix,
     )
     db.put(META_MANIFEST, manifest.to_json(), sync=True)
     return manifest
@@ -465,11 +467,24 @@ def _check_spec(path: str, manifest: StoreManifest, spec: StoreSpec | None) -> N
             f"a store: {RECOVERY_HINT}",
             path,
         )
+    if (spec.held_partitions, spec.key_prefix) != (manifest.held_partitions, manifest.key_prefix):
+        raise StoreMismatchError(
+            f"store {path} holds {_describe_subset(manifest.held_partitions, manifest.key_prefix)}"
+            f" of {manifest.changelog_topic!r}, not "
+            f"{_describe_subset(spec.held_partitions, spec.key_prefix)}; a store's subset "
+            "cannot change: use another path, or delete the store and follow again",
+            path,
+        )
     if spec.name is not None and spec.name != manifest.name:
         raise StoreMismatchError(
             f"store {path} is named {manifest.name!r}, not {spec.name!r}; use another path",
             path,
         )
+
+
+def _describe_subset(partitions: tuple[int, ...] | None, prefix: bytes | None) -> str:
+    what = "all partitions" if partitions is None else f"partitions {list(partitions)}"
+    return what if prefix is None else f"{what}, keys starting with {prefix!r}"
 
 
 def _recover(db: plyvel.DB, path: str, options: StoreOptions) -> None:

@@ -13,10 +13,10 @@ from confluent_kafka import Producer
 from spark_statestore.changelog import partition_for_key
 from spark_statestore.changelog.headers import encode_position
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
-from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.follower import Follower, FollowerError, FollowerState
 from spark_statestore.position import Position
-from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
+from spark_statestore.store import Role, Store, StoreMismatchError, StoreOptions, StoreSpec
 
 pytestmark = pytest.mark.integration
 
@@ -176,3 +176,84 @@ def test_bad_input_is_refused(kafka_broker: Any, writer: ChangelogWriter, tmp_pa
             writer.topic,
             config={"isolation.level": "read_uncommitted"},
         )
+
+
+def test_subset_follower_keeps_its_partitions_and_prefix(
+    kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    rng = random.Random(5)
+    for _ in range(5):
+        writer.transaction(random_changes(rng, 30))
+    path = tmp_path / "subset"
+    spec = StoreSpec(Role.FOLLOWER, writer.topic, 3, held_partitions=(0, 2), key_prefix=b"k00")
+    with Store.open(path, spec, options=StoreOptions(sync=False)) as store:
+        follower = Follower(
+            store, KafkaChangelogSource(kafka_broker.bootstrap_servers, writer.topic)
+        )
+        assert follower.partitions == (0, 2)
+        while follower.state is not FollowerState.RUNNING:
+            follower.step()
+        follower.stop()
+        expected = {
+            k: v
+            for k, v in writer.model.items()
+            if k.startswith(b"k00") and partition_for_key(k, 3) in (0, 2)
+        }
+        assert expected and store_content(store) == expected
+        assert follower.records_skipped > 0
+        assert set(store.metadata.changelog_offsets) == {0, 2}
+        assert store.manifest.holds == (0, 2) and store.manifest.key_prefix == b"k00"
+    # The subset is part of the store's identity.
+    with pytest.raises(StoreMismatchError, match="partitions \\[0, 2\\]"):
+        Store.open(path, StoreSpec(Role.FOLLOWER, writer.topic, 3))
+    with Store.open(path, spec) as store:
+        source = KafkaChangelogSource(kafka_broker.bootstrap_servers, writer.topic)
+        with pytest.raises(FollowerError, match="holds partitions \\[0, 2\\]"):
+            Follower(store, source, partitions=[0, 1])
+        source.close()
+
+
+def _fill_past_retention(bootstrap: str, topic: str) -> None:
+    """Produce ~12 MB to partition 0: the embedded broker keeps only the newest ~5 MB."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for i in range(12_000):
+        producer.produce(topic, key=b"big%05d" % i, value=b"x" * 1000, partition=0)
+        if i % 1000 == 999:
+            producer.flush(30)
+    producer.flush(30)
+
+
+def test_lost_offsets_fail_or_are_skipped_per_fail_on_data_loss(
+    kafka_broker: Any, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = make_topic(partitions=1, suffix="-changelog")
+    _fill_past_retention(kafka_broker.bootstrap_servers, topic)
+    spec = StoreSpec(Role.FOLLOWER, topic, 1)
+    with Store.open(tmp_path / "strict", spec, options=StoreOptions(sync=False)) as store:
+        source = KafkaChangelogSource(
+            kafka_broker.bootstrap_servers, topic, on_missing_position="skip"
+        )
+        low, high = source.watermarks([0])[0]
+        assert low > 0  # the test needs offsets that are gone
+        follower = Follower(store, source)
+        with pytest.raises(DataLossError, match=f"{topic}-0: offsets 0-{low - 1} are gone"):
+            while follower.state is not FollowerState.RUNNING:
+                follower.step()
+        follower.stop()
+        assert store.metadata.changelog_offsets == {}  # nothing half-applied
+    with Store.open(tmp_path / "lenient", spec, options=StoreOptions(sync=False)) as store:
+        source = KafkaChangelogSource(
+            kafka_broker.bootstrap_servers,
+            topic,
+            on_missing_position="skip",
+            fail_on_data_loss=False,
+        )
+        follower = Follower(store, source)
+        while follower.state is not FollowerState.RUNNING:
+            follower.step()
+        follower.stop()
+        assert source.lost_offsets[0] >= low
+        with store.snapshot() as snapshot:
+            keys = [k for k, _ in snapshot.items()]
+        assert keys[0] >= b"big%05d" % low and keys[-1] == b"big11999"
+        assert store.metadata.changelog_offsets == {0: high}

@@ -1,0 +1,108 @@
+"""Read one offset range ``[start, end)`` of one changelog partition (an executor's task).
+
+Ranges end correctly across transaction markers, aborted records and compaction gaps: the
+reader stops when the consumer's position (which moves past markers and gaps) or the end
+of the partition reaches ``end``, never by counting records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from spark_statestore.connectors.kafka.changelog_source import handle_out_of_range
+from spark_statestore.connectors.kafka.errors import KafkaClientError
+
+__all__ = ["read_range"]
+
+_INVALID_OFFSET = -1001
+
+
+def read_range(
+    bootstrap_servers: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    config: Mapping[str, Any] | None = None,
+    fail_on_data_loss: bool = True,
+    batch_size: int = 10_000,
+    stall_timeout_s: float = 120.0,
+) -> Iterator[list[Message]]:
+    """Yield the committed records of ``topic``-``partition`` in ``[start, end)``, in batches.
+
+    Raises
+    ------
+    DataLossError
+        When offsets of the range are gone and ``fail_on_data_loss`` is True.
+    KafkaClientError
+        When the range cannot be read (the message names topic, partition and offsets).
+    """
+    if end <= start:
+        return
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"spark-statestore-range-{topic}",  # required; never committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "enable.partition.eof": True,
+        "queued.min.messages": 200_000,
+        "fetch.max.bytes": 64 * 1024 * 1024,
+    }
+    settings.update(config or {})
+    settings["isolation.level"] = "read_committed"
+    consumer = Consumer(settings)
+    tp = TopicPartition(topic, partition)
+    where = f"{topic}-{partition} offsets [{start}, {end})"
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        position = start
+        last_progress = time.monotonic()
+        while position < end:
+            messages = consumer.consume(batch_size, timeout=1.0)
+            out = []
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    offset = message.offset()
+                    if offset is not None and offset >= end:
+                        position = end
+                        break
+                    out.append(message)
+                    continue
+                if error.code() == KafkaError._PARTITION_EOF:
+                    position = max(position, message.offset() or 0)
+                    continue
+                if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    low = handle_out_of_range(
+                        topic,
+                        partition,
+                        position,
+                        consumer.get_watermark_offsets(tp, timeout=30),
+                        fail_on_data_loss=fail_on_data_loss,
+                    )
+                    position = low
+                    consumer.assign([TopicPartition(topic, partition, low)])  # seek() refuses here
+                    continue
+                raise KafkaClientError(f"reading changelog {where} failed: {error.str()}")
+            if out:
+                yield out
+                position = max(position, (out[-1].offset() or 0) + 1)
+            current = consumer.position([tp])[0].offset
+            if current != _INVALID_OFFSET:
+                position = max(position, current)
+            if out or messages:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                raise KafkaClientError(
+                    f"reading changelog {where} made no progress for {stall_timeout_s:.0f} s "
+                    f"(stuck at offset {position}); check that the brokers of "
+                    f"{bootstrap_servers} are reachable from the executors"
+                )
+    finally:
+        consumer.close()

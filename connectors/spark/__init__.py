@@ -1,0 +1,1 @@
+"""The Spark binding: the ``spark_statestore`` Python data source."""

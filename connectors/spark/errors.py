@@ -1,0 +1,64 @@
+"""Errors of the Spark connector (follower source, snapshot reader, sink).
+
+:class:`SparkSourceError` is the root of every error the Spark connector raises on purpose;
+it derives from :class:`~spark_statestore.errors.StateStoreError`. Option problems also
+derive from :class:`~spark_statestore.errors.OptionError` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+from spark_statestore.errors import OptionError, StateStoreError
+
+__all__ = ["DDLError", "DecodeError", "EncodeError", "SparkSourceError"]
+
+
+class SparkSourceError(StateStoreError):
+    """Root of the errors raised by the Spark connector."""
+
+
+class DDLError(SparkSourceError, OptionError):
+    """A Spark DDL schema string (``valueSchema``, ``keySchema``) could not be parsed.
+
+    Also raised when a schema cannot be rendered back to DDL.
+
+    Parameters
+    ----------
+    message
+        The full message: what was expected, where, and the offending text.
+    position
+        The 0-based character offset in the DDL string where parsing failed, when known.
+
+    Attributes
+    ----------
+    position : int or None
+    """
+
+    def __init__(self, message: str, *, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+class DecodeError(SparkSourceError, ValueError):
+    """A key or value could not be decoded with the configured ``keyFormat``/``valueFormat``.
+
+    Raised in FAILFAST mode only; in PERMISSIVE mode the value becomes null and is counted.
+
+    Parameters
+    ----------
+    message
+        The full message: the record's location, the format, the byte length, what to do.
+    index
+        The position of the value in the decoded batch.
+
+    Attributes
+    ----------
+    index : int
+    """
+
+    def __init__(self, message: str, *, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class EncodeError(SparkSourceError, ValueError):
+    """A filter literal cannot be encoded to the stored bytes, so the filter is not pushable."""

@@ -1,0 +1,165 @@
+"""The change feed: the follower source's columns, and Kafka messages turned into Arrow.
+
+Columns (DESIGN.md §6): ``key``, ``value`` (binary unless ``keyFormat`` / ``valueFormat``
+say otherwise; ``value`` is null for deletes), ``topic``, ``partition``, ``offset``,
+``timestamp``, ``timestampType``, ``op`` (``upsert`` / ``delete``), ``position``
+(``map<string,map<int,bigint>>`` from the record's ``c`` header, null when absent),
+``window_start`` for window stores, and ``headers`` with ``includeHeaders``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.changelog.errors import ChangelogFormatError
+from spark_statestore.changelog.headers import HeaderStatus
+from spark_statestore.changelog.keys import decode_window_key
+from spark_statestore.connectors.spark.options import SourceOptions, StoreType, codecs_for
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from confluent_kafka import Message
+    from pyspark.sql.types import StructType
+
+__all__ = ["FeedStats", "feed_ddl", "messages_to_batch"]
+
+POSITION_TYPE = "MAP<STRING, MAP<INT, BIGINT>>"
+
+
+def feed_ddl(options: SourceOptions) -> str:
+    """The change feed's schema as a DDL string (Spark parses it)."""
+    key_codec, value_codec = codecs_for(options.formats)
+    columns = [
+        f"key {key_codec.ddl_type()}",
+        f"value {value_codec.ddl_type()}",
+        "topic STRING",
+        "partition INT",
+        "offset BIGINT",
+        "timestamp TIMESTAMP",
+        "timestampType INT",
+        "op STRING",
+        f"position {POSITION_TYPE}",
+    ]
+    if options.store_type is StoreType.WINDOW:
+        columns.append("window_start TIMESTAMP")
+    if options.include_headers:
+        columns.append("headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+    return ", ".join(columns)
+
+
+@dataclass
+class FeedStats:
+    """Counts of one task's conversion (for logs; permissive decoding nulls are here)."""
+
+    rows: int = 0
+    undecodable_keys: int = 0
+    undecodable_values: int = 0
+    missing_positions: int = 0
+
+
+def messages_to_batch(
+    messages: Sequence[Message],
+    options: SourceOptions,
+    schema: StructType,
+    codecs: tuple[Any, Any],
+    stats: FeedStats,
+) -> pa.RecordBatch:
+    """One Arrow record batch of the change feed from consumed changelog messages.
+
+    Raises
+    ------
+    ChangelogFormatError
+        A record with a null key or unreadable position headers (unless
+        ``onMissingPosition`` is ``skip``); the message names topic, partition and offset.
+    DecodeError
+        An undecodable key or value in FAILFAST mode.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_statestore.connectors.kafka.tail import message_to_record
+
+    on_missing = "skip" if options.skip_missing_positions else "error"
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    topics, partitions, offsets, stamps, stamp_types, ops = [], [], [], [], [], []
+    positions: list[Any] = []
+    window_starts: list[int | None] = []
+    headers: list[Any] = []
+    window = options.store_type is StoreType.WINDOW
+    for message in messages:
+        record = message_to_record(message, on_missing)  # type: ignore[arg-type]
+        key = record.key
+        if window:
+            try:
+                windowed = decode_window_key(key)
+            except ChangelogFormatError as exc:
+                raise ChangelogFormatError(
+                    f"{exc} (storeType is 'window'; use storeType keyValue for this changelog)",
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                ) from exc
+            key = windowed.key
+            window_starts.append(windowed.window_start)
+        keys.append(key)
+        values.append(record.value)
+        topics.append(record.topic)
+        partitions.append(record.partition)
+        offsets.append(record.offset)
+        stamps.append(record.timestamp if record.timestamp >= 0 else None)
+        stamp_types.append(int(record.timestamp_type))
+        ops.append(record.op)
+        if record.position is None:
+            positions.append(None)
+            if record.position_status is HeaderStatus.SKIPPED:
+                stats.missing_positions += 1
+        else:
+            positions.append([(t, list(p.items())) for t, p in record.position.to_map().items()])
+        if options.include_headers:
+            headers.append([{"key": k, "value": v} for k, v in record.headers])
+
+    def locate(i: int) -> str:
+        return f"changelog topic {topics[i]} partition {partitions[i]} offset {offsets[i]}"
+
+    permissive = options.formats.mode.value == "permissive"
+    key_codec, value_codec = codecs
+    key_array, bad_keys = key_codec.decode(keys, locate=locate, permissive=permissive)
+    value_array, bad_values = value_codec.decode(values, locate=locate, permissive=permissive)
+    stats.undecodable_keys += bad_keys
+    stats.undecodable_values += bad_values
+    stats.rows += len(keys)
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    millis = pa.timestamp("ms", tz="UTC")
+    columns: dict[str, Any] = {
+        "key": key_array,
+        "value": value_array,
+        "topic": pa.array(topics, pa.string()),
+        "partition": pa.array(partitions, pa.int32()),
+        "offset": pa.array(offsets, pa.int64()),
+        "timestamp": pa.array(stamps, millis),
+        "timestampType": pa.array(stamp_types, pa.int32()),
+        "op": pa.array(ops, pa.string()),
+        "position": pa.array(positions, arrow.field("position").type),
+    }
+    if window:
+        columns["window_start"] = pa.array(window_starts, millis)
+    if options.include_headers:
+        columns["headers"] = pa.array(headers, arrow.field("headers").type)
+    arrays = [columns[f.name].cast(f.type) for f in arrow]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+
+def feed_batches(
+    batches: Iterator[Sequence[Message]],
+    options: SourceOptions,
+    schema: StructType,
+    stats: FeedStats,
+) -> Iterator[pa.RecordBatch]:
+    """Convert batches of messages lazily (one Arrow batch per consumed batch)."""
+    codecs = codecs_for(options.formats)
+    for messages in batches:
+        if messages:
+            yield messages_to_batch(messages, options, schema, codecs, stats)

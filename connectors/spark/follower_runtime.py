@@ -1,0 +1,113 @@
+"""What the follower source runs inside Spark's long-lived driver-side reader process.
+
+One :class:`FollowerRuntime` per streaming query: it owns the store (the single-owner lock),
+runs the :class:`~spark_statestore.follower.Follower` on a background thread, and serves the
+live store over Arrow Flight so snapshot reads of other queries go through it (its location
+is recorded in the store's ``_owner.json``). Spark kills that process on query stop without
+calling ``stop()``: nothing here relies on a clean shutdown, because every store commit is
+atomic and the kernel releases the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+
+from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+from spark_statestore.connectors.spark.options import SourceOptions
+from spark_statestore.follower import Follower, FollowerError, FollowerState
+from spark_statestore.query import LagInfo
+from spark_statestore.serve import StoreServer
+from spark_statestore.store import Role, Store, StoreSpec
+
+__all__ = ["FollowerRuntime"]
+
+_log = logging.getLogger(__name__)
+
+
+class FollowerRuntime:
+    """The store, the follower thread and the Flight server of one follower query.
+
+    Parameters
+    ----------
+    options
+        The parsed source options.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        source = KafkaChangelogSource(
+            options.bootstrap_servers,
+            options.changelog,
+            config=options.kafka,
+            on_missing_position="skip" if options.skip_missing_positions else "error",
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+        closers: list[Callable[[], None]] = [source.close]
+        try:
+            count = source.partition_count()
+            spec = StoreSpec(
+                Role.FOLLOWER,
+                options.changelog,
+                count,
+                held_partitions=options.partitions,
+                key_prefix=options.key_prefix,
+            )
+            self.store = Store.open(
+                options.path,
+                spec,
+                purpose=f"Spark follower source of {options.changelog} (pid {os.getpid()})",
+            )
+            closers.append(self.store.close)
+            self.source = source
+            self.follower = Follower(self.store, source)
+            self.server = StoreServer(
+                self.store,
+                host=options.serve_host,
+                port=options.serve_port,
+                lag_provider=self._lags,
+            )
+            location = self.server.start()
+            closers.insert(0, self.server.close)
+            self.store.update_owner(flight_location=location)
+            self.follower.start()
+        except BaseException:
+            for close in closers:
+                close()
+            raise
+        _log.info(
+            "following %s into %s (partitions %s), serving at %s",
+            options.changelog,
+            options.path,
+            list(self.follower.partitions),
+            location,
+        )
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The changelog partitions the store holds and the feed delivers."""
+        return self.follower.partitions
+
+    def _lags(self) -> Mapping[int, LagInfo]:
+        self.follower.refresh_end_offsets()
+        return self.follower.lags()
+
+    def check(self) -> None:
+        """Raise the follower thread's error, if it failed."""
+        if self.follower.state is FollowerState.FAILED:
+            raise FollowerError(
+                f"the follower of {self.options.changelog!r} into {self.options.path} failed: "
+                f"{self.follower.error}"
+            ) from self.follower.error
+
+    def applied(self) -> dict[int, int]:
+        """``{partition: next offset}`` the store has committed, for the held partitions."""
+        offsets = self.store.metadata.changelog_offsets
+        return {p: offsets.get(p, 0) for p in self.partitions}
+
+    def close(self) -> None:
+        """Stop serving and following, and close the store (idempotent)."""
+        self.server.close()
+        self.follower.stop()
+        self.store.close()

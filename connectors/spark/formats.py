@@ -1,0 +1,765 @@
+"""Typed key and value columns: the ``keyFormat``/``valueFormat`` decoders.
+
+Stored keys and values are bytes. The Spark follower source and snapshot reader can expose
+them as typed columns instead, decoding the bytes the way Kafka's serializers wrote them:
+
+============  ==================================  ==================  ===================
+format        bytes                               Spark type          Arrow type
+============  ==================================  ==================  ===================
+``binary``    as stored (the default)             ``BINARY``          ``binary``
+``string``    UTF-8 (StringSerializer)            ``STRING``          ``string``
+``long``      8-byte big-endian (LongSerializer)  ``BIGINT``          ``int64``
+``int``       4-byte big-endian (IntegerSer.)     ``INT``             ``int32``
+``double``    8-byte big-endian IEEE 754          ``DOUBLE``          ``float64``
+``json``      UTF-8 JSON object text              the schema struct   the matching struct
+============  ==================================  ==================  ===================
+
+JSON follows Spark's ``from_json``: a field of the wrong JSON type is an error for that record
+(never a batch failure), a ``STRING`` field takes any JSON value as its text, decimals are
+built from the number's text and rounded half up to the scale, dates and timestamps come from
+ISO-8601 strings (timestamps also from epoch seconds; text without a zone is read in the codec's
+``time_zone``, ``UTC`` by default). Missing fields are null; unknown fields are ignored.
+
+Undecodable values fail the read (FAILFAST) or become nulls that are counted (PERMISSIVE).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+import difflib
+import json
+import re
+import struct
+import zoneinfo
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from spark_statestore.errors import OptionError
+
+from .ddl import parse_ddl, type_to_ddl
+from .errors import DDLError, DecodeError, EncodeError
+
+__all__ = ["ColumnCodec", "ValueFormat"]
+
+
+class ValueFormat(str, Enum):
+    """How a key or value column is decoded (the ``keyFormat``/``valueFormat`` options)."""
+
+    BINARY = "binary"
+    STRING = "string"
+    LONG = "long"
+    INT = "int"
+    DOUBLE = "double"
+    JSON = "json"
+
+    @classmethod
+    def parse(cls, option_name: str, text: str) -> ValueFormat:
+        """Parse an option value (case-insensitive).
+
+        Raises
+        ------
+        OptionError
+            Naming the option, the bad value, the closest valid value and all valid values.
+        """
+        name = text.strip().lower()
+        for member in cls:
+            if member.value == name:
+                return member
+        valid = [member.value for member in cls]
+        close = difflib.get_close_matches(name, valid, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise OptionError(
+            f"option {option_name}: unknown format {text!r}.{hint} "
+            f"Valid formats: {', '.join(valid)}."
+        )
+
+
+_FIXED_WIDTH = {ValueFormat.LONG: (8, "q"), ValueFormat.INT: (4, "i"), ValueFormat.DOUBLE: (8, "d")}
+_SPARK_TYPES: dict[ValueFormat, DataType] = {
+    ValueFormat.BINARY: BinaryType(),
+    ValueFormat.STRING: StringType(),
+    ValueFormat.LONG: LongType(),
+    ValueFormat.INT: IntegerType(),
+    ValueFormat.DOUBLE: DoubleType(),
+}
+# Python data source batches are checked against to_arrow_schema(schema, timezone="UTC").
+_ARROW_TIME_ZONE = "UTC"
+_PREVIEW_BYTES = 16
+
+
+@dataclass(frozen=True)
+class ColumnCodec:
+    """Decodes one binary column (``key`` or ``value``) into its configured type.
+
+    Build it with :meth:`create`. It is picklable (it holds only the format, the schema and
+    names), so Spark readers can ship it to executors.
+
+    Attributes
+    ----------
+    format : ValueFormat
+    schema : StructType or None
+        The JSON schema; None for the other formats.
+    column : str
+        ``"key"`` or ``"value"``; options are named ``{column}Format``/``{column}Schema``.
+    time_zone : str
+        Zone of JSON timestamp text that has none (Spark uses its session time zone).
+    """
+
+    format: ValueFormat
+    schema: StructType | None
+    column: str
+    time_zone: str = "UTC"
+
+    @classmethod
+    def create(
+        cls,
+        fmt: ValueFormat | str,
+        schema: StructType | None,
+        *,
+        column: str,
+        time_zone: str = "UTC",
+    ) -> ColumnCodec:
+        """Check the format, schema and time zone together and build the codec.
+
+        Parameters
+        ----------
+        fmt
+            The format, or the raw option text (parsed as option ``{column}Format``).
+        schema
+            Required for ``json`` (from the ``{column}Schema`` option), refused otherwise.
+        column
+            ``"key"`` or ``"value"``, used to name options in error messages.
+        time_zone
+            An IANA zone or ``UTC`` for JSON timestamps written without a zone.
+
+        Raises
+        ------
+        OptionError
+            For a missing or unexpected schema, a schema JSON cannot decode into (a map with
+            non-string keys), or an unknown time zone.
+        """
+        if not isinstance(fmt, ValueFormat):
+            fmt = ValueFormat.parse(f"{column}Format", fmt)
+        option = f"{column}Schema"
+        if fmt is ValueFormat.JSON and schema is None:
+            raise OptionError(
+                f"option {option} is required with {column}Format json: give the JSON "
+                f'fields as a DDL string, e.g. .option("{option}", "id INT, name STRING")'
+            )
+        if fmt is not ValueFormat.JSON and schema is not None:
+            raise OptionError(
+                f"option {option} is only used with {column}Format json, but {column}Format is "
+                f"{fmt.value}: remove {option} or set {column}Format json"
+            )
+        if schema is not None:
+            _check_json_schema(schema, option)
+        _zone(time_zone)
+        return cls(fmt, schema, column, time_zone)
+
+    @property
+    def spark_type(self) -> DataType:
+        """The Spark type of the decoded column."""
+        return self.schema if self.schema is not None else _SPARK_TYPES[self.format]
+
+    def ddl_type(self) -> str:
+        """DDL text of :attr:`spark_type`, for the data source's schema string."""
+        return type_to_ddl(self.spark_type)
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        """The Arrow type Spark expects in record batches for :attr:`spark_type`."""
+        return to_arrow_type(self.spark_type, timezone=_ARROW_TIME_ZONE)
+
+    @property
+    def order_preserving(self) -> bool:
+        """True when byte order equals Spark's order of the decoded values.
+
+        Only then may range filters on the column be pushed down as key ranges.
+        """
+        return self.format in (ValueFormat.BINARY, ValueFormat.STRING)
+
+    # -- decoding -------------------------------------------------------------------------
+    def decode(
+        self,
+        values: Sequence[bytes | None],
+        *,
+        locate: Callable[[int], str],
+        permissive: bool,
+    ) -> tuple[pa.Array, int]:
+        """Decode a batch of stored bytes.
+
+        Parameters
+        ----------
+        values
+            The stored bytes; None (a delete's value) stays null.
+        locate
+            Gives the location of ``values[i]`` for error messages, e.g.
+            ``"topic orders-changelog partition 3 offset 1234"``.
+        permissive
+            True: an undecodable value becomes null and is counted. False: raise.
+
+        Returns
+        -------
+        tuple of (pyarrow.Array, int)
+            The decoded array (:attr:`arrow_type`, ``len(values)`` long) and the number of
+            undecodable values.
+
+        Raises
+        ------
+        DecodeError
+            When not permissive, for the first undecodable value.
+        """
+        if self.format is ValueFormat.BINARY:
+            return pa.array(values, pa.binary()), 0
+        if self.format is ValueFormat.STRING:
+            return self._decode_string(values, locate, permissive)
+        if self.format is ValueFormat.JSON:
+            return self._decode_json(values, locate, permissive)
+        return self._decode_fixed(values, locate, permissive)
+
+    def _decode_string(
+        self, values: Sequence[bytes | None], locate: Callable[[int], str], permissive: bool
+    ) -> tuple[pa.Array, int]:
+        binary = pa.array(values, pa.binary())
+        try:
+            return binary.cast(pa.string()), 0
+        except pa.ArrowInvalid:
+            pass  # some value is not UTF-8: find it (or them) one by one
+        texts: list[str | None] = []
+        bad = 0
+        for index, raw in enumerate(values):
+            if raw is None:
+                texts.append(None)
+                continue
+            try:
+                texts.append(str(raw, "utf-8"))
+            except UnicodeDecodeError as exc:
+                if not permissive:
+                    reason = f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at byte {exc.start}"
+                    raise self._failure(index, raw, locate, reason) from None
+                bad += 1
+                texts.append(None)
+        return pa.array(texts, pa.string()), bad
+
+    def _decode_fixed(
+        self, values: Sequence[bytes | None], locate: Callable[[int], str], permissive: bool
+    ) -> tuple[pa.Array, int]:
+        width, code = _FIXED_WIDTH[self.format]
+        binary = pa.array(values, pa.binary())
+        wrong = pc.fill_null(pc.not_equal(pc.binary_length(binary), width), False)
+        bad_indices = pc.indices_nonzero(wrong).to_pylist()
+        if bad_indices and not permissive:
+            index = bad_indices[0]
+            raw = values[index]
+            assert raw is not None
+            reason = f"expected {width} bytes, got {len(raw)}"
+            raise self._failure(index, raw, locate, reason)
+        if bad_indices:
+            binary = pc.if_else(wrong, pa.scalar(None, pa.binary()), binary)
+            skip = set(bad_indices)
+            data = b"".join(v for i, v in enumerate(values) if v is not None and i not in skip)
+        else:
+            data = b"".join(v for v in values if v is not None)
+        count = len(data) // width
+        dense = pa.array(struct.unpack(f">{count}{code}", data), self.arrow_type)
+        if count == len(values):
+            return dense, 0
+        # Scatter the decoded values between the nulls (deletes and undecodable values).
+        nulls = pa.nulls(len(values), self.arrow_type)
+        return pc.replace_with_mask(nulls, pc.is_valid(binary), dense), len(bad_indices)
+
+    def _decode_json(
+        self, values: Sequence[bytes | None], locate: Callable[[int], str], permissive: bool
+    ) -> tuple[pa.Array, int]:
+        assert self.schema is not None
+        convert = _struct_converter(self.schema, _zone(self.time_zone))
+        rows: list[dict[str, Any] | None] = []
+        bad = 0
+        for index, raw in enumerate(values):
+            if raw is None:
+                rows.append(None)
+                continue
+            try:
+                rows.append(_json_row(raw, convert))
+            except _Mismatch as exc:
+                if not permissive:
+                    raise self._failure(index, raw, locate, exc.describe()) from None
+                bad += 1
+                rows.append(None)
+        try:
+            return pa.array(rows, type=self.arrow_type), bad
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # a row the converters accepted but Arrow did not: find it (or them)
+        for index, row in enumerate(rows):
+            try:
+                pa.array([row], type=self.arrow_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                raw = values[index]
+                assert raw is not None
+                if not permissive:
+                    raise self._failure(index, raw, locate, f"not convertible: {exc}") from None
+                bad += 1
+                rows[index] = None
+        return pa.array(rows, type=self.arrow_type), bad
+
+    def _failure(
+        self, index: int, raw: bytes, locate: Callable[[int], str], reason: str
+    ) -> DecodeError:
+        preview = bytes(raw[:_PREVIEW_BYTES]).hex()
+        more = "..." if len(raw) > _PREVIEW_BYTES else ""
+        return DecodeError(
+            f"cannot decode the {self.column} at {locate(index)} as {self.format.value}: "
+            f"{reason} ({len(raw)} bytes: {preview or 'empty'}{more}). Fix the data, read it "
+            f"with {self.column}Format binary, or set mode PERMISSIVE to turn undecodable "
+            "values into nulls.",
+            index=index,
+        )
+
+    # -- encoding -------------------------------------------------------------------------
+    def encode(self, value: object) -> bytes:
+        """Encode a filter literal to the stored bytes, for pushdown.
+
+        Raises
+        ------
+        EncodeError
+            When the literal has the wrong Python type or range for the format, for ``json``
+            (never pushable), and for double zeros and NaNs (several byte forms compare
+            equal in Spark). The filter then stays with Spark.
+        """
+        fmt = self.format
+        if fmt is ValueFormat.BINARY and isinstance(value, (bytes, bytearray)):
+            return bytes(value)
+        if fmt is ValueFormat.STRING and isinstance(value, str):
+            try:
+                return value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise EncodeError(f"cannot encode {value!r} as UTF-8: {exc}") from None
+        if fmt in (ValueFormat.LONG, ValueFormat.INT) and _is_int(value):
+            assert isinstance(value, int)
+            width, code = _FIXED_WIDTH[fmt]
+            limit = 1 << (width * 8 - 1)
+            if not -limit <= value < limit:
+                raise EncodeError(f"{value} is out of range for {self.column}Format {fmt.value}")
+            return struct.pack(f">{code}", value)
+        if fmt is ValueFormat.DOUBLE and (_is_int(value) or isinstance(value, float)):
+            assert isinstance(value, (int, float))
+            try:
+                number = float(value)
+            except OverflowError:
+                raise EncodeError(f"{value} is out of range for a double") from None
+            if number == 0.0 or number != number:
+                raise EncodeError(
+                    f"{number} is not pushable for {self.column}Format double: Spark treats "
+                    "0.0 and -0.0 (and all NaNs) as equal, but their bytes differ"
+                )
+            return struct.pack(">d", number)
+        if fmt is ValueFormat.JSON:
+            raise EncodeError(f"filters on a json {self.column} column are not pushable")
+        raise EncodeError(
+            f"cannot encode {type(value).__name__} {value!r} for {self.column}Format {fmt.value}"
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _zone(name: str) -> dt.tzinfo:
+    if name.upper() in ("UTC", "Z", "GMT"):
+        return dt.timezone.utc
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise OptionError(
+            f"unknown time zone {name!r} for JSON timestamps: use an IANA zone such as "
+            "'Europe/Paris', or 'UTC'"
+        ) from None
+
+
+def _check_json_schema(schema: StructType, option: str) -> None:
+    try:
+        # Spark re-parses the schema string we give it: what it sees must be this schema.
+        same = parse_ddl(type_to_ddl(schema)) == schema
+    except DDLError as exc:
+        raise OptionError(f"option {option}: {exc}") from None
+    if not same:
+        raise OptionError(
+            f"option {option}: the schema cannot be written as DDL (non-nullable array "
+            "elements or map values, or field metadata other than comments): build it with "
+            "parse_ddl"
+        )
+    for inner in _walk(schema):
+        if isinstance(inner, MapType) and not isinstance(inner.keyType, StringType):
+            raise OptionError(
+                f"option {option}: {type_to_ddl(inner)} cannot be read from JSON, whose "
+                "object keys are strings: use MAP<STRING, ...>"
+            )
+
+
+def _walk(data_type: DataType) -> list[DataType]:
+    found = [data_type]
+    if isinstance(data_type, StructType):
+        for field in data_type.fields:
+            found.extend(_walk(field.dataType))
+    elif isinstance(data_type, ArrayType):
+        found.extend(_walk(data_type.elementType))
+    elif isinstance(data_type, MapType):
+        found.extend(_walk(data_type.keyType) + _walk(data_type.valueType))
+    return found
+
+
+# -- JSON -----------------------------------------------------------------------------------
+class _JsonFloat(float):
+    """A JSON non-integer number that remembers its text (decimals are built from it)."""
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> _JsonFloat:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+_JSON = json.JSONDecoder(parse_float=_JsonFloat, parse_constant=_JsonFloat)
+_Convert = Callable[[Any], Any]
+
+
+class _Mismatch(Exception):
+    """A JSON value does not fit the schema; becomes a DecodeError or a counted null."""
+
+    def __init__(self, reason: str, path: tuple[str, ...] = ()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
+
+    def at(self, step: str) -> _Mismatch:
+        return _Mismatch(self.reason, (step, *self.path))
+
+    def describe(self) -> str:
+        where = "".join(self.path).lstrip(".")
+        return f"field {where}: {self.reason}" if where else self.reason
+
+
+def _json_row(raw: bytes, convert: _Convert) -> Any:
+    try:
+        parsed = _JSON.decode(str(raw, "utf-8"))
+    except UnicodeDecodeError as exc:
+        raise _Mismatch(f"invalid UTF-8 at byte {exc.start}") from None
+    except (ValueError, RecursionError) as exc:
+        raise _Mismatch(f"invalid JSON: {exc}") from None
+    return None if parsed is None else convert(parsed)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        return f"string {json.dumps(shown, ensure_ascii=False)}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, _JsonFloat):
+        return f"number {value.text}"
+    if isinstance(value, int):
+        return f"number {value}"
+    return "an object" if isinstance(value, dict) else "an array"
+
+
+def _mismatch(expected: str, value: Any) -> _Mismatch:
+    return _Mismatch(f"expected {expected}, got {_describe(value)}")
+
+
+def _struct_converter(schema: StructType, zone: dt.tzinfo) -> _Convert:
+    fields = [(f.name, _json_converter(f.dataType, zone), f.nullable) for f in schema.fields]
+
+    def convert(value: Any) -> dict[str, Any]:
+        if type(value) is not dict:
+            raise _mismatch("a JSON object", value)
+        row: dict[str, Any] = {}
+        for name, convert_field, nullable in fields:
+            item = value.get(name)
+            if item is None:
+                if not nullable:
+                    raise _Mismatch("missing or null, but the schema says NOT NULL", (f".{name}",))
+                row[name] = None
+                continue
+            try:
+                row[name] = convert_field(item)
+            except _Mismatch as exc:
+                raise exc.at(f".{name}") from None
+        return row
+
+    return convert
+
+
+def _json_converter(data_type: DataType, zone: dt.tzinfo) -> _Convert:
+    if isinstance(data_type, StructType):
+        return _struct_converter(data_type, zone)
+    if isinstance(data_type, ArrayType):
+        return _array_converter(_json_converter(data_type.elementType, zone))
+    if isinstance(data_type, MapType):
+        return _map_converter(_json_converter(data_type.valueType, zone))
+    if isinstance(data_type, StringType):
+        return _to_string
+    if isinstance(data_type, BooleanType):
+        return _to_boolean
+    if isinstance(data_type, (ByteType, ShortType, IntegerType, LongType)):
+        return _int_converter(data_type)
+    if isinstance(data_type, (FloatType, DoubleType)):
+        return _to_float
+    if isinstance(data_type, DecimalType):
+        return _decimal_converter(data_type)
+    if isinstance(data_type, BinaryType):
+        return _to_binary
+    if isinstance(data_type, DateType):
+        return _to_date
+    if isinstance(data_type, TimestampType):
+        return lambda value: _to_micros(value, zone)
+    if isinstance(data_type, TimestampNTZType):
+        return lambda value: _to_micros(value, None)
+    raise OptionError(f"JSON decoding does not support {data_type.simpleString()}")
+
+
+def _array_converter(convert_element: _Convert) -> _Convert:
+    def convert(value: Any) -> list[Any]:
+        if type(value) is not list:
+            raise _mismatch("an array", value)
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(None if item is None else convert_element(item))
+            except _Mismatch as exc:
+                raise exc.at(f"[{index}]") from None
+        return items
+
+    return convert
+
+
+def _map_converter(convert_value: _Convert) -> _Convert:
+    def convert(value: Any) -> list[tuple[str, Any]]:
+        if type(value) is not dict:
+            raise _mismatch("an object (for a MAP)", value)
+        entries = []
+        for key, item in value.items():
+            try:
+                entries.append((key, None if item is None else convert_value(item)))
+            except _Mismatch as exc:
+                raise exc.at(f"[{json.dumps(key, ensure_ascii=False)}]") from None
+        return entries
+
+    return convert
+
+
+def _to_string(value: Any) -> str:
+    if type(value) is str:
+        return value
+    if isinstance(value, _JsonFloat):
+        return value.text
+    # Like Spark: any other JSON value is kept as its (compact) JSON text.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _to_boolean(value: Any) -> bool:
+    if value is True or value is False:
+        return value
+    raise _mismatch("BOOLEAN (true or false)", value)
+
+
+_INT_BITS: dict[type[DataType], int] = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
+
+
+def _int_converter(data_type: DataType) -> _Convert:
+    bits = _INT_BITS[type(data_type)]
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    expected = f"{type_to_ddl(data_type)} (an integer from {low} to {high})"
+
+    def convert(value: Any) -> int:
+        if type(value) is int and low <= value <= high:
+            return value
+        raise _mismatch(expected, value)
+
+    return convert
+
+
+_FLOAT_WORDS = {
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+    "+Infinity": float("inf"),
+    "+INF": float("inf"),
+    "-Infinity": float("-inf"),
+    "-INF": float("-inf"),
+}
+
+
+def _to_float(value: Any) -> float:
+    kind = type(value)
+    if kind is _JsonFloat:
+        return float(value)
+    if kind is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return float("inf") if value > 0 else float("-inf")
+    if kind is str and value in _FLOAT_WORDS:
+        return _FLOAT_WORDS[value]
+    raise _mismatch("a number (or NaN, Infinity, -Infinity as strings)", value)
+
+
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_DECIMAL_CONTEXT = decimal.Context(prec=200, Emax=10_000, Emin=-10_000)
+
+
+def _decimal_converter(data_type: DecimalType) -> _Convert:
+    precision, scale = data_type.precision, data_type.scale
+    quantum = decimal.Decimal(1).scaleb(-scale)
+    expected = f"{type_to_ddl(data_type)} (a number with at most {precision - scale} digits "
+    expected += "before the point)"
+
+    def convert(value: Any) -> decimal.Decimal:
+        kind = type(value)
+        if kind is int:
+            text = str(value)
+        elif kind is _JsonFloat:
+            text = value.text
+        elif kind is str:
+            text = value.replace(",", "")  # Spark's decimal parser drops grouping commas
+        else:
+            raise _mismatch(expected, value)
+        if not _DECIMAL_TEXT.fullmatch(text):
+            raise _mismatch(expected, value)
+        try:
+            rounded = decimal.Decimal(text).quantize(
+                quantum, rounding=decimal.ROUND_HALF_UP, context=_DECIMAL_CONTEXT
+            )
+        except decimal.InvalidOperation:
+            raise _mismatch(expected, value) from None
+        if len(rounded.as_tuple().digits) > precision:
+            raise _mismatch(expected, value)
+        return rounded
+
+    return convert
+
+
+def _to_binary(value: Any) -> bytes:
+    if type(value) is str:
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    raise _mismatch("BINARY (a base64 string)", value)
+
+
+_DATE = re.compile(r"\s*(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ].*)?)?)?\s*", re.DOTALL)
+_TIMESTAMP = re.compile(
+    r"\s*(?P<year>\d{4})(?:-(?P<month>\d{1,2})(?:-(?P<day>\d{1,2}))?)?"
+    r"(?:[T ](?P<hour>\d{1,2})(?::(?P<minute>\d{1,2})"
+    r"(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{1,9}))?)?)?)?"
+    r"\s*(?P<zone>Z|[+-]\d{1,2}(?::?\d{2}){0,2}|(?:UTC|GMT|UT)(?:[+-]\d{1,2}(?::?\d{2})?)?"
+    r"|[A-Za-z][\w+\-]*(?:/[\w+\-]+)+)?\s*"
+)
+_OFFSET = re.compile(r"([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?")
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = _EPOCH.replace(tzinfo=dt.timezone.utc)
+_MICROSECOND = dt.timedelta(microseconds=1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _to_date(value: Any) -> dt.date:
+    match = _DATE.fullmatch(value) if type(value) is str else None
+    if match:
+        year, month, day = (int(part) if part else 1 for part in match.groups())
+        try:
+            return dt.date(year, month, day)
+        except ValueError:
+            pass
+    raise _mismatch("DATE (a string like 2024-05-31)", value)
+
+
+def _to_micros(value: Any, zone: dt.tzinfo | None) -> int:
+    """Microseconds since the epoch; ``zone`` None means TIMESTAMP_NTZ (wall-clock time)."""
+    stamp = None
+    if type(value) is int and zone is not None:
+        micros = value * 1_000_000  # Spark reads a JSON integer as epoch seconds
+        if _INT64[0] <= micros <= _INT64[1]:
+            return micros
+    elif type(value) is str:
+        stamp = _parse_timestamp(value)
+    if stamp is not None:
+        if zone is None and stamp.tzinfo is None:
+            return (stamp - _EPOCH) // _MICROSECOND
+        if zone is not None:
+            if stamp.tzinfo is None:
+                stamp = stamp.replace(tzinfo=zone)
+            return (stamp - _EPOCH_UTC) // _MICROSECOND
+    if zone is None:
+        raise _mismatch("TIMESTAMP_NTZ (an ISO-8601 string without a time zone)", value)
+    raise _mismatch("TIMESTAMP (an ISO-8601 string or epoch seconds)", value)
+
+
+def _parse_timestamp(text: str) -> dt.datetime | None:
+    """The timestamp in ``text`` (aware when a zone is written), None when there is none."""
+    try:
+        if len(text) >= 19 and text[10] in "T " and text[13] == ":" and text[16] == ":":
+            try:  # the common spelling, parsed in C
+                return dt.datetime.fromisoformat(text)
+            except ValueError:
+                pass  # another spelling Spark accepts: the general parser below
+        match = _TIMESTAMP.fullmatch(text)
+        if match is None:
+            return None
+        stamp = dt.datetime(
+            int(match["year"]),
+            int(match["month"] or 1),
+            int(match["day"] or 1),
+            int(match["hour"] or 0),
+            int(match["minute"] or 0),
+            int(match["second"] or 0),
+            int((match["fraction"] or "").ljust(6, "0")[:6]),
+        )
+        return stamp.replace(tzinfo=_written_zone(match["zone"])) if match["zone"] else stamp
+    except (ValueError, OverflowError, zoneinfo.ZoneInfoNotFoundError):
+        return None
+
+
+def _written_zone(text: str) -> dt.tzinfo:
+    if text == "Z":
+        return dt.timezone.utc
+    for prefix in ("UTC", "GMT", "UT"):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+            if not text:
+                return dt.timezone.utc
+            break
+    offset = _OFFSET.fullmatch(text)
+    if offset is None:
+        return zoneinfo.ZoneInfo(text)
+    sign, hours, minutes, seconds = offset.groups()
+    delta = dt.timedelta(hours=int(hours), minutes=int(minutes or 0), seconds=int(seconds or 0))
+    return dt.timezone(-delta if sign == "-" else delta)

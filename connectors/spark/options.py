@@ -1,0 +1,438 @@
+"""The options of the ``spark_statestore`` data source, parsed once into frozen dataclasses.
+
+Spark passes options as a case-insensitive map of strings. :func:`parse_source_options`
+and :func:`parse_reader_options` turn that map into :class:`SourceOptions` (the follower
+source, ``spark.readStream``) and :class:`ReaderOptions` (the snapshot reader,
+``spark.read``). Nothing else in the connector reads raw option strings. An unknown or
+misspelled option, a malformed value or a missing required option raises
+:class:`~spark_statestore.errors.OptionError` naming the option and, for a misspelling, the
+closest valid name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from spark_statestore.errors import InvalidPositionError, OptionError
+from spark_statestore.partition_spec import parse_partitions
+from spark_statestore.position import Position, PositionBound
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "DecodeMode",
+    "FormatOptions",
+    "ReaderOptions",
+    "SourceOptions",
+    "StartingOffsets",
+    "StoreType",
+    "View",
+    "parse_reader_options",
+    "parse_source_options",
+]
+
+EARLIEST = -2
+"""Kafka's (and Spark's offsets JSON) marker for the earliest available offset."""
+LATEST = -1
+"""Kafka's (and Spark's offsets JSON) marker for the end of a partition."""
+
+KAFKA_PREFIX = "kafka."
+
+
+class StoreType(str, Enum):
+    """What kind of Kafka Streams store the changelog belongs to (``storeType``)."""
+
+    KEY_VALUE = "keyvalue"
+    TIMESTAMPED = "timestamped"
+    WINDOW = "window"
+
+
+class View(str, Enum):
+    """What a snapshot read returns (``view``)."""
+
+    DATA = "data"
+    POSITION = "position"
+    LAG = "lag"
+    METADATA = "metadata"
+
+
+class DecodeMode(str, Enum):
+    """What an undecodable key or value does (``mode``), as in Spark's JSON/CSV readers."""
+
+    FAILFAST = "failfast"
+    PERMISSIVE = "permissive"
+
+
+@dataclass(frozen=True, slots=True)
+class StartingOffsets:
+    """Where the change feed of a new query starts (``startingOffsets``).
+
+    ``kind`` is ``earliest``, ``latest`` or ``json``; for ``json``, ``offsets`` maps every
+    followed partition to an offset or to :data:`EARLIEST` / :data:`LATEST`.
+    """
+
+    kind: str
+    offsets: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FormatOptions:
+    """How keys and values are decoded into columns (shared by the source and the reader).
+
+    ``key_schema`` / ``value_schema`` are DDL strings, only for the ``json`` format; their
+    parsing and the codecs live in :mod:`spark_statestore.connectors.spark.formats`.
+    """
+
+    key_format: str = "binary"
+    value_format: str = "binary"
+    key_schema: str | None = None
+    value_schema: str | None = None
+    mode: DecodeMode = DecodeMode.FAILFAST
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """The follower source's options (``spark.readStream.format("spark_statestore")``)."""
+
+    path: str
+    bootstrap_servers: str
+    changelog: str
+    kafka: Mapping[str, str]
+    starting_offsets: StartingOffsets
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    partitions: tuple[int, ...] | None
+    key_prefix: bytes | None
+    store_type: StoreType
+    formats: FormatOptions
+    skip_missing_positions: bool
+    serve_host: str
+    serve_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderOptions:
+    """The snapshot reader's options (``spark.read.format("spark_statestore")``)."""
+
+    path: str
+    view: View
+    formats: FormatOptions
+    position_bound: PositionBound
+    max_lag: int | None
+    bootstrap_servers: str | None
+    kafka: Mapping[str, str]
+
+
+# -- the option names ---------------------------------------------------------------------
+_FORMAT_OPTIONS = ("keyformat", "valueformat", "keyschema", "valueschema", "mode")
+_SOURCE_OPTIONS = (
+    "path",
+    "changelog",
+    "startingoffsets",
+    "maxoffsetspertrigger",
+    "failondataloss",
+    "includeheaders",
+    "partitions",
+    "keyprefix",
+    "storetype",
+    "onmissingposition",
+    "servehost",
+    "serveport",
+    *_FORMAT_OPTIONS,
+)
+_READER_OPTIONS = ("path", "view", "positionbound", "maxlag", *_FORMAT_OPTIONS)
+
+# Spark lower-cases option names; error messages use the documented spelling.
+_SPELLING = {
+    name.lower(): name
+    for name in (
+        "path",
+        "changelog",
+        "startingOffsets",
+        "maxOffsetsPerTrigger",
+        "failOnDataLoss",
+        "includeHeaders",
+        "partitions",
+        "keyPrefix",
+        "storeType",
+        "onMissingPosition",
+        "serveHost",
+        "servePort",
+        "keyFormat",
+        "valueFormat",
+        "keySchema",
+        "valueSchema",
+        "mode",
+        "view",
+        "positionBound",
+        "maxLag",
+        "kafka.bootstrap.servers",
+    )
+}
+
+# Consumer settings the connector owns: passing them would break its guarantees.
+_RESERVED_KAFKA = {
+    "group.id": "the connector never joins a consumer group",
+    "enable.auto.commit": "the store records what it applied; offsets are never committed",
+    "isolation.level": "changelogs are always read with read_committed",
+    "auto.offset.reset": "use startingOffsets and failOnDataLoss",
+    "key.deserializer": "keys are bytes; use keyFormat",
+    "value.deserializer": "values are bytes; use valueFormat",
+}
+
+
+def spelling(name: str) -> str:
+    """The documented spelling of a (lower-cased) option name."""
+    return _SPELLING.get(name.lower(), name)
+
+
+class _Options:
+    """A view of Spark's option map that records which options were read."""
+
+    def __init__(self, raw: Mapping[str, Any], valid: tuple[str, ...], surface: str) -> None:
+        self._raw = {str(k).lower(): v for k, v in raw.items()}
+        self._surface = surface
+        unknown = [k for k in self._raw if k not in valid and not k.startswith(KAFKA_PREFIX)]
+        if unknown:
+            name = unknown[0]
+            close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+            hint = f"; did you mean {spelling(close[0])!r}?" if close else ""
+            raise OptionError(
+                f"unknown option {name!r} for {surface}{hint} Valid options: "
+                + ", ".join(spelling(v) for v in valid)
+                + ", kafka.*"
+            )
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        value = self._raw.get(name)
+        if value is None:
+            return default
+        value = str(value).strip()
+        if not value:
+            raise OptionError(f"option {spelling(name)!r} of {self._surface} is empty")
+        return value
+
+    def required(self, name: str, what: str) -> str:
+        value = self.text(name)
+        if value is None:
+            raise OptionError(f"option {spelling(name)!r} is required for {self._surface}: {what}")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.text(name)
+        if value is None:
+            return default
+        lowered = value.lower()
+        if lowered not in ("true", "false"):
+            raise OptionError(f"option {spelling(name)!r} must be 'true' or 'false', got {value!r}")
+        return lowered == "true"
+
+    def integer(self, name: str, minimum: int) -> int | None:
+        value = self.text(name)
+        if value is None:
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            raise OptionError(
+                f"option {spelling(name)!r} must be an integer >= {minimum}, got {value!r}"
+            ) from None
+        if number < minimum:
+            raise OptionError(
+                f"option {spelling(name)!r} must be an integer >= {minimum}, got {value!r}"
+            )
+        return number
+
+    def choice(self, name: str, enum: type[Enum], default: Enum) -> Any:
+        value = self.text(name)
+        if value is None:
+            return default
+        try:
+            return enum(value.lower())
+        except ValueError:
+            choices = [str(member.value) for member in enum]
+            close = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise OptionError(
+                f"option {spelling(name)!r} must be one of {choices}, got {value!r}{hint}"
+            ) from None
+
+    def kafka(self) -> dict[str, str]:
+        settings = {
+            k[len(KAFKA_PREFIX) :]: str(v)
+            for k, v in self._raw.items()
+            if k.startswith(KAFKA_PREFIX)
+        }
+        for key, why in _RESERVED_KAFKA.items():
+            if key in settings:
+                raise OptionError(f"option 'kafka.{key}' cannot be set: {why}")
+        return settings
+
+
+def _formats(options: _Options) -> FormatOptions:
+    from spark_statestore.connectors.spark.formats import ValueFormat
+
+    key_format = ValueFormat.parse("keyFormat", options.text("keyformat", "binary") or "binary")
+    value_format = ValueFormat.parse(
+        "valueFormat", options.text("valueformat", "binary") or "binary"
+    )
+    formats = FormatOptions(
+        key_format=key_format.value,
+        value_format=value_format.value,
+        key_schema=options.text("keyschema"),
+        value_schema=options.text("valueschema"),
+        mode=options.choice("mode", DecodeMode, DecodeMode.FAILFAST),
+    )
+    # Build the codecs once here, so a bad schema or format combination fails at the
+    # boundary with the option's name, not later in a task.
+    codecs_for(formats)
+    return formats
+
+
+def codecs_for(formats: FormatOptions) -> tuple[Any, Any]:
+    """The key and value :class:`~spark_statestore.connectors.spark.formats.ColumnCodec`."""
+    from spark_statestore.connectors.spark.ddl import parse_ddl
+    from spark_statestore.connectors.spark.formats import ColumnCodec, ValueFormat
+
+    def codec(fmt: str, schema: str | None, column: str) -> Any:
+        struct = None
+        if schema is not None:
+            struct = parse_ddl(schema, option=f"{column}Schema")
+        return ColumnCodec.create(ValueFormat(fmt), struct, column=column)
+
+    return (
+        codec(formats.key_format, formats.key_schema, "key"),
+        codec(formats.value_format, formats.value_schema, "value"),
+    )
+
+
+def _starting_offsets(text: str | None) -> StartingOffsets:
+    if text is None or text.lower() == "earliest":
+        return StartingOffsets("earliest")
+    if text.lower() == "latest":
+        return StartingOffsets("latest")
+    example = 'earliest, latest, or JSON like {"0": 12, "1": -2} (-2 earliest, -1 latest)'
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise OptionError(f"option 'startingOffsets' must be {example}, got {text!r}") from None
+    if isinstance(raw, dict) and len(raw) == 1 and isinstance(next(iter(raw.values())), dict):
+        raw = next(iter(raw.values()))  # Spark's Kafka form: {"topic": {"0": 12}}
+    if not isinstance(raw, dict) or not raw:
+        raise OptionError(f"option 'startingOffsets' must be {example}, got {text!r}")
+    offsets: dict[int, int] = {}
+    for partition, offset in raw.items():
+        if (
+            not str(partition).isdigit()
+            or isinstance(offset, bool)
+            or not isinstance(offset, int)
+            or offset < EARLIEST
+        ):
+            raise OptionError(
+                f"option 'startingOffsets' has a bad entry {partition!r}: {offset!r}; "
+                f"expected {example}"
+            )
+        offsets[int(partition)] = offset
+    return StartingOffsets("json", offsets)
+
+
+def _key_prefix(text: str | None) -> bytes | None:
+    if text is None:
+        return None
+    if text.lower().startswith("hex:"):
+        try:
+            return bytes.fromhex(text[4:])
+        except ValueError:
+            raise OptionError(
+                f"option 'keyPrefix' {text!r} is not valid hex after 'hex:'"
+            ) from None
+    return text.encode()
+
+
+def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
+    """Parse and check the follower source's options.
+
+    Raises
+    ------
+    OptionError
+        Naming the unknown, misspelled, malformed or missing option.
+    """
+    options = _Options(raw, _SOURCE_OPTIONS, "the spark_statestore follower source")
+    path = options.required("path", "the store directory, e.g. .load('/data/stores/orders')")
+    kafka = options.kafka()
+    bootstrap = kafka.pop("bootstrap.servers", None)
+    if not bootstrap:
+        raise OptionError(
+            "option 'kafka.bootstrap.servers' is required for the spark_statestore follower "
+            "source: the Kafka cluster of the changelog, e.g. 'broker1:9092'"
+        )
+    changelog = options.required(
+        "changelog", "the changelog topic to follow, e.g. 'app-store-changelog'"
+    )
+    partitions_text = options.text("partitions")
+    partitions = None
+    if partitions_text is not None:
+        partitions = tuple(parse_partitions(partitions_text, option="partitions"))
+    serve_port = options.integer("serveport", 0)
+    return SourceOptions(
+        path=path,
+        bootstrap_servers=bootstrap,
+        changelog=changelog,
+        kafka=kafka,
+        starting_offsets=_starting_offsets(options.text("startingoffsets")),
+        max_offsets_per_trigger=options.integer("maxoffsetspertrigger", 1),
+        fail_on_data_loss=options.boolean("failondataloss", True),
+        include_headers=options.boolean("includeheaders", False),
+        partitions=partitions,
+        key_prefix=_key_prefix(options.text("keyprefix")),
+        store_type=options.choice("storetype", StoreType, StoreType.KEY_VALUE),
+        formats=_formats(options),
+        skip_missing_positions=_on_missing_position(options.text("onmissingposition")),
+        serve_host=options.text("servehost", "127.0.0.1") or "127.0.0.1",
+        serve_port=0 if serve_port is None else serve_port,
+    )
+
+
+def _on_missing_position(text: str | None) -> bool:
+    if text is None or text.lower() == "fail":
+        return False
+    if text.lower() == "skip":
+        return True
+    raise OptionError(
+        f"option 'onMissingPosition' must be 'fail' (default) or 'skip', got {text!r}"
+    )
+
+
+def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
+    """Parse and check the snapshot reader's options.
+
+    Raises
+    ------
+    OptionError
+        Naming the unknown, misspelled, malformed or missing option.
+    """
+    options = _Options(raw, _READER_OPTIONS, "the spark_statestore snapshot reader")
+    path = options.required("path", "the store directory, e.g. .load('/data/stores/orders')")
+    bound_text = options.text("positionbound")
+    bound = PositionBound.unbounded()
+    if bound_text is not None:
+        try:
+            bound = PositionBound.at(Position.from_json(bound_text))
+        except InvalidPositionError as exc:
+            raise OptionError(f"option 'positionBound': {exc}") from exc
+    kafka = options.kafka()
+    return ReaderOptions(
+        path=path,
+        view=options.choice("view", View, View.DATA),
+        formats=_formats(options),
+        position_bound=bound,
+        max_lag=options.integer("maxlag", 0),
+        bootstrap_servers=kafka.pop("bootstrap.servers", None),
+        kafka=kafka,
+    )

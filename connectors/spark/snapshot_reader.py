@@ -1,0 +1,371 @@
+"""The snapshot reader: ``spark.read.format("spark_statestore").load(path)``.
+
+Reads one consistent snapshot of a store. When the store has a live owner (a running
+follower query), the reader goes through the owner's Flight server: planning pins a
+snapshot, the task reads exactly that snapshot, and its position is the one checked
+against ``positionBound``. With no live owner the reader opens the store itself (it is
+not changing then; the task checks that the commit it planned for is still the latest).
+
+Views (``view``): ``data`` (default: key, value, partition, offset, timestamp of the
+latest write per key), ``position`` (the snapshot's position, one row per input
+topic-partition), ``lag`` (per changelog partition: current, end, lag) and ``metadata``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+
+from spark_statestore.connectors.spark.errors import SparkSourceError
+from spark_statestore.connectors.spark.options import ReaderOptions, View, codecs_for
+from spark_statestore.position import Position
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from spark_statestore.store.scan import ScanSpec
+
+__all__ = ["SnapshotReader", "StaleSnapshotError", "reader_ddl"]
+
+_log = logging.getLogger(__name__)
+
+_VIEW_DDL = {
+    View.POSITION: "topic STRING, partition INT, offset BIGINT",
+    View.LAG: "partition INT, current_offset BIGINT, end_offset BIGINT, lag BIGINT",
+    View.METADATA: (
+        "name STRING, role STRING, changelog_topic STRING, partitions INT, "
+        "held_partitions ARRAY<INT>, key_prefix BINARY, store_id STRING, created_at STRING, "
+        "commit_seq BIGINT, position STRING, changelog_offsets MAP<INT, BIGINT>, "
+        "owner_pid INT, owner_host STRING, owner_purpose STRING, flight_location STRING"
+    ),
+}
+
+
+class StaleSnapshotError(SparkSourceError):
+    """The store is behind what the read demands (``positionBound`` or ``maxLag``)."""
+
+
+def reader_ddl(options: ReaderOptions) -> str:
+    """The snapshot reader's schema as DDL, for its view and formats."""
+    if options.view is not View.DATA:
+        return _VIEW_DDL[options.view]
+    key_codec, value_codec = codecs_for(options.formats)
+    return (
+        f"key {key_codec.ddl_type()}, value {value_codec.ddl_type()}, partition INT, "
+        "offset BIGINT, timestamp TIMESTAMP"
+    )
+
+
+class _Scan(InputPartition):
+    """The data view's one task: a scan of a pinned (owner) or planned (local) snapshot."""
+
+    def __init__(
+        self,
+        scan: str,
+        location: str | None,
+        snapshot_id: str | None,
+        commit_seq: int,
+    ) -> None:
+        super().__init__(scan)
+        self.scan = scan
+        self.location = location
+        self.snapshot_id = snapshot_id
+        self.commit_seq = commit_seq
+
+
+class _Rows(InputPartition):
+    """A view computed at planning time (position, lag, metadata): the rows themselves."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        super().__init__(len(rows))
+        self.rows = rows
+
+
+class SnapshotReader(DataSourceReader):
+    """Reads one consistent snapshot of a store (or one of its views)."""
+
+    def __init__(self, options: ReaderOptions, schema: StructType) -> None:
+        self._options = options
+        self._schema = schema
+        self._scan_json: str | None = None
+        self._pushed: list[str] = []
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        if self._options.view is not View.DATA:
+            yield from filters
+            return
+        from spark_statestore.connectors.spark.pushdown import push_filters
+
+        key_codec, _ = codecs_for(self._options.formats)
+        pushdown, rest = push_filters(filters, key_codec)
+        self._scan_json = pushdown.spec().to_json()
+        self._pushed = pushdown.pushed
+        _log.info("pushed to store %s: %s", self._options.path, pushdown.pushed)
+        yield from rest
+
+    def _spec(self) -> ScanSpec:
+        from spark_statestore.store.scan import ScanSpec
+
+        if self._scan_json is None:
+            return ScanSpec.everything()
+        return ScanSpec.from_json(self._scan_json)
+
+    # -- planning (driver) -------------------------------------------------------------------
+    def partitions(self) -> list[InputPartition]:
+        from spark_statestore.serve import connect_to_owner
+
+        client = connect_to_owner(self._options.path)
+        if client is not None:
+            with client:
+                return self._plan_with_owner(client)
+        return self._plan_local()
+
+    def _plan_with_owner(self, client: Any) -> list[InputPartition]:
+        view = self._options.view
+        if view is View.DATA:
+            pinned = client.pin()
+            try:
+                self._check_bound(pinned.position)
+                if self._options.max_lag is not None:
+                    self._check_lag(_lags_from(client.describe()))
+            except BaseException:
+                client.release(pinned.snapshot_id)
+                raise
+            spec_json = self._spec().to_json()
+            return [_Scan(spec_json, client.location, pinned.snapshot_id, pinned.commit_seq)]
+        described = client.describe()
+        metadata = described
+        position = Position.from_json(json.dumps(described["position"]))
+        self._check_bound(position)
+        lags = _lags_from(described)
+        if self._options.max_lag is not None:
+            self._check_lag(lags)
+        return [_Rows(self._view_rows(metadata, position, lags))]
+
+    def _plan_local(self) -> list[InputPartition]:
+        from spark_statestore.store import Store
+        from spark_statestore.store.ownership import read_owner
+
+        with Store.open(self._options.path, purpose="Spark snapshot read (planning)") as store:
+            metadata = store.metadata
+            manifest = store.manifest
+        self._check_bound(metadata.position)
+        lags = self._lags_from_kafka(manifest, metadata.changelog_offsets)
+        if self._options.max_lag is not None:
+            if lags is None:
+                raise SparkSourceError(
+                    f"option 'maxLag': the store at {self._options.path} has no live follower "
+                    "to report its lag; set kafka.bootstrap.servers so the reader can ask "
+                    "the changelog, or drop maxLag"
+                )
+            self._check_lag(lags)
+        if self._options.view is View.DATA:
+            spec_json = self._spec().to_json()
+            return [_Scan(spec_json, None, None, metadata.commit_seq)]
+        owner = read_owner(self._options.path)
+        described = _describe(manifest, metadata, owner)
+        return [_Rows(self._view_rows(described, metadata.position, lags))]
+
+    def _check_bound(self, position: Position) -> None:
+        bound = self._options.position_bound
+        if not bound.permits(position):
+            raise StaleSnapshotError(
+                f"NOT_UP_TO_BOUND: the store at {self._options.path} is at position "
+                f"{position.to_json()}, which has not reached positionBound "
+                f"{bound.to_json()}; the follower is behind the writes you asked for: retry "
+                "later, or read without positionBound"
+            )
+
+    def _check_lag(self, lags: Mapping[int, tuple[int, int | None]] | None) -> None:
+        limit = self._options.max_lag
+        if limit is None or lags is None:
+            return
+        worst = {p: end - cur for p, (cur, end) in lags.items() if end is not None}
+        behind = {p: lag for p, lag in worst.items() if lag > limit}
+        if behind:
+            raise StaleSnapshotError(
+                f"the store at {self._options.path} lags its changelog by {behind} records "
+                f"(partition: lag), more than maxLag={limit}; retry when the follower has "
+                "caught up, or raise maxLag"
+            )
+
+    def _lags_from_kafka(
+        self, manifest: Any, offsets: Mapping[int, int]
+    ) -> dict[int, tuple[int, int | None]] | None:
+        if self._options.bootstrap_servers is None or manifest.changelog_topic is None:
+            return None
+        from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+
+        source = KafkaChangelogSource(
+            self._options.bootstrap_servers, manifest.changelog_topic, config=self._options.kafka
+        )
+        try:
+            ends = source.end_offsets(list(manifest.holds))
+        finally:
+            source.close()
+        return {p: (offsets.get(p, 0), max(ends[p], offsets.get(p, 0))) for p in ends}
+
+    def _view_rows(
+        self,
+        described: Mapping[str, Any],
+        position: Position,
+        lags: Mapping[int, tuple[int, int | None]] | None,
+    ) -> list[tuple[Any, ...]]:
+        view = self._options.view
+        if view is View.POSITION:
+            return [(t, p, o) for t, p, o in position.entries]
+        if view is View.LAG:
+            if lags is None:
+                offsets = described.get("changelog_offsets") or {}
+                return [(int(p), int(o), None, None) for p, o in sorted(offsets.items())]
+            return [
+                (p, cur, end, None if end is None else end - cur)
+                for p, (cur, end) in sorted(lags.items())
+            ]
+        owner = described.get("owner") or {}
+        prefix = described.get("key_prefix")
+        return [
+            (
+                described.get("name"),
+                described.get("role"),
+                described.get("changelog_topic"),
+                described.get("partitions"),
+                described.get("held_partitions"),
+                None if prefix is None else bytes.fromhex(prefix),
+                described.get("store_id"),
+                described.get("created_at"),
+                described.get("commit_seq"),
+                position.to_json(),
+                {int(p): int(o) for p, o in (described.get("changelog_offsets") or {}).items()},
+                owner.get("pid"),
+                owner.get("host"),
+                owner.get("purpose"),
+                owner.get("flight_location"),
+            )
+        ]
+
+    # -- reading (executor) ------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if isinstance(partition, _Rows):
+            yield from partition.rows
+            return
+        assert isinstance(partition, _Scan)
+        from spark_statestore.store.scan import ScanSpec
+
+        spec = ScanSpec.from_json(partition.scan)
+        if partition.location is not None:
+            yield from self._read_remote(partition, spec)
+        else:
+            yield from self._read_local(partition, spec)
+
+    def _read_remote(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
+        from spark_statestore.serve import SnapshotExpiredError, StoreClient
+
+        assert partition.location is not None
+        with StoreClient(partition.location) as client:
+            batches = client.scan(spec, partition.snapshot_id)
+            try:
+                first = next(batches, None)
+            except SnapshotExpiredError:
+                # The plan runs again (a re-executed DataFrame) after its pin was released:
+                # read the owner's current snapshot, at least as new as the planned one.
+                _log.info(
+                    "snapshot %s of %s was released; reading the current one",
+                    partition.snapshot_id,
+                    self._options.path,
+                )
+                batches = client.scan(spec, None)
+                first = next(batches, None)
+            if first is not None:
+                yield self._convert(first)
+            for batch in batches:
+                yield self._convert(batch)
+            if partition.snapshot_id is not None:
+                client.release(partition.snapshot_id)
+
+    def _read_local(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
+        from spark_statestore.store import Store, StoreOptions
+        from spark_statestore.store.scan import ScanStats, scan_batches
+
+        options = StoreOptions(lock_wait_seconds=30.0)
+        with (
+            Store.open(self._options.path, purpose="Spark snapshot read", options=options) as store,
+            store.snapshot() as snapshot,
+        ):
+            if snapshot.commit_seq != partition.commit_seq:
+                raise SparkSourceError(
+                    f"the store at {self._options.path} changed between planning (commit "
+                    f"{partition.commit_seq}) and reading (commit {snapshot.commit_seq}): a "
+                    "writer opened it meanwhile; re-run the query"
+                )
+            stats = ScanStats()
+            for batch in scan_batches(snapshot, spec, stats=stats):
+                yield self._convert(batch)
+            _log.info(
+                "read %s: %d rows examined, %d returned",
+                self._options.path,
+                stats.rows_examined,
+                stats.rows_returned,
+            )
+
+    def _convert(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        key_codec, value_codec = codecs_for(self._options.formats)
+        permissive = self._options.formats.mode.value == "permissive"
+        keys = batch.column(0).to_pylist()
+        partitions = batch.column(2)
+        offsets = batch.column(3)
+
+        def locate(i: int) -> str:
+            return (
+                f"store {self._options.path} key {keys[i]!r} (written from changelog "
+                f"partition {partitions[i]} offset {offsets[i]})"
+            )
+
+        key_array, _ = key_codec.decode(keys, locate=locate, permissive=permissive)
+        value_array, _ = value_codec.decode(
+            batch.column(1).to_pylist(), locate=locate, permissive=permissive
+        )
+        arrow = to_arrow_schema(self._schema, timezone="UTC")
+        columns = [key_array, value_array, partitions, offsets, batch.column(4)]
+        arrays = [c.cast(f.type) for c, f in zip(columns, arrow, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+
+def _lags_from(described: Mapping[str, Any]) -> dict[int, tuple[int, int | None]] | None:
+    raw = described.get("lags")
+    if raw is None:
+        return None
+    return {int(p): (int(v["current"]), int(v["end"])) for p, v in raw.items()}
+
+
+def _describe(manifest: Any, metadata: Any, owner: Any) -> dict[str, Any]:
+    return {
+        "name": manifest.name,
+        "role": manifest.role.value,
+        "changelog_topic": manifest.changelog_topic,
+        "partitions": manifest.partitions,
+        "held_partitions": None
+        if manifest.held_partitions is None
+        else list(manifest.held_partitions),
+        "key_prefix": None if manifest.key_prefix is None else manifest.key_prefix.hex(),
+        "store_id": manifest.store_id,
+        "created_at": manifest.created_at,
+        "commit_seq": metadata.commit_seq,
+        "changelog_offsets": dict(metadata.changelog_offsets),
+        "owner": None
+        if owner is None
+        else {
+            "pid": owner.pid,
+            "host": owner.host,
+            "purpose": owner.purpose,
+            "flight_location": owner.flight_location,
+        },
+    }

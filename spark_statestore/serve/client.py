@@ -1,0 +1,350 @@
+"""The client of a :class:`~spark_statestore.serve.server.StoreServer`.
+
+This is the adapter between Arrow Flight and the project's errors: every Flight failure is
+classified here, once. Failures the server reports arrive with their kind (see
+:mod:`~spark_statestore.serve.protocol`) and are raised as the same
+:class:`~spark_statestore.serve.errors.ServeError` subclass the server raised; transport
+failures become :class:`~spark_statestore.serve.errors.ServerUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.errors import InvalidPositionError
+from spark_statestore.position import Position
+from spark_statestore.serve.errors import (
+    BadRequestError,
+    ServeError,
+    ServerConfigError,
+    ServerUnavailableError,
+    error_class_for,
+)
+from spark_statestore.serve.protocol import (
+    ACTION_DESCRIBE,
+    ACTION_PIN,
+    ACTION_RELEASE,
+    ACTION_STATS,
+    ScanTicket,
+    decode_error_info,
+    decode_object,
+    encode_object,
+    lags_from_dict,
+    offsets_from_dict,
+    position_from_dict,
+)
+from spark_statestore.store.ownership import live_owner
+from spark_statestore.store.scan import ScanSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from spark_statestore.query import LagInfo
+
+__all__ = ["PinnedSnapshotInfo", "StoreClient", "connect_to_owner"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedSnapshotInfo:
+    """A snapshot pinned on a store server: pass ``snapshot_id`` to
+    :meth:`StoreClient.scan` to read it, and release it when done.
+
+    Parameters
+    ----------
+    snapshot_id
+        The pin's id on the server.
+    position
+        The position of the pinned commit.
+    changelog_offsets
+        ``{partition: next changelog offset}`` of the pinned commit.
+    commit_seq
+        The pinned commit's sequence number.
+    metadata
+        The server's whole description of the commit (store, topic, role, commit record...).
+    """
+
+    snapshot_id: str
+    position: Position
+    changelog_offsets: Mapping[int, int]
+    commit_seq: int
+    metadata: Mapping[str, Any]
+
+    @classmethod
+    def from_reply(cls, reply: Mapping[str, Any]) -> PinnedSnapshotInfo:
+        """Decode the reply of the ``pin`` action.
+
+        Raises
+        ------
+        BadRequestError
+            If the reply is malformed.
+        """
+        try:
+            snapshot_id = reply["snapshot_id"]
+            metadata = reply["metadata"]
+            commit_seq = metadata["commit_seq"]
+            if not isinstance(snapshot_id, str) or not isinstance(commit_seq, int):
+                raise TypeError("snapshot_id must be a str and commit_seq an int")
+            return cls(
+                snapshot_id=snapshot_id,
+                position=position_from_dict(metadata),
+                changelog_offsets=offsets_from_dict(metadata),
+                commit_seq=commit_seq,
+                metadata=metadata,
+            )
+        except (KeyError, TypeError, InvalidPositionError) as exc:
+            raise BadRequestError(f"malformed pin reply {dict(reply)!r}: {exc}") from exc
+
+
+class StoreClient:
+    """Reads a store through the Flight server of its owner.
+
+    Parameters
+    ----------
+    location
+        The server's Flight location, e.g. ``grpc+tcp://127.0.0.1:40123``.
+    timeout_s
+        Deadline of each action (pin, release, describe, stats).
+    scan_timeout_s
+        Deadline of a whole scan stream; None (default) lets large scans run as long as they
+        take.
+
+    Raises
+    ------
+    ServerConfigError
+        If ``location`` is not a string or a timeout is not a positive number.
+    """
+
+    def __init__(
+        self, location: str, *, timeout_s: float = 30.0, scan_timeout_s: float | None = None
+    ) -> None:
+        if not isinstance(location, str) or "://" not in location:
+            raise ServerConfigError(
+                f"a store server location looks like grpc+tcp://host:port, got {location!r}"
+            )
+        for name, value in (("timeout_s", timeout_s), ("scan_timeout_s", scan_timeout_s)):
+            if value is None and name == "scan_timeout_s":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ServerConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+        self.location = location
+        self.timeout_s = timeout_s
+        self.scan_timeout_s = scan_timeout_s
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._closed = False
+
+    # -- actions --------------------------------------------------------------------------
+    def pin(self) -> PinnedSnapshotInfo:
+        """Pin a snapshot of the store's latest commit on the server.
+
+        Raises
+        ------
+        TooManyPinsError
+            If the server holds its maximum number of pins.
+        ServerUnavailableError
+            If no server answers at :attr:`location`.
+        """
+        reply = self._action(ACTION_PIN, {})
+        try:
+            return PinnedSnapshotInfo.from_reply(reply)
+        except BadRequestError as exc:
+            raise ServeError(
+                f"store server {self.location} sent an unexpected pin reply: {exc}", self.location
+            ) from exc
+
+    def release(self, snapshot_id: str) -> bool:
+        """Release a pinned snapshot (idempotent); False when it was no longer pinned."""
+        reply = self._action(ACTION_RELEASE, {"snapshot_id": snapshot_id})
+        return bool(reply.get("released"))
+
+    def describe(self) -> dict[str, Any]:
+        """The store's latest commit (name, topic, position, offsets...), its ``lags``
+        (``{"0": {...}}`` or None), its ``owner`` and the number of live ``pins``."""
+        return self._action(ACTION_DESCRIBE, {})
+
+    def lags(self) -> dict[int, LagInfo] | None:
+        """``{partition: LagInfo}`` from :meth:`describe`; None when the server knows none."""
+        lags = self.describe().get("lags")
+        if lags is None:
+            return None
+        try:
+            return lags_from_dict(lags)
+        except (BadRequestError, AttributeError) as exc:
+            raise ServeError(
+                f"store server {self.location} sent malformed lags: {exc}", self.location
+            ) from exc
+
+    def stats(self) -> dict[str, int]:
+        """The server's cumulative scan counters: ``rows_examined``, ``rows_returned``,
+        ``requests``."""
+        return {key: int(value) for key, value in self._action(ACTION_STATS, {}).items()}
+
+    # -- scans ----------------------------------------------------------------------------
+    def scan(
+        self, spec: ScanSpec, snapshot_id: str | None = None
+    ) -> Generator[pa.RecordBatch, None, None]:
+        """Stream the rows ``spec`` selects as Arrow record batches (schema
+        :func:`~spark_statestore.store.snapshot.arrow_schema`). Closing the generator
+        before its end cancels the stream on the server.
+
+        Parameters
+        ----------
+        spec
+            What to read.
+        snapshot_id
+            A pinned snapshot's id (see :meth:`pin`); None reads the latest commit.
+
+        Raises
+        ------
+        SnapshotExpiredError
+            (while iterating) If the pinned snapshot was released or expired.
+        ServerUnavailableError
+            (while iterating) If no server answers at :attr:`location`.
+        """
+        ticket = ScanTicket.for_scan(spec, snapshot_id).to_bytes()
+        return self._stream(ticket)
+
+    def read_table(self, spec: ScanSpec, snapshot_id: str | None = None) -> pa.Table:
+        """:meth:`scan` collected into one Arrow table."""
+        import pyarrow as pa
+
+        from spark_statestore.store.snapshot import arrow_schema
+
+        return pa.Table.from_batches(list(self.scan(spec, snapshot_id)), schema=arrow_schema())
+
+    def _stream(self, ticket: bytes) -> Generator[pa.RecordBatch, None, None]:
+        import pyarrow as pa
+        import pyarrow.flight as flight
+
+        client = self._flight()
+        options = flight.FlightCallOptions(timeout=self.scan_timeout_s)
+        reader = None
+        finished = False
+        try:
+            reader = client.do_get(flight.Ticket(ticket), options)
+            for chunk in reader:
+                yield chunk.data
+            finished = True
+        except pa.ArrowException as exc:
+            finished = True
+            raise self._translate(exc) from exc
+        finally:
+            if reader is not None and not finished:
+                # The caller stopped early: let the server end the stream now.
+                reader.cancel()
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _action(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        import pyarrow as pa
+        import pyarrow.flight as flight
+
+        client = self._flight()
+        options = flight.FlightCallOptions(timeout=self.timeout_s)
+        try:
+            results = list(client.do_action(flight.Action(name, encode_object(body)), options))
+        except pa.ArrowException as exc:
+            raise self._translate(exc) from exc
+        if len(results) != 1:
+            raise ServeError(
+                f"store server {self.location} answered action {name!r} with {len(results)} "
+                "results instead of one; is it a spark-statestore server of this version?",
+                self.location,
+            )
+        try:
+            return decode_object(results[0].body.to_pybytes(), f"reply to action {name!r}")
+        except BadRequestError as exc:
+            raise ServeError(
+                f"store server {self.location} sent a malformed reply: {exc}", self.location
+            ) from exc
+
+    def _flight(self) -> Any:
+        with self._lock:
+            if self._closed:
+                raise ServeError(
+                    f"the client of store server {self.location} is closed; create a new "
+                    "StoreClient",
+                    self.location,
+                )
+            if self._client is None:
+                import pyarrow as pa
+                import pyarrow.flight as flight
+
+                try:
+                    self._client = flight.FlightClient(self.location)
+                except pa.ArrowException as exc:
+                    raise ServerConfigError(
+                        f"cannot connect to store server location {self.location!r}: {exc}; "
+                        "expected grpc+tcp://host:port",
+                        self.location,
+                    ) from exc
+            return self._client
+
+    def _translate(self, exc: BaseException) -> ServeError:
+        """Classify a Flight failure (the one place that does)."""
+        import pyarrow.flight as flight
+
+        decoded = decode_error_info(getattr(exc, "extra_info", None))
+        if decoded is not None:
+            kind, message = decoded
+            return error_class_for(kind)(message, self.location)
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, flight.FlightUnavailableError):
+            return ServerUnavailableError(
+                f"no store server at {self.location}: the query or process that owns the "
+                "store may have stopped; re-run the query (it reads the store directly when "
+                f"no process owns it) ({detail})",
+                self.location,
+            )
+        if isinstance(exc, flight.FlightTimedOutError):
+            return ServerUnavailableError(
+                f"store server {self.location} did not answer in time ({detail}); it may be "
+                "overloaded or stuck: retry, or raise the client's timeout",
+                self.location,
+            )
+        if isinstance(exc, flight.FlightCancelledError):
+            return ServeError(f"call to store server {self.location} was cancelled ({detail})")
+        return ServeError(f"store server {self.location} failed: {detail}", self.location)
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            client, self._client = self._client, None
+            self._closed = True
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> StoreClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StoreClient({self.location!r})"
+
+
+def connect_to_owner(
+    path: str | os.PathLike[str], *, timeout_s: float = 30.0
+) -> StoreClient | None:
+    """A client of the server of the live owner of store ``path``, or None when no live
+    process owns the store or its owner serves no Flight endpoint (then the caller may open
+    the store itself).
+    """
+    owner = live_owner(os.path.abspath(os.fspath(path)))
+    if owner is None or not owner.flight_location:
+        return None
+    _log.debug("store %s: reading through its owner %s", path, owner.describe())
+    return StoreClient(owner.flight_location, timeout_s=timeout_s)

@@ -1,0 +1,412 @@
+"""The Arrow Flight server through which the owner of a store lets other processes read it.
+
+LevelDB allows one process per database, so the process owning a live store (e.g. the
+follower source's long-lived driver process) runs a :class:`StoreServer`; every other
+process reads pinned or fresh snapshots of the store through a
+:class:`~spark_statestore.serve.client.StoreClient`. The wire format is in
+:mod:`~spark_statestore.serve.protocol`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.errors import StateStoreError
+from spark_statestore.serve.errors import (
+    BadRequestError,
+    RemoteStoreError,
+    ServeError,
+    ServerConfigError,
+    UnknownActionError,
+)
+from spark_statestore.serve.pins import PinRegistry
+from spark_statestore.serve.protocol import (
+    ACTION_DESCRIBE,
+    ACTION_PIN,
+    ACTION_RELEASE,
+    ACTION_STATS,
+    ACTIONS,
+    ScanTicket,
+    decode_object,
+    describe_state,
+    encode_error_info,
+    encode_object,
+    lags_to_dict,
+)
+from spark_statestore.store.errors import StoreError
+from spark_statestore.store.scan import InvalidScanError, ScanSpec, ScanStats, scan_batches
+from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, arrow_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from spark_statestore.query import LagInfo
+    from spark_statestore.store.snapshot import Snapshot
+    from spark_statestore.store.store import Store
+
+__all__ = ["StoreServer"]
+
+_log = logging.getLogger(__name__)
+
+_ACTION_DOCS = {
+    ACTION_PIN: "Pin a snapshot of the latest commit: {} -> {snapshot_id, metadata}",
+    ACTION_RELEASE: "Release a pinned snapshot: {snapshot_id} -> {released}",
+    ACTION_DESCRIBE: "The latest commit, lags and owner: {} -> {...}",
+    ACTION_STATS: "Cumulative do_get counters: {} -> {rows_examined, rows_returned, requests}",
+}
+
+
+class StoreServer:
+    """Serves one open store over Arrow Flight: pinned and fresh snapshot scans, metadata.
+
+    Parameters
+    ----------
+    store
+        The open store to serve; the server never closes it.
+    host, port
+        Where to listen; loopback and a free port by default.
+    lag_provider
+        Returns ``{partition: LagInfo}`` for the ``describe`` action (a follower knows its
+        changelog end offsets); None reports ``"lags": null``.
+    pin_ttl_s
+        A pinned snapshot unused for this many seconds is released.
+    max_pins
+        The most pinned snapshots alive at once.
+    clock
+        Monotonic seconds, for the TTL (injectable for tests).
+    advertise
+        Write the server's location into the store's ``_owner.json`` on :meth:`start` (and
+        remove it on :meth:`close`), so other processes find it with
+        :func:`~spark_statestore.serve.client.connect_to_owner`.
+    batch_rows
+        The most rows per streamed record batch.
+
+    Examples
+    --------
+    >>> with StoreServer(store) as server:  # doctest: +SKIP
+    ...     client = StoreClient(server.location)
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        lag_provider: Callable[[], Mapping[int, LagInfo]] | None = None,
+        pin_ttl_s: float = 600.0,
+        max_pins: int = 64,
+        clock: Callable[[], float] = time.monotonic,
+        advertise: bool = True,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+    ) -> None:
+        if not isinstance(host, str) or not host.strip():
+            raise ServerConfigError(f"host must be a non-empty str, got {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ServerConfigError(f"port must be an int in [0, 65535] (0: any), got {port!r}")
+        if (
+            isinstance(pin_ttl_s, bool)
+            or not isinstance(pin_ttl_s, (int, float))
+            or not pin_ttl_s > 0
+        ):
+            raise ServerConfigError(f"pin_ttl_s must be a number of seconds > 0, got {pin_ttl_s!r}")
+        if isinstance(max_pins, bool) or not isinstance(max_pins, int) or max_pins < 1:
+            raise ServerConfigError(f"max_pins must be an int >= 1, got {max_pins!r}")
+        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+            raise ServerConfigError(f"batch_rows must be an int >= 1, got {batch_rows!r}")
+        self.store = store
+        self.host = host
+        self._port = port
+        self._lag_provider = lag_provider
+        self._advertise = advertise
+        self._batch_rows = batch_rows
+        self._pins = PinRegistry(
+            ttl_s=float(pin_ttl_s), max_pins=max_pins, clock=clock, where=f"of store {store.path}"
+        )
+        self._lock = threading.Lock()
+        self._service: Any = None
+        self._thread: threading.Thread | None = None
+        self._location: str | None = None
+        self._closed = False
+        self._requests = 0
+        self._rows_examined = 0
+        self._rows_returned = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> str:
+        """Start serving (idempotent) and return the location, e.g.
+        ``grpc+tcp://127.0.0.1:40123``.
+
+        Raises
+        ------
+        ServeError
+            If the server was closed, or cannot listen on ``host:port``.
+        """
+        with self._lock:
+            if self._closed:
+                raise ServeError(
+                    f"the store server of {self.store.path} is closed; create a new StoreServer"
+                )
+            if self._location is not None:
+                return self._location
+            bind = f"grpc+tcp://{_url_host(self.host)}:{self._port}"
+            try:
+                service = _service_class()(bind, self)
+            except Exception as exc:  # pyarrow raises ArrowException / OSError subclasses
+                raise ServeError(
+                    f"cannot serve store {self.store.path} on {bind}: {exc}; choose another "
+                    "host or port"
+                ) from exc
+            location = f"grpc+tcp://{_advertised_host(self.host)}:{service.port}"
+            self._service = service
+            self._location = location
+            self._pins.where = location
+            # wait() (not serve()) so that the server installs no signal handlers.
+            self._thread = threading.Thread(
+                target=service.wait, name=f"store-server-{self.store.name}", daemon=True
+            )
+            self._thread.start()
+        if self._advertise:
+            self.store.update_owner(flight_location=location)
+        _log.info("serving store %s at %s", self.store.path, location)
+        return location
+
+    @property
+    def location(self) -> str:
+        """The Flight location clients connect to.
+
+        Raises
+        ------
+        ServeError
+            If the server has not been started.
+        """
+        location = self._location
+        if location is None:
+            raise ServeError(
+                f"the store server of {self.store.path} is not started; call start() first"
+            )
+        return location
+
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`close`."""
+        return self._location is not None and not self._closed
+
+    def close(self, *, timeout_s: float = 10.0) -> None:
+        """Stop serving and release every pinned snapshot (idempotent; the store stays open).
+
+        Waits up to ``timeout_s`` for streams in progress; a client that stopped reading a
+        stream without cancelling it can hold the shutdown longer, which then finishes in
+        the background.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            service, location = self._service, self._location
+        if service is not None:
+            stopper = threading.Thread(
+                target=service.shutdown, name="store-server-shutdown", daemon=True
+            )
+            stopper.start()
+            stopper.join(timeout_s)
+            if stopper.is_alive():
+                _log.warning(
+                    "store server %s: streams still open after %.0f s; finishing the shutdown "
+                    "in the background",
+                    location,
+                    timeout_s,
+                )
+        self._pins.close()
+        if self._advertise and location is not None and not self.store.closed:
+            try:
+                if self.store.owner.flight_location == location:
+                    self.store.update_owner(flight_location=None)
+            except StoreError:  # the store was closed meanwhile: nothing to withdraw
+                pass
+        _log.info("stopped serving store %s at %s", self.store.path, location)
+
+    def __enter__(self) -> StoreServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else (self._location or "not started")
+        return f"StoreServer({self.store.path!r}, {state})"
+
+    # -- request handlers (called by the Flight service, on gRPC threads) -----------------
+    def _handle_action(self, name: str, body: bytes) -> dict[str, Any]:
+        self._pins.expire()
+        if name == ACTION_PIN:
+            decode_object(body, f"body of action {name!r}")
+            return self._pin()
+        if name == ACTION_RELEASE:
+            data = decode_object(body, f"body of action {name!r}")
+            snapshot_id = data.get("snapshot_id")
+            if not isinstance(snapshot_id, str):
+                raise BadRequestError(
+                    f'action "release" needs {{"snapshot_id": "<id>"}}, got {data!r}'
+                )
+            return {"released": self._pins.release(snapshot_id)}
+        if name == ACTION_DESCRIBE:
+            return self._describe()
+        if name == ACTION_STATS:
+            with self._lock:
+                return {
+                    "rows_examined": self._rows_examined,
+                    "rows_returned": self._rows_returned,
+                    "requests": self._requests,
+                }
+        raise UnknownActionError(
+            f"store server {self._location} has no action {name!r}; valid actions: "
+            f"{', '.join(ACTIONS)}"
+        )
+
+    def _pin(self) -> dict[str, Any]:
+        store = self.store
+        snapshot = store.snapshot()
+        metadata = describe_state(store.path, store.manifest, snapshot.metadata)
+        snapshot_id = self._pins.pin(snapshot)
+        return {"snapshot_id": snapshot_id, "metadata": metadata}
+
+    def _describe(self) -> dict[str, Any]:
+        store = self.store
+        if store.closed:
+            raise RemoteStoreError(
+                f"store {store.path} is closed on the server {self._location}; its owner "
+                "stopped serving it: re-run the query",
+                self._location,
+            )
+        description = describe_state(store.path, store.manifest, store.metadata)
+        lags = None
+        if self._lag_provider is not None:
+            lags = lags_to_dict(self._lag_provider())
+        description.update(
+            lags=lags, owner=asdict(store.owner), pins=len(self._pins), location=self._location
+        )
+        return description
+
+    def _handle_get(self, raw: bytes) -> Iterator[pa.RecordBatch]:
+        self._pins.expire()
+        ticket = ScanTicket.from_bytes(raw)
+        if ticket.snapshot_id is not None:
+            # Fail now rather than mid-stream when the pin is already gone.
+            self._pins.touch(ticket.snapshot_id)
+        with self._lock:
+            self._requests += 1
+        return self._stream(ticket.snapshot_id, ticket.scan)
+
+    def _stream(self, snapshot_id: str | None, scan: ScanSpec) -> Iterator[pa.RecordBatch]:
+        # Snapshots are taken inside the generator, so one that never runs holds nothing.
+        stats = ScanStats()
+        lease = None
+        snapshot: Snapshot
+        try:
+            if snapshot_id is None:
+                snapshot = self.store.snapshot()
+            else:
+                lease = self._pins.lease(snapshot_id)
+                snapshot = lease.snapshot
+            try:
+                yield from scan_batches(snapshot, scan, batch_rows=self._batch_rows, stats=stats)
+            finally:
+                if lease is not None:
+                    self._pins.unlease(lease)
+                else:
+                    snapshot.close()
+        finally:
+            with self._lock:
+                self._rows_examined += stats.rows_examined
+                self._rows_returned += stats.rows_returned
+
+    def _as_serve_error(self, exc: BaseException) -> ServeError:
+        """Classify a handler's failure for the client (the one place that does)."""
+        if isinstance(exc, ServeError):
+            return exc
+        if isinstance(exc, InvalidScanError):
+            return BadRequestError(str(exc), self._location)
+        if isinstance(exc, StateStoreError):  # the store, or e.g. the lag provider's Kafka
+            return RemoteStoreError(
+                f"store {self.store.path} failed on the server {self._location}: {exc}",
+                self._location,
+            )
+        _log.error("store server %s: internal error", self._location, exc_info=exc)
+        return ServeError(
+            f"internal error in the store server {self._location} ({type(exc).__name__}: "
+            f"{exc}); see that process's log",
+            self._location,
+        )
+
+
+# -- the Flight adapter ---------------------------------------------------------------------
+@functools.cache
+def _service_class() -> type:
+    """The ``FlightServerBase`` subclass, defined on first use so that importing this module
+    does not load pyarrow."""
+    import pyarrow.flight as flight
+
+    def to_flight_error(server: StoreServer, exc: BaseException) -> Exception:
+        error = server._as_serve_error(exc)
+        wire: Exception = flight.FlightServerError(
+            str(error), extra_info=encode_error_info(error.kind, str(error))
+        )
+        return wire
+
+    def guarded(server: StoreServer, batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
+        try:
+            yield from batches
+        except Exception as exc:
+            raise to_flight_error(server, exc) from exc
+
+    class _FlightService(flight.FlightServerBase):  # type: ignore[misc]
+        def __init__(self, location: str, server: StoreServer) -> None:
+            super().__init__(location)
+            self._server = server
+
+        def do_action(self, context: Any, action: Any) -> list[Any]:
+            try:
+                body = action.body.to_pybytes() if action.body is not None else b""
+                result = self._server._handle_action(action.type, body)
+            except Exception as exc:
+                raise to_flight_error(self._server, exc) from exc
+            return [flight.Result(encode_object(result))]
+
+        def do_get(self, context: Any, ticket: Any) -> Any:
+            try:
+                batches = self._server._handle_get(ticket.ticket)
+            except Exception as exc:
+                raise to_flight_error(self._server, exc) from exc
+            return flight.GeneratorStream(arrow_schema(), guarded(self._server, batches))
+
+        def list_actions(self, context: Any) -> list[tuple[str, str]]:
+            return list(_ACTION_DOCS.items())
+
+    return _FlightService
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _advertised_host(host: str) -> str:
+    """The host other processes connect to: a wildcard bind advertises this machine's name."""
+    if host in ("0.0.0.0", "::", "[::]"):
+        import socket
+
+        return socket.gethostname()
+    return _url_host(host)

@@ -1,0 +1,421 @@
+"""The follower source and the snapshot reader in a local Spark against the embedded broker."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_statestore.changelog import partition_for_key
+from spark_statestore.store import Store
+from tests.integration.test_follower import INPUT, ChangelogWriter, random_changes
+
+pytestmark = pytest.mark.integration
+
+FORMAT = "spark_statestore"
+
+
+class FeedCollector:
+    """A foreachBatch sink that records every delivered row and what the store held then."""
+
+    def __init__(self, spark: Any, path: Path) -> None:
+        self.spark = spark
+        self.path = path
+        self.rows: list[Any] = []
+        self.batch_checks: list[tuple[dict[int, int], dict[int, int]]] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = df.collect()
+        if rows:
+            # The store must already hold every change the batch delivers.
+            meta = self.spark.read.format(FORMAT).option("view", "metadata").load(str(self.path))
+            applied = {int(p): int(o) for p, o in meta.collect()[0]["changelog_offsets"].items()}
+            delivered: dict[int, int] = {}
+            for row in rows:
+                delivered[row["partition"]] = max(
+                    delivered.get(row["partition"], -1), row["offset"]
+                )
+            self.batch_checks.append((delivered, applied))
+        with self._changed:
+            self.rows.extend(rows)
+            self._changed.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 120) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self.rows) >= count, timeout_s), (
+                f"only {len(self.rows)} of {count} rows were delivered"
+            )
+
+    def assert_store_was_ahead(self) -> None:
+        assert self.batch_checks
+        for delivered, applied in self.batch_checks:
+            for partition, last_offset in delivered.items():
+                assert applied[partition] > last_offset
+
+
+@pytest.fixture
+def writer(kafka_broker: Any, make_topic: Callable[..., str]) -> Iterator[ChangelogWriter]:
+    topic = make_topic(partitions=3, suffix="-changelog")
+    w = ChangelogWriter(kafka_broker.bootstrap_servers, topic, 3)
+    yield w
+    w.producer.flush(10)
+
+
+def follow(spark: Any, bootstrap: str, topic: str, path: Path, **options: str) -> Any:
+    reader = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("changelog", topic)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(str(path))
+
+
+def snapshot_content(spark: Any, path: Path) -> dict[bytes, bytes]:
+    rows = spark.read.format(FORMAT).load(str(path)).select("key", "value").collect()
+    return {bytes(r["key"]): bytes(r["value"]) for r in rows}
+
+
+def test_live_follower_query(
+    spark: Any, kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    rng = random.Random(3)
+    first = [random_changes(rng, 25) for _ in range(4)]
+    for changes in first:
+        writer.transaction(changes)
+    writer.transaction([(b"k001", b"ABORTED")], abort=True)
+    path, checkpoint = tmp_path / "store", tmp_path / "checkpoint"
+    collector = FeedCollector(spark, path)
+    stream = follow(spark, kafka_broker.bootstrap_servers, writer.topic, path)
+    query = (
+        stream.writeStream.foreachBatch(collector)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        collector.wait_for(100)
+        # Produced after the stream started: visible to a snapshot read of the live store.
+        later = [random_changes(rng, 10), [(b"live", b"yes"), (b"k002", None)]]
+        writer.transaction([(b"k003", b"ABORTED")], abort=True)
+        for changes in later:
+            writer.transaction(changes)
+        collector.wait_for(112)
+        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW live USING {FORMAT} OPTIONS (path '{path}')")
+        content = {
+            bytes(r["key"]): bytes(r["value"])
+            for r in spark.sql("SELECT key, value FROM live").collect()
+        }
+        assert content == writer.model
+        assert b"ABORTED" not in content.values()
+        position = spark.read.format(FORMAT).option("view", "position").load(str(path))
+        assert {(r["topic"], r["partition"], r["offset"]) for r in position.collect()} == {
+            (INPUT, p, o) for p, o in writer.position.items()
+        }
+        lag = spark.read.format(FORMAT).option("view", "lag").load(str(path)).collect()
+        assert sorted(r["partition"] for r in lag) == [0, 1, 2]
+        assert all(r["lag"] == 0 for r in lag)
+        # Point lookup through SQL, with the row's changelog coordinates.
+        row = spark.sql("SELECT * FROM live WHERE key = X'6C697665'").collect()
+        assert len(row) == 1 and bytes(row[0]["value"]) == b"yes"
+        assert row[0]["partition"] == partition_for_key(b"live", 3)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    collector.assert_store_was_ahead()
+    # The feed: every committed change exactly once, aborted ones never, deletes as deletes.
+    delivered = sorted(collector.rows, key=lambda r: (r["partition"], r["offset"]))
+    assert len(delivered) == 112
+    assert not [r for r in delivered if r["value"] == b"ABORTED"]
+    assert {r["op"] for r in delivered} == {"upsert", "delete"}
+    assert all((r["value"] is None) == (r["op"] == "delete") for r in delivered)
+    assert all(r["position"] is not None and INPUT in r["position"] for r in delivered)
+
+    # Restart with the same checkpoint: nothing re-delivered, nothing skipped.
+    more = random_changes(rng, 15)
+    writer.transaction(more)
+    restarted = FeedCollector(spark, path)
+    query = (
+        follow(spark, kafka_broker.bootstrap_servers, writer.topic, path)
+        .writeStream.foreachBatch(restarted)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        restarted.wait_for(15)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert [
+        (bytes(r["key"]), r["value"]) for r in sorted(restarted.rows, key=lambda r: r["offset"])
+    ] and len(restarted.rows) == 15
+    assert snapshot_content(spark, path) == writer.model  # read with no live owner
+    with Store.open(path) as store:
+        assert store.metadata.position.to_map() == writer.expected_position()
+
+
+def test_available_now_with_max_offsets_per_trigger(
+    spark: Any, kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    rng = random.Random(9)
+    for _ in range(6):
+        writer.transaction(random_changes(rng, 20))
+    path = tmp_path / "store"
+    batches: list[int] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        batches.append(df.count())
+
+    query = (
+        follow(
+            spark,
+            kafka_broker.bootstrap_servers,
+            writer.topic,
+            path,
+            maxOffsetsPerTrigger="25",
+            valueFormat="string",
+            keyFormat="string",
+        )
+        .writeStream.foreachBatch(sink)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+    assert sum(batches) == 120
+    # Transaction markers take offsets too: a batch of 25 offsets holds at most 25 records.
+    assert max(batches) <= 25 and len(batches) >= 5
+    assert snapshot_content(spark, path) == writer.model
+
+
+def test_pushdown_reads_only_the_rows_asked_for(
+    spark: Any, kafka_broker: Any, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    from spark_statestore.serve import connect_to_owner
+
+    topic = make_topic(partitions=4, suffix="-changelog")
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap_servers,
+            "compression.type": "lz4",
+            "linger.ms": 50,
+        }
+    )
+    total = 200_000
+    for i in range(total):
+        key = b"k%06d" % i
+        producer.produce(topic, key=key, value=b"v%d" % i, partition=partition_for_key(key, 4))
+        if i % 50_000 == 49_999:
+            producer.flush(60)
+    producer.flush(60)
+    path = tmp_path / "store"
+    checkpoint = str(tmp_path / "cp")
+    # Restore with Trigger.AvailableNow (it ends once everything produced so far is in).
+    restore = (
+        follow(spark, kafka_broker.bootstrap_servers, topic, path, onMissingPosition="skip")
+        .writeStream.foreachBatch(lambda df, batch_id: None)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    restore.awaitTermination(300)
+    assert restore.exception() is None
+    # Follow live again: the running query owns the store and serves it over Flight.
+    query = (
+        follow(spark, kafka_broker.bootstrap_servers, topic, path, onMissingPosition="skip")
+        .writeStream.foreachBatch(lambda df, batch_id: None)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        lag = spark.read.format(FORMAT).option("view", "lag").option("maxLag", "0")
+        assert [r["lag"] for r in lag.load(str(path)).collect()] == [0, 0, 0, 0]
+        client = connect_to_owner(str(path))
+        assert client is not None
+        spark.sql(
+            f"CREATE OR REPLACE TEMPORARY VIEW big USING {FORMAT} "
+            f"OPTIONS (path '{path}', keyFormat 'string', valueFormat 'string')"
+        )
+        before = client.stats()["rows_examined"]
+        rows = spark.sql("SELECT key, value FROM big WHERE key = 'k123456'").collect()
+        assert [(r["key"], r["value"]) for r in rows] == [("k123456", "v123456")]
+        examined = client.stats()["rows_examined"] - before
+        assert 1 <= examined <= 2, examined  # O(1) of 200k rows
+        before = client.stats()["rows_examined"]
+        rows = spark.sql(
+            "SELECT key FROM big WHERE key IN ('k000001', 'k199999', 'nope')"
+        ).collect()
+        assert sorted(r["key"] for r in rows) == ["k000001", "k199999"]
+        assert client.stats()["rows_examined"] - before <= 3
+        before = client.stats()["rows_examined"]
+        rows = spark.sql("SELECT key FROM big WHERE key >= 'k100000' AND key < 'k100010'").collect()
+        assert len(rows) == 10
+        assert client.stats()["rows_examined"] - before <= 11
+        before = client.stats()["rows_examined"]
+        assert (
+            spark.sql("SELECT count(*) AS n FROM big WHERE startswith(key, 'k1999')").collect()[0][
+                "n"
+            ]
+            == 100
+        )
+        assert client.stats()["rows_examined"] - before <= 101
+        assert spark.sql("SELECT count(*) AS n FROM big").collect()[0]["n"] == total
+        client.close()
+    finally:
+        query.stop()
+
+
+def test_bad_options_are_named(
+    spark: Any, kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "store")
+    with pytest.raises(Exception, match="did you mean 'startingOffsets'"):
+        follow(
+            spark, kafka_broker.bootstrap_servers, writer.topic, tmp_path, startingOffset="latest"
+        )
+    with pytest.raises(Exception, match="'changelog' is required"):
+        spark.readStream.format(FORMAT).load(path)
+    with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers"):
+        spark.readStream.format(FORMAT).option("changelog", writer.topic).load(path)
+    with pytest.raises(Exception, match="valueFormat"):
+        follow(spark, kafka_broker.bootstrap_servers, writer.topic, tmp_path, valueFormat="strin")
+    with pytest.raises(Exception, match="positionBound"):
+        spark.read.format(FORMAT).option("positionBound", "{oops").load(path).collect()
+    with pytest.raises(Exception, match="view"):
+        spark.read.format(FORMAT).option("view", "lags").load(path).collect()
+
+
+def run_failing_query(spark: Any, stream: Any, checkpoint: Path) -> str:
+    query = (
+        stream.writeStream.foreachBatch(lambda df, batch_id: df.collect())
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        query.awaitTermination(120)
+    except Exception as exc:
+        return str(exc)
+    finally:
+        query.stop()
+    raise AssertionError("the query did not fail")
+
+
+def test_bad_input_fails_clearly_and_leaves_the_store_alone(
+    spark: Any,
+    kafka_broker: Any,
+    writer: ChangelogWriter,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    from confluent_kafka import Producer
+
+    bootstrap = kafka_broker.bootstrap_servers
+    message = run_failing_query(
+        spark, follow(spark, bootstrap, "no-such-changelog", tmp_path / "a"), tmp_path / "c1"
+    )
+    assert "no-such-changelog" in message and "does not exist" in message
+
+    # A store of another topic.
+    writer.transaction([(b"a", b"1")])
+    other = make_topic(partitions=3, suffix="-changelog")
+    store_path = tmp_path / "store"
+    query = (
+        follow(spark, bootstrap, writer.topic, store_path)
+        .writeStream.trigger(availableNow=True)
+        .foreachBatch(lambda df, batch_id: None)
+        .option("checkpointLocation", str(tmp_path / "c2"))
+        .start()
+    )
+    query.awaitTermination(120)
+    with Store.open(store_path) as store:
+        before = store.metadata
+    message = run_failing_query(spark, follow(spark, bootstrap, other, store_path), tmp_path / "c3")
+    assert "belongs to changelog topic" in message and str(store_path) in message
+
+    # Undecodable values: FAILFAST names the record; PERMISSIVE gives null.
+    topic = make_topic(partitions=1, suffix="-changelog")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, key=b"n", value=b"\x00" * 8)
+    producer.produce(topic, key=b"bad", value=b"abc")
+    producer.flush(10)
+    message = run_failing_query(
+        spark,
+        follow(
+            spark, bootstrap, topic, tmp_path / "s4", valueFormat="long", onMissingPosition="skip"
+        ),
+        tmp_path / "c4",
+    )
+    assert "partition 0 offset 1" in message and topic in message
+    rows: list[Any] = []
+    query = (
+        follow(
+            spark,
+            bootstrap,
+            topic,
+            tmp_path / "s5",
+            valueFormat="long",
+            mode="PERMISSIVE",
+            onMissingPosition="skip",
+        )
+        .writeStream.trigger(availableNow=True)
+        .foreachBatch(lambda df, batch_id: rows.extend(df.collect()))
+        .option("checkpointLocation", str(tmp_path / "c5"))
+        .start()
+    )
+    query.awaitTermination(120)
+    assert sorted((bytes(r["key"]), r["value"]) for r in rows) == [(b"bad", None), (b"n", 0)]
+
+    # A truncated position header.
+    topic = make_topic(partitions=1, suffix="-changelog")
+    producer.produce(topic, key=b"k", value=b"v", headers=[("v", b"\x00"), ("c", b"\x00\x00\x00")])
+    producer.flush(10)
+    message = run_failing_query(
+        spark, follow(spark, bootstrap, topic, tmp_path / "s6"), tmp_path / "c6"
+    )
+    assert topic in message and "offset 0" in message
+    with Store.open(tmp_path / "s6") as store:
+        assert store.metadata.changelog_offsets == {}  # nothing applied past the bad record
+
+    with Store.open(store_path) as store:
+        assert store.metadata == before
+
+
+def test_a_store_owned_by_another_process_is_refused(
+    spark: Any, kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    writer.transaction([(b"a", b"1")])
+    path = tmp_path / "store"
+    code = (
+        "import sys\n"
+        "from spark_statestore.store import Role, Store, StoreSpec\n"
+        f"spec = StoreSpec(Role.FOLLOWER, {writer.topic!r}, 3)\n"
+        f"s = Store.open({str(path)!r}, spec, purpose='holding it')\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        message = run_failing_query(
+            spark, follow(spark, kafka_broker.bootstrap_servers, writer.topic, path), tmp_path / "c"
+        )
+        assert f"pid {child.pid}" in message and "holding it" in message
+    finally:
+        child.communicate("", timeout=30)
+    # The store was left alone: still the child's, with no commit from the query.
+    with Store.open(path) as store:
+        assert store.metadata.commit_seq == 0 and store.metadata.changelog_offsets == {}
