@@ -298,11 +298,16 @@ class SnapshotReader(DataSourceReader):
             store.snapshot() as snapshot,
         ):
             if snapshot.commit_seq != partition.commit_seq:
-                raise SparkSourceError(
-                    f"the store at {self._options.path} changed between planning (commit "
-                    f"{partition.commit_seq}) and reading (commit {snapshot.commit_seq}): a "
-                    "writer opened it meanwhile; re-run the query"
+                # Spark 4.3 caches a relation's planned partitions and replays them for later
+                # queries of the same DataFrame or view: read the store as it is now, still
+                # within the bound the query asked for.
+                _log.info(
+                    "store %s moved from commit %d (planned) to %d: reading the current one",
+                    self._options.path,
+                    partition.commit_seq,
+                    snapshot.commit_seq,
                 )
+                self._check_bound(snapshot.position)
             stats = ScanStats()
             for batch in scan_batches(snapshot, spec, stats=stats):
                 yield self._convert(batch)
