@@ -13,6 +13,7 @@ topic-partition), ``lag`` (per changelog partition: current, end, lag) and ``met
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -148,6 +149,7 @@ class SnapshotReader(DataSourceReader):
         return [_Rows(self._view_rows(metadata, position, lags))]
 
     def _plan_local(self) -> list[InputPartition]:
+        from spark_statestore.serve.protocol import describe_state
         from spark_statestore.store import Store
         from spark_statestore.store.ownership import read_owner
 
@@ -168,7 +170,8 @@ class SnapshotReader(DataSourceReader):
             spec_json = self._spec().to_json()
             return [_Scan(spec_json, None, None, metadata.commit_seq)]
         owner = read_owner(self._options.path)
-        described = _describe(manifest, metadata, owner)
+        described = describe_state(self._options.path, manifest, metadata)
+        described["owner"] = None if owner is None else dataclasses.asdict(owner)
         return [_Rows(self._view_rows(described, metadata.position, lags))]
 
     def _check_bound(self, position: Position) -> None:
@@ -231,7 +234,7 @@ class SnapshotReader(DataSourceReader):
         prefix = described.get("key_prefix")
         return [
             (
-                described.get("name"),
+                described.get("store"),
                 described.get("role"),
                 described.get("changelog_topic"),
                 described.get("partitions"),
@@ -349,28 +352,3 @@ def _lags_from(described: Mapping[str, Any]) -> dict[int, tuple[int, int | None]
     if raw is None:
         return None
     return {int(p): (int(v["current"]), int(v["end"])) for p, v in raw.items()}
-
-
-def _describe(manifest: Any, metadata: Any, owner: Any) -> dict[str, Any]:
-    return {
-        "name": manifest.name,
-        "role": manifest.role.value,
-        "changelog_topic": manifest.changelog_topic,
-        "partitions": manifest.partitions,
-        "held_partitions": None
-        if manifest.held_partitions is None
-        else list(manifest.held_partitions),
-        "key_prefix": None if manifest.key_prefix is None else manifest.key_prefix.hex(),
-        "store_id": manifest.store_id,
-        "created_at": manifest.created_at,
-        "commit_seq": metadata.commit_seq,
-        "changelog_offsets": dict(metadata.changelog_offsets),
-        "owner": None
-        if owner is None
-        else {
-            "pid": owner.pid,
-            "host": owner.host,
-            "purpose": owner.purpose,
-            "flight_location": owner.flight_location,
-        },
-    }

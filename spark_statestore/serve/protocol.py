@@ -182,6 +182,7 @@ def describe_state(path: str, manifest: StoreManifest, metadata: StoreMetadata) 
         else list(manifest.held_partitions),
         "key_prefix": None if manifest.key_prefix is None else manifest.key_prefix.hex(),
         "role": manifest.role.value,
+        "created_at": manifest.created_at,
         "position": json.loads(metadata.position.to_json()),
         "changelog_offsets": {str(p): o for p, o in sorted(metadata.changelog_offsets.items())},
         "commit_seq": metadata.commit_seq,

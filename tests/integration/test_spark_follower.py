@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import select
@@ -147,6 +148,10 @@ def test_live_follower_query(
         row = spark.sql("SELECT * FROM live WHERE key = X'6C697665'").collect()
         assert len(row) == 1 and bytes(row[0]["value"]) == b"yes"
         assert row[0]["partition"] == partition_for_key(b"live", 3)
+        meta = spark.read.format(FORMAT).option("view", "metadata").load(str(path)).collect()
+        assert meta[0]["name"] == path.name and meta[0]["role"] == "follower"
+        assert meta[0]["changelog_topic"] == writer.topic and meta[0]["partitions"] == 3
+        assert meta[0]["flight_location"].startswith("grpc") and meta[0]["owner_pid"] > 0
         assert query.exception() is None
     finally:
         query.stop()
@@ -179,6 +184,12 @@ def test_live_follower_query(
     ] and len(restarted.rows) == 15
     wait_for_owner_exit(path)
     assert snapshot_content(spark, path) == writer.model  # read with no live owner
+    meta = spark.read.format(FORMAT).option("view", "metadata").load(str(path)).collect()
+    assert meta[0]["name"] == path.name and meta[0]["changelog_topic"] == writer.topic
+    assert json.loads(meta[0]["position"]) == {
+        INPUT: {str(p): o for p, o in writer.position.items()}
+    }
+    wait_for_owner_exit(path)
     with Store.open(path) as store:
         assert store.metadata.position.to_map() == writer.expected_position()
 

@@ -1,0 +1,119 @@
+"""Option parsing of the Spark data source (no JVM: only pyspark's Python modules)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_statestore.connectors.spark.options import (
+    DecodeMode,
+    StoreType,
+    View,
+    parse_reader_options,
+    parse_source_options,
+)
+from spark_statestore.connectors.spark.stream_reader import rate_limit
+from spark_statestore.errors import OptionError
+from spark_statestore.position import Position
+
+BASE = {"path": "/tmp/s", "kafka.bootstrap.servers": "b:9092", "changelog": "app-s-changelog"}
+
+
+def source(**extra: str) -> object:
+    return parse_source_options({**BASE, **{k.lower(): v for k, v in extra.items()}})
+
+
+def test_defaults() -> None:
+    options = parse_source_options(BASE)
+    assert options.path == "/tmp/s" and options.bootstrap_servers == "b:9092"
+    assert options.starting_offsets.kind == "earliest"
+    assert options.max_offsets_per_trigger is None and options.fail_on_data_loss is True
+    assert options.partitions is None and options.key_prefix is None
+    assert options.store_type is StoreType.KEY_VALUE
+    assert options.formats.key_format == "binary" and options.formats.mode is DecodeMode.FAILFAST
+    assert options.kafka == {}
+
+
+def test_values_are_parsed_once() -> None:
+    options = source(
+        startingOffsets='{"app-s-changelog": {"0": 5, "1": -2}}',
+        maxOffsetsPerTrigger="100",
+        failOnDataLoss="FALSE",
+        partitions="0,2-3",
+        keyPrefix="hex:6b31",
+        storeType="Window",
+        valueFormat="json",
+        valueSchema="id INT, name STRING",
+        mode="permissive",
+        **{"kafka.fetch.max.bytes": "1000"},
+    )
+    assert options.starting_offsets.kind == "json"  # type: ignore[attr-defined]
+    assert dict(options.starting_offsets.offsets) == {0: 5, 1: -2}  # type: ignore[attr-defined]
+    assert options.max_offsets_per_trigger == 100  # type: ignore[attr-defined]
+    assert options.fail_on_data_loss is False  # type: ignore[attr-defined]
+    assert options.partitions == (0, 2, 3)  # type: ignore[attr-defined]
+    assert options.key_prefix == b"k1"  # type: ignore[attr-defined]
+    assert options.store_type is StoreType.WINDOW  # type: ignore[attr-defined]
+    assert options.kafka == {"fetch.max.bytes": "1000"}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"startingOffset": "latest"}, "did you mean 'startingOffsets'"),
+        ({"maxOffsetsPerTrigger": "0"}, "'maxOffsetsPerTrigger' must be an integer >= 1"),
+        ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger"),
+        ({"failOnDataLoss": "yes"}, "'failOnDataLoss' must be 'true' or 'false'"),
+        ({"startingOffsets": "{oops"}, "startingOffsets"),
+        ({"startingOffsets": '{"0": -3}'}, "startingOffsets"),
+        ({"partitions": "0,x"}, "partitions"),
+        ({"storeType": "windowed"}, "did you mean 'window'"),
+        ({"valueFormat": "strng"}, "valueFormat"),
+        ({"valueFormat": "json"}, "valueSchema"),
+        ({"valueSchema": "id INT"}, "valueSchema"),
+        ({"kafka.group.id": "g"}, "kafka.group.id"),
+        ({"kafka.isolation.level": "read_uncommitted"}, "read_committed"),
+        ({"keyPrefix": "hex:zz"}, "keyPrefix"),
+        ({"onMissingPosition": "ignore"}, "onMissingPosition"),
+    ],
+)
+def test_bad_options_name_the_option(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        source(**extra)
+
+
+@pytest.mark.parametrize(
+    ("missing", "message"),
+    [
+        ("path", "'path' is required"),
+        ("kafka.bootstrap.servers", "kafka.bootstrap.servers"),
+        ("changelog", "'changelog' is required"),
+    ],
+)
+def test_required_options(missing: str, message: str) -> None:
+    raw = {k: v for k, v in BASE.items() if k != missing}
+    with pytest.raises(OptionError, match=message):
+        parse_source_options(raw)
+
+
+def test_reader_options() -> None:
+    options = parse_reader_options(
+        {"path": "/tmp/s", "view": "LAG", "positionbound": '{"orders": {"0": 4}}', "maxlag": "0"}
+    )
+    assert options.view is View.LAG and options.max_lag == 0
+    assert options.position_bound.position == Position.from_map({"orders": {0: 4}})
+    with pytest.raises(OptionError, match="did you mean 'positionBound'"):
+        parse_reader_options({"path": "/tmp/s", "positionbounds": "{}"})
+    with pytest.raises(OptionError, match="positionBound"):
+        parse_reader_options({"path": "/tmp/s", "positionbound": '{"orders": {"0": -4}}'})
+    with pytest.raises(OptionError, match="unknown option 'changelog'"):
+        parse_reader_options({"path": "/tmp/s", "changelog": "t"})
+
+
+def test_rate_limit_prorates_by_backlog_and_always_progresses() -> None:
+    start = {0: 0, 1: 100, 2: 5}
+    end = {0: 90, 1: 110, 2: 5}
+    limited = rate_limit(start, end, 10)
+    assert sum(limited[p] - start[p] for p in start) == 10
+    assert limited[0] - start[0] == 9 and limited[1] - start[1] == 1 and limited[2] == 5
+    assert rate_limit(start, end, 1000) == end
+    assert sum(rate_limit({0: 0, 1: 0}, {0: 1, 1: 1}, 1).values()) == 1
