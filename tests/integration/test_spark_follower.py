@@ -463,3 +463,50 @@ def test_a_store_owned_by_another_process_is_refused(
     # The store was left alone: still the child's, with no commit from the query.
     with Store.open(path) as store:
         assert store.metadata.commit_seq == 0 and store.metadata.changelog_offsets == {}
+
+
+def test_window_keys_and_headers_become_columns(
+    spark: Any, kafka_broker: Any, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    from datetime import datetime, timezone
+
+    from confluent_kafka import Producer
+
+    from spark_statestore.changelog.keys import encode_window_key
+
+    topic = make_topic(partitions=1, suffix="-changelog")
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    start_ms = 1_700_000_000_000
+    producer.produce(
+        topic,
+        key=encode_window_key(b"user-1", start_ms, 0),
+        value=b"\x00\x00\x00\x00\x00\x00\x00\x05",
+        headers=[("trace", b"abc")],
+    )
+    producer.flush(10)
+    rows: list[Any] = []
+    query = (
+        follow(
+            spark,
+            kafka_broker.bootstrap_servers,
+            topic,
+            tmp_path / "store",
+            storeType="window",
+            keyFormat="string",
+            valueFormat="long",
+            includeHeaders="true",
+        )
+        .writeStream.trigger(availableNow=True)
+        .foreachBatch(lambda df, batch_id: rows.extend(df.collect()))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    [row] = rows
+    assert row["key"] == "user-1" and row["value"] == 5
+    assert row["window_start"].replace(tzinfo=timezone.utc) == datetime.fromtimestamp(
+        start_ms / 1000, tz=timezone.utc
+    )
+    assert [(h["key"], bytes(h["value"])) for h in row["headers"]] == [("trace", b"abc")]
+    assert row["position"] is None and row["op"] == "upsert"
