@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -100,19 +101,50 @@ def test_tail_names_a_missing_topic(kafka_broker: EmbeddedBroker) -> None:
     assert "no-such-changelog" in result.stderr and "does not exist" in result.stderr
 
 
-def test_demo_runs_end_to_end_and_cleans_up() -> None:
-    result = cli("demo", timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
-    assert "demo OK" in out
-    assert "ABORTED-NEVER-VISIBLE" not in out.split("=== 3.")[1].split("=== 4.")[0]
-    assert "delete key=pear value=null" in out
-    assert "upsert key=plum value=8" in out and 'position={"orders":' in out
-    # The broker child is gone: nothing listens on its ports any more.
-    bootstrap = out.split("bootstrap.servers = ", 1)[1].split()[0]
+def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
+    """The README's `make demo`, twice in the same work directory (a re-run must work)."""
+    import os
+    import re
     import socket
 
-    for hostport in bootstrap.split(","):
-        host, port = hostport.rsplit(":", 1)
-        with socket.socket() as sock:
-            assert sock.connect_ex((host, int(port))) != 0, f"{hostport} still accepts connections"
+    from spark_statestore.store.ownership import read_owner
+
+    workdir = tmp_path / "demo"
+    for run in (1, 2):
+        result = cli("demo", "--workdir", str(workdir), timeout=300)
+        assert result.returncode == 0, f"run {run}:\n{result.stdout}\n{result.stderr}"
+        out = result.stdout
+        assert re.search(r"demo OK \(\d+ s\)", out), out
+        assert "transaction 4 ABORTED:" in out
+        live, more = out.split("=== 4.")[1].split("=== 5.")
+        more = more.split("=== 6.")[0]
+        # The key lookup, before and after the app restocked item-042 (a later offset).
+        first = re.search(r"item-042\s+51\s+3\s+(\d+)\s+\d\d:\d\d", live)
+        second = re.search(r"item-042\s+151\s+3\s+(\d+)\s+\d\d:\d\d", more)
+        assert first and second, out
+        assert int(second.group(1)) > int(first.group(1))
+        # The range skips the tombstoned item-013; the aggregate counts 49 items, no aborted value.
+        assert re.search(r"item-012\s+64.*\n\s+item-014\s+68", live), live
+        assert re.search(r"\s49\s+2979\s+20\s+99\s+0\n", live), live
+        # Positions merged from the c headers, and the position after the app's later writes.
+        for partition, offset in ((0, 10), (1, 11), (2, 23), (3, 16)):
+            assert re.search(rf"inventory-orders\s+{partition}\s+{offset}\n", live), live
+        for partition, offset in ((2, 24), (3, 18)):
+            assert re.search(rf"inventory-orders\s+{partition}\s+{offset}\n", more), more
+        # The lag view: 4 partitions, all caught up.
+        assert len(re.findall(r"^\s+[0-3]\s+(\d+)\s+\1\s+0$", live, re.MULTILINE)) == 4, live
+        # No row the demo printed (feed or SQL) holds the aborted value.
+        assert not re.search(r"item-\d{3}\s+999999", out), out
+        assert "micro-batch" in out and 'position {"inventory-orders":' in out
+        assert "Stage " not in result.stderr  # no console progress bars
+        # Every process it started is gone: the broker's ports are closed, the store's
+        # owner (the query's reader process) has exited.
+        bootstrap = out.split("bootstrap.servers = ", 1)[1].split()[0]
+        for hostport in bootstrap.split(","):
+            host, port = hostport.rsplit(":", 1)
+            with socket.socket() as sock:
+                assert sock.connect_ex((host, int(port))) != 0, f"{hostport} still accepts"
+        owner = read_owner(str(workdir / "stock-store"))
+        if owner is not None:
+            with pytest.raises(ProcessLookupError):
+                os.kill(owner.pid, 0)
