@@ -86,6 +86,22 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_follow(args: argparse.Namespace) -> int:
+    from spark_statestore.connectors.kafka.follow import FollowOptions, run_follow
+
+    options = FollowOptions.from_cli(
+        bootstrap_servers=args.bootstrap_servers,
+        changelog=args.changelog,
+        path=args.path,
+        partitions=args.partitions,
+        chunk_records=args.chunk_records,
+        until_caught_up=args.until_caught_up,
+        kafka=args.kafka,
+        progress=args.progress,
+    )
+    return run_follow(options)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from spark_statestore.demo import run_demo
 
@@ -166,19 +182,71 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds")
     tail.set_defaults(func=_cmd_tail)
 
+    follow = sub.add_parser(
+        "follow",
+        help="follow a changelog topic into a local store, in the foreground",
+        description="Open (creating it when missing) a follower store at PATH and apply the "
+        "changelog to it: restore with a progress line on stderr, say 'caught up' once the "
+        "end offsets seen at start are reached, then keep following until SIGINT/SIGTERM "
+        "(a clean stop: a later run resumes where this one ended).",
+    )
+    follow.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
+    follow.add_argument("--changelog", required=True, help="changelog topic to follow")
+    follow.add_argument("path", metavar="PATH", help="the store directory")
+    follow.add_argument(
+        "--partitions",
+        metavar="LIST",
+        help="follow only these changelog partitions, e.g. 0,2,5-7 (default: all); "
+        "fixed when the store is created",
+    )
+    follow.add_argument(
+        "--chunk-records", type=int, metavar="N", help="records per store commit (default 50000)"
+    )
+    follow.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="exit 0 as soon as the store has caught up (for scripts)",
+    )
+    follow.add_argument(
+        "--kafka",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Kafka consumer setting (repeatable), e.g. --kafka security.protocol=SSL",
+    )
+    shown = follow.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="redraw the progress line in place even when stderr is not a terminal",
+    )
+    shown.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="no progress lines (status lines such as 'caught up' are still printed)",
+    )
+    follow.set_defaults(func=_cmd_follow)
+
     demo = sub.add_parser(
         "demo",
         help="run the end-to-end demo on the embedded broker",
-        description="Start the embedded broker, write a Kafka Streams-format changelog "
-        "(position headers, tombstones, an aborted transaction) and read it back from a "
-        "separate process.",
+        description="Start the embedded broker, let another application write a Kafka "
+        "Streams-format changelog (position headers, tombstones, an aborted transaction), "
+        "follow it with a Spark query and query the live store with Spark SQL.",
     )
-    demo.add_argument("--workdir", help="directory for demo files (default: a temp dir)")
+    demo.add_argument(
+        "--workdir",
+        help="directory for demo files (default: /tmp/spark-statestore-demo; cleaned at "
+        "start, kept afterwards)",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     bench = sub.add_parser(
         "bench",
-        help="measure the store's paths against bare LevelDB on this machine",
+        help="measure each path against the raw limit of this machine",
         description="Measure each path against the raw limit of the same machine, "
         "interleaving candidate and baseline runs and keeping each side's best rate. "
         "Prints one line per measurement (rates, ratio, target, PASS/BELOW) and exits 0 "

@@ -1,0 +1,486 @@
+"""The ``follower`` suite: restoring a changelog against a bare consume + WriteBatch loop.
+
+Setup (not timed): the embedded Kafka broker runs in a child process (``spark-statestore
+broker``), so its transaction proxy, which is Python, does not share this process's GIL with
+the paths measured here. A Kafka Streams-like writer fills an 8-partition changelog: 16-byte
+keys, 32-byte values, ``v``/``c`` position headers (``c`` padded like Kafka Streams pads it;
+each record's position is its input record's offset), lz4 compression, and
+``batch_records`` records per Kafka transaction. The embedded broker keeps only about the
+newest 5 MB of each partition, so the suite checks that every partition still starts at
+offset 0 before measuring anything.
+
+``restore``
+    Records/s of a :class:`~spark_statestore.follower.Follower` reading through
+    :class:`~spark_statestore.connectors.kafka.changelog_source.KafkaChangelogSource` into a
+    fresh follower store, from ``start_restore`` until it is RUNNING, against a bare loop in
+    the same process: a read_committed confluent-kafka ``Consumer`` with the source's tuning,
+    batched ``consume()``, and one plyvel ``WriteBatch`` (same LevelDB options and sync as
+    the store) per consumed batch, putting raw keys and values, until every partition
+    reaches its end offset. Both sides query the end offsets inside the timed span.
+``follow_cli``
+    One run of ``spark-statestore follow --until-caught-up --no-progress`` as a subprocess,
+    timed from spawn to exit, so it includes interpreter start-up and imports; reported
+    against the same bare loop, without a target.
+
+Size: :data:`DEFAULT_RECORDS` unless ``--records`` (or ``--quick``) says otherwise. Since
+:class:`~spark_statestore.bench.measure.BenchOptions` does not record whether ``--records``
+was given, a ``records`` equal to the bench-wide default counts as "not given".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from spark_statestore.bench.errors import BenchError
+from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
+from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
+
+__all__ = [
+    "CHUNK_RECORDS",
+    "DEFAULT_RECORDS",
+    "PARTITIONS",
+    "RESTORE_TARGET",
+    "SUITE",
+    "follower_records",
+    "run_follower_suite",
+]
+
+SUITE = "follower"
+RESTORE_TARGET = 0.6
+"""The follower's restore should reach 60 % of a bare consume + WriteBatch loop."""
+DEFAULT_RECORDS = 1_000_000
+"""Changelog records of a run without ``--records`` (about 60 % of what the embedded
+broker keeps with this record shape)."""
+PARTITIONS = 8
+CHUNK_RECORDS = 50_000
+"""Records per store commit for the follower, the CLI, and per ``consume()`` of the bare
+loop, so every side commits (and syncs) equally often."""
+BROKERS = 1
+TOPIC = "bench-store-changelog"
+INPUT_TOPIC = "bench-input"
+KEY_FORMAT = b"key-%012d"  # 16 bytes
+VALUE_FORMAT = b"value-%026d"  # 32 bytes
+_TIMESTAMP_MS = 1_700_000_000_000
+_RESTORE_DEADLINE_S = 900.0
+_ENTRY = struct.Struct(">iq")  # one (partition, offset) entry of a `c` header
+
+
+@dataclass(frozen=True, slots=True)
+class _Changelog:
+    """The changelog produced for the run and what a complete restore of it holds."""
+
+    bootstrap: str
+    records: int
+    transactions: int
+    end_offsets: dict[int, int]
+    last_records: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+
+    def check(self, get: Callable[[bytes], bytes | None], applied: int | None, what: str) -> None:
+        """Fail unless ``what`` applied every record (the last of each partition reads back)."""
+        if applied is not None and applied != self.records:
+            raise BenchError(
+                f"bench suite {SUITE}: {what} applied {applied:,} records, the changelog has "
+                f"{self.records:,}; its rate would be meaningless"
+            )
+        for partition, (key, value) in self.last_records.items():
+            found = get(key)
+            if found != value:
+                raise BenchError(
+                    f"bench suite {SUITE}: {what} did not restore partition {partition}: key "
+                    f"{key!r} reads {found!r}, expected {value!r}; its rate would be meaningless"
+                )
+
+
+def follower_records(options: BenchOptions) -> int:
+    """Changelog records for this run: ``options.records`` when ``--records`` or ``--quick``
+    chose it, else :data:`DEFAULT_RECORDS`."""
+    if options.quick or options.records != BenchOptions().records:
+        return options.records
+    return DEFAULT_RECORDS
+
+
+def run_follower_suite(options: BenchOptions) -> list[Measurement]:
+    """Measure the follower's restore rate and the follow command against a bare loop.
+
+    Parameters
+    ----------
+    options
+        Rounds, ``records`` (see :func:`follower_records`) and ``batch_records`` (records per
+        Kafka transaction of the changelog).
+
+    Returns
+    -------
+    list of Measurement
+        ``restore`` (target :data:`RESTORE_TARGET`) and ``follow_cli`` (no target).
+
+    Raises
+    ------
+    BenchError
+        If the broker does not start, the changelog does not fit the embedded broker, or a
+        path did not restore every record.
+    """
+    records = follower_records(options)
+    with (
+        tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root,
+        _broker_process(root) as bootstrap,
+    ):
+        changelog = _produce_changelog(bootstrap, records, options.batch_records)
+        rates = interleave(
+            {
+                "follower": partial(_follower_run, root, changelog),
+                "bare": partial(_bare_run, root, changelog),
+            },
+            options.rounds,
+        )
+        cli_seconds = _cli_run(root, changelog)
+    parameters = _parameters(changelog, options)
+    return [
+        Measurement(
+            suite=SUITE,
+            name="restore",
+            unit="records/s",
+            candidate="Follower + KafkaChangelogSource restore to RUNNING",
+            baseline="bare read_committed consume() + plyvel WriteBatch loop",
+            candidate_rates=tuple(rates["follower"]),
+            baseline_rates=tuple(rates["bare"]),
+            target=RESTORE_TARGET,
+            parameters=parameters,
+        ),
+        Measurement(
+            suite=SUITE,
+            name="follow_cli",
+            unit="records/s",
+            candidate="spark-statestore follow --until-caught-up "
+            "(1 subprocess run, incl. process start-up)",
+            baseline="bare read_committed consume() + plyvel WriteBatch loop",
+            candidate_rates=(changelog.records / cli_seconds,),
+            baseline_rates=tuple(rates["bare"]),
+            target=None,
+            parameters={**parameters, "runs": 1, "seconds": cli_seconds},
+        ),
+    ]
+
+
+def _parameters(changelog: _Changelog, options: BenchOptions) -> dict[str, Any]:
+    return {
+        "records": changelog.records,
+        "partitions": PARTITIONS,
+        "transactions": changelog.transactions,
+        "records_per_transaction": options.batch_records,
+        "key_bytes": len(KEY_FORMAT % 0),
+        "value_bytes": len(VALUE_FORMAT % 0),
+        "headers": "v, c (padded like Kafka Streams)",
+        "compression": "lz4",
+        "chunk_records": CHUNK_RECORDS,
+        "sync": StoreOptions().sync,
+        "brokers": BROKERS,
+        "broker": "embedded (librdkafka mock + transaction proxy), child process",
+        "end_offsets": sum(changelog.end_offsets.values()),
+        "rounds": options.rounds,
+    }
+
+
+# -- the broker and the changelog ---------------------------------------------------------
+@contextmanager
+def _broker_process(root: str) -> Iterator[str]:
+    """``spark-statestore broker`` as a child process; yields its bootstrap servers."""
+    log_path = Path(root) / "broker.log"
+    command = [
+        sys.executable,
+        "-m",
+        "spark_statestore.cli",
+        "broker",
+        "--brokers",
+        str(BROKERS),
+        "--topic",
+        f"{TOPIC}:{PARTITIONS}",
+    ]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            assert proc.stdout is not None
+            first = proc.stdout.readline().strip()
+            if not first.startswith("bootstrap.servers="):
+                raise BenchError(
+                    f"bench suite {SUITE}: the embedded broker did not start (it said "
+                    f"{first!r}): {log_path.read_text().strip()[-2000:]}"
+                )
+            yield first.split("=", 1)[1]
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def _c_headers() -> list[Callable[[int], bytes]]:
+    """Per partition, ``offset -> c header`` of ``{INPUT_TOPIC: {partition: offset}}``.
+
+    Encoding a Position per record would make producing slower than restoring; the header
+    differs between records only in the offset, so it is patched into one encoded template,
+    checked once against :func:`encode_position`.
+    """
+    from spark_statestore.changelog.headers import encode_position
+    from spark_statestore.position import Position
+
+    def encoded(partition: int, offset: int) -> bytes:
+        return encode_position(
+            Position.from_map({INPUT_TOPIC: {partition: offset}}), pad_like_kafka_streams=True
+        )
+
+    makers: list[Callable[[int], bytes]] = []
+    for partition in range(PARTITIONS):
+        template = encoded(partition, 0)
+        exact = encode_position(Position.from_map({INPUT_TOPIC: {partition: 0}}))
+        head, tail = template[: len(exact) - _ENTRY.size], template[len(exact) :]
+        make = partial(_patched_header, head, tail, partition)
+        if make(123_456_789) != encoded(partition, 123_456_789):
+            raise BenchError(f"bench suite {SUITE}: the c header template does not encode")
+        makers.append(make)
+    return makers
+
+
+def _patched_header(head: bytes, tail: bytes, partition: int, offset: int) -> bytes:
+    return head + _ENTRY.pack(partition, offset) + tail
+
+
+def _produce_changelog(bootstrap: str, records: int, per_transaction: int) -> _Changelog:
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"spark-statestore-bench-{TOPIC}",
+            "compression.type": "lz4",
+            "linger.ms": 50,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    headers = _c_headers()
+    version = ("v", b"\x00")
+    last: dict[int, tuple[bytes, bytes]] = {}
+    transactions = 0
+    try:
+        producer.init_transactions(60)
+        for start in range(0, records, per_transaction):
+            producer.begin_transaction()
+            for i in range(start, min(start + per_transaction, records)):
+                partition = i % PARTITIONS
+                key, value = KEY_FORMAT % i, VALUE_FORMAT % i
+                record_headers: list[tuple[str, str | bytes | None]] = [
+                    version,
+                    ("c", headers[partition](i // PARTITIONS)),
+                ]
+                while True:
+                    try:
+                        producer.produce(
+                            TOPIC,
+                            key=key,
+                            value=value,
+                            partition=partition,
+                            timestamp=_TIMESTAMP_MS + i,
+                            headers=record_headers,
+                        )
+                        break
+                    except BufferError:  # the local queue is full: let it drain
+                        producer.poll(0.05)
+                last[partition] = (key, value)
+            producer.commit_transaction(120)
+            transactions += 1
+    except KafkaException as exc:
+        raise BenchError(
+            f"bench suite {SUITE}: producing the changelog {TOPIC} failed: {exc}"
+        ) from exc
+    return _Changelog(
+        bootstrap=bootstrap,
+        records=records,
+        transactions=transactions,
+        end_offsets=_check_nothing_dropped(bootstrap),
+        last_records=last,
+    )
+
+
+def _check_nothing_dropped(bootstrap: str) -> dict[int, int]:
+    """The end offsets; fails if the broker already dropped the oldest records."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(_consumer_settings(bootstrap, "watermarks"))
+    try:
+        marks = {
+            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
+            for p in range(PARTITIONS)
+        }
+    except KafkaException as exc:
+        raise BenchError(f"bench suite {SUITE}: cannot read the offsets of {TOPIC}: {exc}") from exc
+    finally:
+        consumer.close()
+    dropped = {p: low for p, (low, _high) in marks.items() if low != 0}
+    if dropped:
+        raise BenchError(
+            f"bench suite {SUITE}: the embedded broker dropped the oldest records of {TOPIC} "
+            f"(first offsets {dropped}, expected 0): it keeps only about 5 MB per partition; "
+            f"run with fewer --records (at most about {DEFAULT_RECORDS * 3 // 2:,})"
+        )
+    return {p: high for p, (_low, high) in marks.items()}
+
+
+def _consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
+    # KafkaChangelogSource's tuning, so the bare loop reads the way the follower does.
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"spark-statestore-bench-{purpose}",  # never committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "enable.partition.eof": True,
+        "isolation.level": "read_committed",
+        "queued.min.messages": 500_000,
+        "fetch.max.bytes": 64 * 1024 * 1024,
+    }
+
+
+# -- the timed runs -----------------------------------------------------------------------
+def _follower_run(root: str, changelog: _Changelog) -> float:
+    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+    from spark_statestore.follower import Follower
+
+    path = tempfile.mkdtemp(prefix="follower-", dir=root)
+    try:
+        spec = StoreSpec(Role.FOLLOWER, TOPIC, PARTITIONS)
+        with Store.open(path, spec, purpose="spark-statestore bench") as store:
+            source = KafkaChangelogSource(changelog.bootstrap, TOPIC)
+            try:
+                follower = Follower(store, source, chunk_records=CHUNK_RECORDS)
+            except BaseException:
+                source.close()
+                raise
+            try:
+                seconds = timed(partial(_restore, follower))
+            finally:
+                follower.stop()
+            changelog.check(store.get, follower.records_applied, "the follower")
+    finally:
+        shutil.rmtree(path)
+    return changelog.records / seconds
+
+
+def _restore(follower: Any) -> None:
+    from spark_statestore.follower import FollowerState
+
+    deadline = time.monotonic() + _RESTORE_DEADLINE_S
+    follower.start_restore()
+    while follower.state is not FollowerState.RUNNING:
+        follower.step()
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"bench suite {SUITE}: the follower did not reach RUNNING within "
+                f"{_RESTORE_DEADLINE_S:.0f} s (lags {follower.lags()})"
+            )
+
+
+def _bare_run(root: str, changelog: _Changelog) -> float:
+    import plyvel
+    from confluent_kafka import Consumer
+
+    path = tempfile.mkdtemp(prefix="bare-", dir=root)
+    options = StoreOptions()
+    try:
+        db = plyvel.DB(path, create_if_missing=True, **options.leveldb_options())
+        consumer = Consumer(_consumer_settings(changelog.bootstrap, "bare"))
+        try:
+            applied: list[int] = []
+            seconds = timed(partial(_consume_into, consumer, db, options.sync, applied))
+            changelog.check(db.get, applied[0], "the bare consume + WriteBatch loop")
+        finally:
+            consumer.close()
+            db.close()
+    finally:
+        shutil.rmtree(path)
+    return changelog.records / seconds
+
+
+def _consume_into(consumer: Any, db: Any, sync: bool, applied: list[int]) -> None:
+    """Read every partition to its end offset, one WriteBatch per ``consume()``."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+        for p in range(PARTITIONS)
+    }
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    pending = set(ends)
+    count = 0
+    deadline = time.monotonic() + _RESTORE_DEADLINE_S
+    while pending:
+        messages = consumer.consume(CHUNK_RECORDS, timeout=0.5)
+        batch = db.write_batch(sync=sync)
+        put = batch.put
+        events = 0
+        for message in messages:
+            error = message.error()
+            if error is None:
+                put(message.key(), message.value())
+                continue
+            events += 1
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise BenchError(f"bench suite {SUITE}: the bare loop's consume failed: {error}")
+            if message.offset() >= ends[message.partition()]:
+                pending.discard(message.partition())
+        if len(messages) > events:  # like the follower, commit only when there are records
+            batch.write()
+        count += len(messages) - events
+        if time.monotonic() > deadline:
+            raise BenchError(f"bench suite {SUITE}: the bare loop did not reach {ends}")
+    applied.append(count)
+
+
+def _cli_run(root: str, changelog: _Changelog) -> float:
+    """Seconds of one ``spark-statestore follow --until-caught-up`` process, spawn to exit."""
+    path = os.path.join(root, "cli-store")
+    command = [
+        sys.executable,
+        "-m",
+        "spark_statestore.cli",
+        "follow",
+        "--bootstrap-servers",
+        changelog.bootstrap,
+        "--changelog",
+        TOPIC,
+        "--chunk-records",
+        str(CHUNK_RECORDS),
+        "--until-caught-up",
+        "--no-progress",
+        path,
+    ]
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=_RESTORE_DEADLINE_S)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0 or "caught up" not in proc.stderr:
+        raise BenchError(
+            f"bench suite {SUITE}: spark-statestore follow exited {proc.returncode}: "
+            f"{proc.stderr.strip()[-2000:]}"
+        )
+    try:
+        with Store.open(path, purpose="spark-statestore bench check") as store:
+            changelog.check(store.get, None, "spark-statestore follow")
+    finally:
+        shutil.rmtree(path)
+    return seconds
