@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
-from spark_statestore.changelog.record import ChangelogRecord
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
@@ -34,6 +33,7 @@ __all__ = [
     "FollowerError",
     "FollowerState",
     "PollResult",
+    "Row",
 ]
 
 _log = logging.getLogger(__name__)
@@ -53,21 +53,35 @@ class FollowerState(str, Enum):
     FAILED = "failed"
 
 
+Row = tuple[bytes, "bytes | None", int, int, int]
+"""One changelog record as the store applies it: key, value (None: delete), partition,
+offset, timestamp (epoch ms, -1 unknown)."""
+
+
 @dataclass(frozen=True, slots=True)
 class PollResult:
     """What one poll of a :class:`ChangelogSource` returned.
 
     Parameters
     ----------
-    records
-        Committed records, in offset order per partition.
+    rows
+        Committed records as :data:`Row` tuples, in offset order per partition.
     positions
         ``{partition: next offset}`` the source has read up to after these records; it can
         be past the last record's offset + 1 (transaction markers take offsets too).
+    position
+        The merge of the rows' ``c``-header positions (None when none had one).
+    without_position
+        Rows without a position (no ``v`` header, or a version this reader ignores).
+    skipped_positions
+        Rows whose malformed position headers were skipped (the source was asked to).
     """
 
-    records: Sequence[ChangelogRecord]
+    rows: Sequence[Row]
     positions: Mapping[int, int]
+    position: Position | None = None
+    without_position: int = 0
+    skipped_positions: int = 0
 
 
 class ChangelogSource(Protocol):
@@ -205,43 +219,31 @@ class Follower:
             for p, o in polled.positions.items()
             if p in self.partitions and o > current.get(p, 0)
         }
-        if not polled.records and not moved:
+        if not polled.rows and not moved:
             return 0
-        self._commit(polled.records, moved)
-        return len(polled.records)
+        return self._commit(polled, moved)
 
-    def _commit(self, records: Sequence[ChangelogRecord], moved: Mapping[int, int]) -> None:
-        rows = []
-        position: Position | None = None
-        last_position: Position | None = None
-        missing = 0
+    def _commit(self, polled: PollResult, moved: Mapping[int, int]) -> int:
+        rows = polled.rows
         prefix = self.key_prefix
-        for record in records:
-            if prefix is None or record.key.startswith(prefix):
-                rows.append(
-                    (record.key, record.value, record.partition, record.offset, record.timestamp)
-                )
-            # A subset store has still seen the records it does not keep: their positions
-            # count (the store is as fresh for its keys as the changelog it has read).
-            if record.position is None:
-                missing += 1
-            elif record.position is not last_position:
-                # Records of one leader transaction share positions: merge each only once.
-                last_position = record.position
-                position = record.position if position is None else position.merge(record.position)
+        if prefix is not None:
+            # A subset store has still read the records it does not keep: the chunk's
+            # position counts for it (it is as fresh for its keys as the changelog it read).
+            rows = [row for row in rows if row[0].startswith(prefix)]
         with self.store.begin() as txn:
             txn.put_all(rows)
-            if position is not None:
-                txn.merge_position(position)
+            if polled.position is not None:
+                txn.merge_position(polled.position)
             for partition, next_offset in moved.items():
                 txn.set_changelog_offset(partition, next_offset)
             metadata = txn.commit()
         with self._applied:
             self.records_applied += len(rows)
-            self.records_skipped += len(records) - len(rows)
-            self.records_without_position += missing
+            self.records_skipped += len(polled.rows) - len(rows)
+            self.records_without_position += polled.without_position + polled.skipped_positions
             self._applied.notify_all()
         self._check_caught_up(metadata.changelog_offsets)
+        return len(rows)
 
     def _check_caught_up(self, offsets: Mapping[int, int]) -> None:
         if self.state is FollowerState.RESTORING and all(

@@ -13,10 +13,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from spark_statestore.changelog.headers import OnMissing
+from spark_statestore.changelog.headers import OnMissing, PositionMerger
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.tail import message_to_record
-from spark_statestore.follower import PollResult
+from spark_statestore.follower import PollResult, Row
 
 __all__ = ["KafkaChangelogSource", "handle_out_of_range"]
 
@@ -137,21 +137,43 @@ class KafkaChangelogSource:
 
     def poll(self, max_records: int, timeout_s: float) -> PollResult:
         messages = self._consumer.consume(min(max_records, 1_000_000), timeout=timeout_s)
-        records = []
+        rows: list[Row] = []
+        append = rows.append
+        merger = PositionMerger(self._on_missing)
+        add_position = merger.add
+        topic = self._topic
         resets: dict[int, int] = {}
         for message in messages:
             error = message.error()
             if error is None:
-                records.append(message_to_record(message, self._on_missing))
+                key = message.key()
+                if key is None:
+                    message_to_record(message, self._on_missing)  # raises, naming the record
+                    continue
+                # A consumed record always has a partition and an offset (the stubs allow
+                # None); headers come as a list of (str, bytes) pairs. No cast() per record.
+                partition: int = message.partition()  # type: ignore[assignment]
+                offset: int = message.offset()  # type: ignore[assignment]
+                kind, timestamp = message.timestamp()
+                add_position(message.headers(), topic, partition, offset)  # type: ignore[arg-type]
+                append(
+                    (
+                        key,
+                        message.value(),
+                        partition,
+                        offset,
+                        timestamp if kind else -1,
+                    )
+                )
                 continue
-            partition = message.partition()
+            where, at = message.partition(), message.offset()
             if error.code() == KafkaError._PARTITION_EOF:
-                offset = message.offset()
-                if partition is not None and offset is not None:
+                if where is not None and at is not None:
                     # Past the transaction markers at the end of the partition.
-                    self._positions[partition] = max(self._positions.get(partition, 0), offset)
+                    self._positions[where] = max(self._positions.get(where, 0), at)
                 continue
-            if error.code() == KafkaError._AUTO_OFFSET_RESET and partition is not None:
+            if error.code() == KafkaError._AUTO_OFFSET_RESET and where is not None:
+                partition = where
                 wanted = self._positions.get(partition, 0)
                 low = handle_out_of_range(
                     self._topic,
@@ -183,7 +205,13 @@ class KafkaChangelogSource:
             self._consumer.assign(
                 [TopicPartition(self._topic, p, self._positions[p]) for p in self._assigned]
             )
-        return PollResult(records, dict(self._positions))
+        return PollResult(
+            rows,
+            dict(self._positions),
+            merger.position(),
+            merger.without,
+            merger.skipped,
+        )
 
     def close(self) -> None:
         self._consumer.close()

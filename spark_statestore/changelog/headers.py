@@ -40,6 +40,7 @@ __all__ = [
     "VERSION_HEADER",
     "HeaderDecision",
     "HeaderStatus",
+    "PositionMerger",
     "decode_position",
     "encode_position",
     "position_from_headers",
@@ -172,7 +173,10 @@ def decode_position(
         raise exc.at(topic, partition, offset) from exc.__cause__
 
 
-def _decode_position(data: bytes | bytearray | memoryview | None) -> Position:
+def _decode_entries(
+    data: bytes | bytearray | memoryview | None,
+) -> list[tuple[str, int, int]]:
+    """The sorted, unique ``(topic, partition, offset)`` entries of a ``c`` header value."""
     if data is None:
         raise PositionHeaderError("position header 'c' has no value (null)")
     if not isinstance(data, (bytes, bytearray)):
@@ -196,7 +200,7 @@ def _decode_position(data: bytes | bytearray | memoryview | None) -> Position:
     (topics,) = _INT32.unpack_from(data, 1)
     if topics <= 0:
         if topics == 0:
-            return Position.empty()
+            return []
         raise PositionHeaderError(f"position header 'c' has a negative topic count {topics}")
     pos = 5
     # Reject hostile counts before looping: each topic needs at least _MIN_TOPIC_BYTES.
@@ -248,10 +252,13 @@ def _decode_position(data: bytes | bytearray | memoryview | None) -> Position:
     if len(entries) > 1:
         entries.sort()
         entries = _drop_duplicates(entries)
-    # Entries are validated above exactly as Position.from_map validates them (non-empty
-    # topic, partition and offset >= 0, offset within int64) and sorted: build directly, a
-    # per-record hot path.
-    return Position(tuple(entries))
+    return entries
+
+
+def _decode_position(data: bytes | bytearray | memoryview | None) -> Position:
+    # Entries are validated by _decode_entries exactly as Position.from_map validates them
+    # (non-empty topic, partition and offset >= 0, offset within int64) and sorted.
+    return Position(tuple(_decode_entries(data)))
 
 
 def _drop_duplicates(entries: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
@@ -489,3 +496,140 @@ def position_headers(position: Position) -> list[tuple[str, bytes]]:
         If the position cannot be encoded (see :func:`encode_position`).
     """
     return [(VERSION_HEADER, _VERSION_HEADER_VALUE), (POSITION_HEADER, encode_position(position))]
+
+
+_ONE = b"\x00\x00\x00\x01"  # an int32 count of 1, big-endian
+_SINGLE_TOPIC = bytes([_POSITION_SERDE_VERSION]) + _ONE  # serde version 0, one topic
+_SINGLE_LAYOUTS: dict[int, struct.Struct] = {}  # name length -> name, count, partition, offset
+
+
+class PositionMerger:
+    """Merges the positions in many records' headers, without a Position per record.
+
+    The follower needs only the merge of a chunk's positions (the maximum offset per input
+    topic-partition), not each record's: this applies :func:`read_position_headers`' rules
+    on the fast path (one ``v`` = 0 and a well-formed ``c``) and hands every other case to
+    it, so errors, skips and unknown versions behave exactly the same.
+
+    Parameters
+    ----------
+    on_missing
+        As in :func:`read_position_headers`.
+    """
+
+    __slots__ = (
+        "_heads",
+        "_last_entries",
+        "_last_raw",
+        "_offsets",
+        "on_missing",
+        "skipped",
+        "without",
+    )
+
+    def __init__(self, on_missing: OnMissing = "error") -> None:
+        if on_missing != "error" and on_missing != "skip":
+            raise OptionError(f"on_missing must be 'error' or 'skip', got {on_missing!r}")
+        self.on_missing: OnMissing = on_missing
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._heads: dict[tuple[bytes, int], tuple[str, int]] = {}
+        self._last_raw: bytes | None = None
+        self._last_entries: list[tuple[str, int, int]] = []
+        self.skipped = 0
+        """Records whose malformed position headers were skipped (``on_missing="skip"``)."""
+        self.without = 0
+        """Records without a position (no ``v`` header, or an unknown version)."""
+
+    def add(self, headers: Headers | None, topic: str, partition: int, offset: int) -> None:
+        """Merge one record's position (its headers as ``Message.headers()`` gives them).
+
+        Raises
+        ------
+        PositionHeaderError
+            As :func:`read_position_headers` with ``on_missing="error"``.
+        """
+        if not headers:
+            self.without += 1
+            return
+        version_value = position_value = None
+        for key, value in headers:
+            if key == VERSION_HEADER:
+                version_value = value
+            elif key == POSITION_HEADER:
+                position_value = value
+        if version_value is None and not any(key == VERSION_HEADER for key, _ in headers):
+            self.without += 1
+            return
+        entries = None
+        if version_value and version_value[0] == CONSISTENCY_VERSION and position_value:
+            if position_value[:5] == _SINGLE_TOPIC and self._add_single(position_value):
+                return
+            if position_value == self._last_raw:
+                entries = self._last_entries
+            else:
+                try:
+                    entries = _decode_entries(position_value)
+                except PositionHeaderError:
+                    entries = None
+                else:
+                    self._last_raw, self._last_entries = bytes(position_value), entries
+        if entries is None:
+            self._slow(headers, topic, partition, offset)
+            return
+        offsets = self._offsets
+        for name, p, o in entries:
+            if o > offsets.get((name, p), -1):
+                offsets[(name, p)] = o
+
+    def _add_single(self, data: bytes) -> bool:
+        """The common case of one topic with one partition, without a full decode.
+
+        One ``struct`` call reads name, partition count, partition and offset; the topic
+        name and partition are checked by the full decoder once per distinct value (cached),
+        only the offset per record. False: use the full decoder.
+        """
+        (name_length,) = _INT32.unpack_from(data, 5)
+        if name_length <= 0 or len(data) < 25 + name_length:
+            return False
+        layout = _SINGLE_LAYOUTS.get(name_length)
+        if layout is None:
+            layout = struct.Struct(f">{name_length}siiq")
+            if len(_SINGLE_LAYOUTS) < 256:
+                _SINGLE_LAYOUTS[name_length] = layout
+        name_bytes, count, partition, offset = layout.unpack_from(data, 9)
+        if count != 1 or offset < 0:
+            return False  # the full decoder handles (or names) it
+        key = self._heads.get((name_bytes, partition))
+        if key is None:
+            try:
+                entries = _decode_entries(data)
+            except PositionHeaderError:
+                return False
+            key = (entries[0][0], entries[0][1])
+            if len(self._heads) < 1024:
+                self._heads[(name_bytes, partition)] = key
+        if offset > self._offsets.get(key, -1):
+            self._offsets[key] = offset
+        return True
+
+    def _slow(self, headers: Headers, topic: str, partition: int, offset: int) -> None:
+        decision = read_position_headers(
+            headers, on_missing=self.on_missing, topic=topic, partition=partition, offset=offset
+        )
+        if decision.status is HeaderStatus.SKIPPED:
+            self.skipped += 1
+        elif decision.position is None:
+            self.without += 1
+        else:
+            for name, p, o in decision.position.entries:
+                if o > self._offsets.get((name, p), -1):
+                    self._offsets[(name, p)] = o
+
+    def position(self) -> Position | None:
+        """The merged position of every record added so far (None if none had one)."""
+        if not self._offsets:
+            return None
+        merged: dict[str, dict[int, int]] = {}
+        for (name, p), o in self._offsets.items():
+            merged.setdefault(name, {})[p] = o
+        return Position.from_map(merged)
