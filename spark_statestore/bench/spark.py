@@ -1,0 +1,420 @@
+"""The ``spark`` suite: Spark reading a live store against Spark reading the same rows from
+Parquet.
+
+Setup (not timed): a follower store of :func:`spark_records` records over 8 changelog
+partitions (16-byte keys, 32-byte values, offsets and changelog offsets per partition) is
+written directly with store transactions, and its snapshot's rows are written once to one
+Parquet file (pyarrow, snappy, the store's Arrow schema). A local ``local[2]`` SparkSession
+is started (or the active one reused); its start-up time is reported as the parameter
+``spark_startup_s``, never inside a rate.
+
+Every timed query builds a fresh DataFrame (Spark 4.3 replays the last pushed-down plan of a
+DataFrame or view for later queries), loads the source and consumes it completely in Spark
+with one aggregate over all five columns (:data:`CONSUME`); the aggregate's result is
+checked against the rows written, so a path that read the wrong rows fails the run.
+
+``scan_owner``
+    Rows/s of ``spark.read.format("spark_statestore").load(path)`` while this process owns
+    the store and serves it over Flight (:class:`~spark_statestore.serve.StoreServer`), as a
+    running follower query does: the reader pins a snapshot and streams it from the owner.
+    The owner's scan counters check that every row went through it. Baseline:
+    ``spark.read.parquet(dir)``, consumed the same way.
+``lookup_pushdown``
+    Queries/s (one key per query; its latency is in the parameters) of ``WHERE key = X'..'``
+    through the owner, which the reader pushes down as a point read, against the same lookup
+    written as ``WHERE substr(key, 1, 16) = X'..'``, which Spark cannot push, so the reader
+    scans every row and Spark filters them. The owner's counters check both plans.
+``scan_local``
+    Like ``scan_owner`` with no live owner: the server is stopped and the store closed, so
+    Spark's task opens the store itself. Baseline: Parquet again, interleaved with it.
+
+Each measurement interleaves its two sides for ``rounds`` rounds after one untimed warm-up
+run of each side (JIT, Python worker start-up); there is no target.
+
+Size: :data:`DEFAULT_RECORDS` unless ``--records`` (or ``--quick``) says otherwise. Since
+:class:`~spark_statestore.bench.measure.BenchOptions` does not record whether ``--records``
+was given, a ``records`` equal to the bench-wide default counts as "not given".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from spark_statestore.bench.errors import BenchError
+from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
+from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
+
+_log = logging.getLogger(__name__)
+
+__all__ = [
+    "CONSUME",
+    "DEFAULT_RECORDS",
+    "PARTITIONS",
+    "SUITE",
+    "run_spark_suite",
+    "spark_records",
+]
+
+SUITE = "spark"
+DEFAULT_RECORDS = 1_000_000
+"""Store rows of a run without ``--records``."""
+PARTITIONS = 8
+CHANGELOG_TOPIC = "bench-changelog"
+KEY_FORMAT = b"key-%012d"  # 16 bytes
+VALUE_FORMAT = b"value-%026d"  # 32 bytes
+CONSUME = (
+    "count(*) AS rows",
+    "sum(length(key) + length(value)) AS bytes",
+    "sum(partition) AS partitions",
+    "sum(offset) AS offsets",
+    "max(unix_millis(timestamp)) AS latest",
+)
+"""The aggregate every scan is consumed with: it reads every column of every row."""
+FORMAT = "spark_statestore"
+_SPEC = StoreSpec(Role.FOLLOWER, CHANGELOG_TOPIC, PARTITIONS)
+_TIMESTAMP_MS = 1_700_000_000_000
+_LOAD_CHUNK = 100_000
+_MASTER = "local[2]"
+
+Checksum = tuple[int, int, int, int, int]
+"""What :data:`CONSUME` returns: rows, key + value bytes, sum of partitions, sum of offsets,
+latest timestamp (ms)."""
+
+
+def spark_records(options: BenchOptions) -> int:
+    """Store rows for this run: ``options.records`` when ``--records`` or ``--quick`` chose
+    it, else :data:`DEFAULT_RECORDS`."""
+    if options.quick or options.records != BenchOptions().records:
+        return options.records
+    return DEFAULT_RECORDS
+
+
+@dataclass(frozen=True, slots=True)
+class _Dataset:
+    """The store and the Parquet copy of its rows, and what reading either must return."""
+
+    store_path: str
+    parquet_dir: str
+    records: int
+    parquet_bytes: int
+    checksum: Checksum
+
+    def lookup_keys(self, count: int, seed: int) -> list[tuple[bytes, bytes]]:
+        """``count`` existing (key, value) pairs in a fixed random order."""
+        rng = random.Random(seed)
+        picks = [rng.randrange(self.records) for _ in range(count)]
+        return [(KEY_FORMAT % i, VALUE_FORMAT % i) for i in picks]
+
+
+def run_spark_suite(options: BenchOptions) -> list[Measurement]:
+    """Measure Spark reading a live store (scans and key lookups) against Spark reading the
+    same rows from Parquet, and reading the store without a live owner.
+
+    Parameters
+    ----------
+    options
+        Rounds and ``records`` (see :func:`spark_records`).
+
+    Returns
+    -------
+    list of Measurement
+        ``scan_owner``, ``lookup_pushdown`` and ``scan_local``, without targets.
+
+    Raises
+    ------
+    BenchError
+        If a path returned other rows than were written, or did not read the way it claims
+        (through the owner, with or without pushdown).
+    """
+    from spark_statestore.serve import StoreServer
+
+    records = spark_records(options)
+    rounds = options.rounds
+    with tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root:
+        start = time.perf_counter()
+        data = _build_dataset(root, records)
+        _log.info(
+            "bench suite %s: wrote %d rows to a store and to Parquet in %.1f s",
+            SUITE,
+            records,
+            time.perf_counter() - start,
+        )
+        with _spark_session() as (spark, startup_s, started):
+            _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
+            parquet = partial(_scan_run, spark, data, "parquet", None)
+            store = _open_store(data.store_path, "spark-statestore bench (live owner)")
+            try:
+                with StoreServer(store) as server:
+                    owner = _Owner(server.location)
+                    scan = partial(_scan_run, spark, data, "store", owner)
+                    owner_rates = _interleave({"store": scan, "parquet": parquet}, rounds)
+                    keys = data.lookup_keys(rounds + 1, options.seed)
+                    lookup_rates = _interleave(
+                        {
+                            "pushdown": partial(
+                                _lookup_run, spark, data, owner, iter(keys), pushed=True
+                            ),
+                            "full_scan": partial(
+                                _lookup_run, spark, data, owner, iter(keys), pushed=False
+                            ),
+                        },
+                        rounds,
+                    )
+            finally:
+                store.close()
+            local = partial(_scan_run, spark, data, "store", None)
+            local_rates = _interleave({"store": local, "parquet": parquet}, rounds)
+    common = {
+        "records": records,
+        "partitions": PARTITIONS,
+        "key_bytes": len(KEY_FORMAT % 0),
+        "value_bytes": len(VALUE_FORMAT % 0),
+        "spark_master": _MASTER,
+        "spark_startup_s": round(startup_s, 3),
+        "spark_session": "started" if started else "reused",
+        "rounds": rounds,
+    }
+    scan_parameters = {
+        **common,
+        "consume": f"selectExpr({', '.join(CONSUME)}).collect()",
+        "parquet_files": 1,
+        "parquet_bytes": data.parquet_bytes,
+    }
+
+    def scan_measurement(
+        name: str, rates: dict[str, list[float]], candidate: str, store_access: str
+    ) -> Measurement:
+        return Measurement(
+            suite=SUITE,
+            name=name,
+            unit="rows/s",
+            candidate=candidate,
+            baseline="Spark read.parquet (same rows, same aggregate)",
+            candidate_rates=tuple(rates["store"]),
+            baseline_rates=tuple(rates["parquet"]),
+            target=None,
+            parameters={**scan_parameters, "store_access": store_access},
+        )
+
+    lookup = Measurement(
+        suite=SUITE,
+        name="lookup_pushdown",
+        unit="queries/s",
+        candidate="Spark SQL key = X'..' pushed to the live owner",
+        baseline="same lookup as substr(key) filter (full scan)",
+        candidate_rates=tuple(lookup_rates["pushdown"]),
+        baseline_rates=tuple(lookup_rates["full_scan"]),
+        target=None,
+        parameters={
+            **common,
+            "keys_per_query": 1,
+            "candidate_filter": "key = X'<16 bytes>' (pushed: one point read)",
+            "baseline_filter": "substr(key, 1, 16) = X'<16 bytes>' (not pushed: full scan)",
+            "candidate_latency_ms": round(1000 / max(lookup_rates["pushdown"]), 1),
+            "baseline_latency_ms": round(1000 / max(lookup_rates["full_scan"]), 1),
+            "seed": options.seed,
+        },
+    )
+    return [
+        scan_measurement(
+            "scan_owner",
+            owner_rates,
+            "Spark read of the store via its live owner",
+            "pinned snapshot streamed by the owner's Flight server (this process)",
+        ),
+        lookup,
+        scan_measurement(
+            "scan_local",
+            local_rates,
+            "Spark read of the store, no live owner",
+            "the Spark task opens the store itself",
+        ),
+    ]
+
+
+def _interleave(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """:func:`interleave` after one untimed run of each side: the first query of a kind
+    pays for JIT compilation and Python worker start-up, seconds that belong to neither
+    side's rate."""
+    for run in runs.values():
+        run()
+    return interleave(runs, rounds)
+
+
+# -- timed paths ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    """The live owner's Flight location, for its scan counters."""
+
+    location: str
+
+    def rows_examined(self) -> int:
+        from spark_statestore.serve import StoreClient
+
+        with StoreClient(self.location) as client:
+            return client.stats()["rows_examined"]
+
+
+def _scan_run(spark: Any, data: _Dataset, source: str, owner: _Owner | None) -> float:
+    """Rows/s of one fully consumed read of ``source`` (``"store"`` or ``"parquet"``)."""
+    if source == "parquet":
+
+        def load() -> Any:
+            return spark.read.parquet(data.parquet_dir)
+    else:
+
+        def load() -> Any:
+            return spark.read.format(FORMAT).load(data.store_path)
+
+    result: list[Checksum] = []
+    before = owner.rows_examined() if owner is not None else 0
+    seconds = timed(lambda: result.append(_consume(load())))
+    what = f"Spark reading the {source}" + (" through its owner" if owner is not None else "")
+    if result[0] != data.checksum:
+        raise BenchError(
+            f"bench suite {SUITE}: {what} returned {result[0]} (rows, bytes, sum of partitions, "
+            f"sum of offsets, latest timestamp), expected {data.checksum}; its rate would be "
+            "meaningless"
+        )
+    if owner is not None:
+        _check_examined(owner, before, data.records, what)
+    return data.records / seconds
+
+
+def _consume(df: Any) -> Checksum:
+    row = df.selectExpr(*CONSUME).collect()[0]
+    return (row[0], row[1], row[2], row[3], row[4])
+
+
+def _lookup_run(
+    spark: Any,
+    data: _Dataset,
+    owner: _Owner,
+    keys: Iterator[tuple[bytes, bytes]],
+    *,
+    pushed: bool,
+) -> float:
+    """Queries/s of one Spark SQL lookup of the next key, pushed down or not."""
+    key, value = next(keys)
+    literal = f"X'{key.hex()}'"
+    condition = f"key = {literal}" if pushed else f"substr(key, 1, {len(key)}) = {literal}"
+    rows: list[Any] = []
+
+    def query() -> None:
+        df = spark.read.format(FORMAT).load(data.store_path)
+        rows.extend(df.where(condition).select("value").collect())
+
+    before = owner.rows_examined()
+    seconds = timed(query)
+    what = f"Spark SQL WHERE {condition} through the owner"
+    found = [bytes(row[0]) for row in rows]
+    if found != [value]:
+        raise BenchError(
+            f"bench suite {SUITE}: {what} returned {found!r}, expected [{value!r}]; its rate "
+            "would be meaningless"
+        )
+    _check_examined(owner, before, 1 if pushed else data.records, what)
+    return 1 / seconds
+
+
+def _check_examined(owner: _Owner, before: int, expected: int, what: str) -> None:
+    examined = owner.rows_examined() - before
+    if examined != expected:
+        raise BenchError(
+            f"bench suite {SUITE}: {what} made the owner at {owner.location} examine "
+            f"{examined:,} rows, expected {expected:,}; it did not read the way it is "
+            "reported"
+        )
+
+
+# -- setup ----------------------------------------------------------------------------------
+def _open_store(path: str, purpose: str) -> Store:
+    # No fsync: the suite measures reads, and the store is deleted after the run.
+    return Store.open(path, _SPEC, purpose=purpose, options=StoreOptions(sync=False))
+
+
+def _build_dataset(root: str, records: int) -> _Dataset:
+    """Write the store, then its snapshot's rows to Parquet."""
+    store_path = os.path.join(root, "store")
+    parquet_dir = os.path.join(root, "parquet")
+    with _open_store(store_path, "spark-statestore bench (setup)") as store:
+        for start in range(0, records, _LOAD_CHUNK):
+            stop = min(start + _LOAD_CHUNK, records)
+            with store.begin() as txn:
+                txn.put_all(
+                    (
+                        KEY_FORMAT % i,
+                        VALUE_FORMAT % i,
+                        i % PARTITIONS,
+                        i // PARTITIONS,
+                        _TIMESTAMP_MS + i,
+                    )
+                    for i in range(start, stop)
+                )
+                for partition in range(PARTITIONS):
+                    txn.set_changelog_offset(partition, _records_of(partition, stop))
+        parquet_bytes = _write_parquet(store, parquet_dir)
+    checksum = (
+        records,
+        records * (len(KEY_FORMAT % 0) + len(VALUE_FORMAT % 0)),
+        sum(p * _records_of(p, records) for p in range(PARTITIONS)),
+        # Partition p holds offsets 0 .. n_p - 1.
+        sum(n * (n - 1) // 2 for n in (_records_of(p, records) for p in range(PARTITIONS))),
+        _TIMESTAMP_MS + records - 1,
+    )
+    return _Dataset(store_path, parquet_dir, records, parquet_bytes, checksum)
+
+
+def _records_of(partition: int, records: int) -> int:
+    """How many of records ``0 .. records - 1`` (record i goes to partition i % PARTITIONS)
+    partition ``partition`` holds: its next changelog offset."""
+    return (records - partition + PARTITIONS - 1) // PARTITIONS
+
+
+def _write_parquet(store: Store, directory: str) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_statestore.store import ScanSpec, arrow_schema, scan_batches
+
+    os.makedirs(directory)
+    path = os.path.join(directory, "part-00000.snappy.parquet")
+    with store.snapshot() as snapshot:
+        table = pa.Table.from_batches(
+            list(scan_batches(snapshot, ScanSpec.everything())), schema=arrow_schema()
+        )
+    pq.write_table(table, path, compression="snappy")
+    return os.path.getsize(path)
+
+
+@contextmanager
+def _spark_session() -> Iterator[tuple[Any, float, bool]]:
+    """A local SparkSession with the data source registered, the seconds it took to get
+    and whether it was started here; an already active session is reused (and left
+    running)."""
+    from pyspark.sql import SparkSession
+
+    import spark_statestore
+    from spark_statestore.connectors.spark.session import local_session
+
+    existing = SparkSession.getActiveSession()
+    start = time.perf_counter()
+    spark = local_session("spark-statestore-bench", master=_MASTER)
+    spark_statestore.register(spark)
+    startup_s = time.perf_counter() - start
+    if existing is None:
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark, startup_s, existing is None
+    finally:
+        if existing is None:
+            spark.stop()
