@@ -19,8 +19,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.store.errors import StoreError
-from spark_statestore.store.layout import DATA_PREFIX, HEADER_SIZE, envelope_header
-from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, _to_batch, arrow_schema
+from spark_statestore.store.layout import DATA_PREFIX
+from spark_statestore.store.snapshot import (
+    DEFAULT_BATCH_ROWS,
+    _to_batch,
+    arrow_schema,
+    envelope_batch,
+    rechunk,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -391,10 +397,10 @@ def _scan(
     bounds = spec._key_range()
     if bounds is None or spec.is_empty():
         return
-    if spec.keys is not None:
-        rows = _point_reads(snapshot, spec.keys, bounds, stats)
-    else:
-        rows = _range_read(snapshot, bounds, stats)
+    if spec.keys is None:
+        yield from _range_batches(snapshot, spec, bounds, batch_rows, stats)
+        return
+    rows = _point_reads(snapshot, spec.keys, bounds, stats)
     schema = arrow_schema()
     wanted = spec.partitions
     remaining = -1 if spec.limit is None else spec.limit  # -1: no limit
@@ -435,26 +441,45 @@ def _point_reads(
                 yield key, record.value, record.partition, record.offset, record.timestamp
 
 
-def _range_read(
-    snapshot: Snapshot, bounds: _Range, stats: ScanStats
-) -> Generator[_Row, None, None]:
-    """One bounded LevelDB iteration over ``bounds``."""
+def _range_batches(
+    snapshot: Snapshot, spec: ScanSpec, bounds: _Range, batch_rows: int, stats: ScanStats
+) -> Iterator[pa.RecordBatch]:
+    """One bounded LevelDB iteration over ``bounds``, decoded a chunk at a time in Arrow."""
     lower, upper, upper_inclusive = bounds
     # The iteration includes ``upper``; an exclusive upper bound drops that one key, the
     # last the iteration can reach, so nothing past the bound is read.
     stop_at = None if upper is None or upper_inclusive else DATA_PREFIX + upper
-    for dkey, raw in snapshot._raw(lower, upper, False, None, None):
-        stats.rows_examined += 1
-        if dkey == stop_at:
-            return
-        partition, offset, timestamp = envelope_header(raw)
-        yield (
-            dkey[1:],
-            raw[HEADER_SIZE:],
-            None if partition < 0 else partition,
-            None if offset < 0 else offset,
-            None if timestamp < 0 else timestamp,
-        )
+    wanted = spec.partitions
+    path = snapshot._store.path
+    needed = spec.limit  # rows still to return (None: all)
+
+    def size() -> int:
+        # Never read more rows than the limit still needs: each could be returned.
+        return batch_rows if needed is None else min(needed, batch_rows)
+
+    raw_chunks = snapshot._forward_chunks(lower, upper, size)
+
+    def chunks() -> Iterator[pa.RecordBatch]:
+        nonlocal needed
+        for chunk in raw_chunks:
+            stats.rows_examined += len(chunk)
+            if chunk[-1][0] == stop_at:
+                chunk.pop()
+            batch = envelope_batch(chunk, path, wanted)
+            if needed is not None:
+                batch = batch.slice(0, needed)
+                needed -= batch.num_rows
+            if batch.num_rows:
+                yield batch
+            if needed == 0:
+                return
+
+    try:
+        for batch in chunks() if wanted is None else rechunk(chunks(), batch_rows):
+            stats.rows_returned += batch.num_rows
+            yield batch
+    finally:
+        raw_chunks.close()  # at the limit, or when the caller stops: end the iteration now
 
 
 # -- helpers ------------------------------------------------------------------------------

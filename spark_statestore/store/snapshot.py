@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import array
+import sys
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +17,6 @@ from spark_statestore.store.layout import (
     StoredRecord,
     data_bounds,
     decode_record,
-    envelope_header,
     iterate,
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
     from spark_statestore.store.store import Store
 
-__all__ = ["Snapshot", "arrow_schema"]
+__all__ = ["Snapshot", "arrow_schema", "envelope_batch"]
 
 DEFAULT_BATCH_ROWS = 65536
 
@@ -43,6 +45,109 @@ def arrow_schema() -> pa.Schema:
             pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
         ]
     )
+
+
+_TO_END = 2**31 - 1  # binary_slice's stop: pyarrow 26 fails on stop=None ("Negative buffer resize")
+
+
+def envelope_batch(
+    items: Sequence[tuple[bytes, bytes]],
+    path: str,
+    partitions: frozenset[int] | None = None,
+) -> pa.RecordBatch:
+    """Decode stored ``(data key, envelope)`` pairs into one batch of :func:`arrow_schema`.
+
+    Vectorized: Arrow slices keys and values, one ``struct.iter_unpack`` over the envelope
+    headers (contiguous after slicing) reads partition, offset and timestamp; no Python
+    work per row beyond that. ``partitions`` keeps only rows of those changelog partitions.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If an envelope is too short or has an unknown version (naming the key).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dkeys, raws = zip(*items, strict=True) if items else ((), ())
+    raw = pa.array(raws, pa.binary())
+    count = len(raw)
+    if count and pc.min(pc.binary_length(raw)).as_py() < HEADER_SIZE:
+        _first_bad_envelope(dkeys, raws, path)
+    headers = pc.binary_slice(raw, 0, HEADER_SIZE)
+    if count and pc.max(_big_endian(headers, 0, "B", pa.uint8(), count)).as_py() != 0:
+        _first_bad_envelope(dkeys, raws, path)
+    part_array = _big_endian(headers, 1, "i", pa.int32(), count)
+    offset_array = _big_endian(headers, 5, "q", pa.int64(), count)
+    stamp_array = _big_endian(headers, 13, "q", pa.int64(), count)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pc.binary_slice(pa.array(dkeys, pa.binary()), 1, _TO_END),
+            pc.binary_slice(raw, HEADER_SIZE, _TO_END),
+            _unknown_as_null(part_array),
+            _unknown_as_null(offset_array),
+            _unknown_as_null(stamp_array).cast(pa.timestamp("ms", tz="UTC")),
+        ],
+        schema=arrow_schema(),
+    )
+    if partitions is not None:
+        batch = batch.filter(pc.is_in(part_array, pa.array(sorted(partitions), pa.int32())))
+    return batch
+
+
+def rechunk(batches: Iterable[pa.RecordBatch], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Re-cut filtered batches into batches of exactly ``batch_rows`` rows (the last: fewer)."""
+    import pyarrow as pa
+
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        held += batch.num_rows
+        if held < batch_rows:
+            continue
+        merged = pa.concat_batches(pending)
+        start = 0
+        while held - start >= batch_rows:
+            yield merged.slice(start, batch_rows)
+            start += batch_rows
+        pending = [merged.slice(start)] if start < held else []
+        held -= start
+    if held:
+        yield pa.concat_batches(pending)
+
+
+def _big_endian(
+    headers: pa.Array, start: int, typecode: str, kind: pa.DataType, count: int
+) -> pa.Array:
+    """One fixed-width big-endian field of every envelope header, as an Arrow array.
+
+    Arrow slices the field out of each header (the result's data is contiguous); the
+    ``array`` module swaps its byte order in C; no Python object per row.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = array.array(typecode)
+    width = values.itemsize
+    field = pc.binary_slice(headers, start, start + width)
+    values.frombytes(memoryview(field.buffers()[2])[: count * width])
+    if sys.byteorder == "little" and width > 1:
+        values.byteswap()
+    return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(values)])
+
+
+def _unknown_as_null(values: pa.Array) -> pa.Array:
+    import pyarrow.compute as pc
+
+    return pc.if_else(pc.less(values, 0), None, values)
+
+
+def _first_bad_envelope(dkeys: Sequence[bytes], raws: Sequence[bytes], path: str) -> None:
+    for dkey, raw in zip(dkeys, raws, strict=True):
+        decode_record(dkey[1:], raw, path)  # raises StoreCorruptedError for the bad one
 
 
 def _to_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
@@ -185,25 +290,13 @@ class Snapshot:
         (schema :func:`arrow_schema`); ``partitions`` keeps only those changelog partitions."""
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise StoreError(f"batch_rows must be an int >= 1, got {batch_rows!r}")
-        schema = arrow_schema()
         wanted = None if partitions is None else frozenset(partitions)
-        columns: list[list[Any]] = [[], [], [], [], []]
-        keys, values, parts, offsets, stamps = columns
-        for dkey, raw in self._raw(lower, upper, reverse, prefix, limit):
-            partition, offset, timestamp = envelope_header(raw)
-            if wanted is not None and partition not in wanted:
-                continue
-            keys.append(dkey[1:])
-            values.append(raw[HEADER_SIZE:])
-            parts.append(None if partition < 0 else partition)
-            offsets.append(None if offset < 0 else offset)
-            stamps.append(None if timestamp < 0 else timestamp)
-            if len(keys) >= batch_rows:
-                yield _to_batch(columns, schema)
-                for column in columns:
-                    column.clear()
-        if keys:
-            yield _to_batch(columns, schema)
+        rows = self._raw(lower, upper, reverse, prefix, limit)
+        batches = (
+            envelope_batch(chunk, self._store.path, wanted)
+            for chunk in iter(lambda: list(islice(rows, batch_rows)), [])
+        )
+        yield from rechunk(batches, batch_rows) if wanted is not None else batches
 
     def count(self) -> int:
         """Number of keys (a full scan)."""
@@ -216,7 +309,7 @@ class Snapshot:
         reverse: bool,
         prefix: bytes | None,
         limit: int | None,
-    ) -> Iterator[tuple[bytes, bytes]]:
+    ) -> Generator[tuple[bytes, bytes], None, None]:
         if self._snapshot is None:
             raise self._closed()
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
@@ -229,13 +322,29 @@ class Snapshot:
             return
         if lower is not None and upper is not None and lower > upper:
             return
-        count = 0
         try:
-            for item in iterate(self._snapshot, start, stop, include_stop, reverse):
-                yield item
-                count += 1
-                if limit is not None and count >= limit:
-                    return
+            items = iterate(self._snapshot, start, stop, include_stop, reverse)
+            yield from items if limit is None else islice(items, limit)
+        except RuntimeError:  # plyvel: the database was closed under us
+            raise self._closed() from None
+
+    def _forward_chunks(
+        self, lower: bytes | None, upper: bytes | None, size: Callable[[], int]
+    ) -> Generator[list[tuple[bytes, bytes]], None, None]:
+        """Forward ``[lower, upper]`` scans as lists of ``size()`` raw items (a bulk path).
+
+        Reads plyvel's iterator with ``islice`` (no Python frame per row); forward scans are
+        not affected by the plyvel reverse-scan bug that :func:`iterate` works around.
+        """
+        if self._snapshot is None:
+            raise self._closed()
+        start, stop, include_stop = data_bounds(lower, upper, None)
+        if lower is not None and upper is not None and lower > upper:
+            return
+        try:
+            with self._snapshot.iterator(start=start, stop=stop, include_stop=include_stop) as it:
+                while chunk := list(islice(it, size())):
+                    yield chunk
         except RuntimeError:  # plyvel: the database was closed under us
             raise self._closed() from None
 

@@ -379,3 +379,10 @@ def test_store_close_during_a_scan(store: Store) -> None:
     with pytest.raises(StoreClosedError):
         next(iterator)
     snap.close()
+
+
+@pytest.mark.parametrize("bad", [b"\x00short", b"\x07" + bytes(20) + b"value"])
+def test_to_batches_names_a_corrupt_envelope(store: Store, bad: bytes) -> None:
+    store._check_open().put(b"d" + b"b", bad)  # behind the store's back, as a foreign writer
+    with store.snapshot() as snap, pytest.raises(StoreError, match="key b'b' is not a valid"):
+        list(snap.to_batches())
