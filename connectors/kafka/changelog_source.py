@@ -140,7 +140,8 @@ class KafkaChangelogSource:
         rows: list[Row] = []
         append = rows.append
         merger = PositionMerger(self._on_missing)
-        add_position = merger.add
+        all_headers: list[Any] = []
+        add_headers = all_headers.append
         topic = self._topic
         resets: dict[int, int] = {}
         for message in messages:
@@ -155,7 +156,7 @@ class KafkaChangelogSource:
                 partition: int = message.partition()  # type: ignore[assignment]
                 offset: int = message.offset()  # type: ignore[assignment]
                 kind, timestamp = message.timestamp()
-                add_position(message.headers(), topic, partition, offset)  # type: ignore[arg-type]
+                add_headers(message.headers())
                 append(
                     (
                         key,
@@ -205,6 +206,7 @@ class KafkaChangelogSource:
             self._consumer.assign(
                 [TopicPartition(self._topic, p, self._positions[p]) for p in self._assigned]
             )
+        merger.add_all(all_headers, topic, rows)
         return PollResult(
             rows,
             dict(self._positions),

@@ -22,9 +22,9 @@ import enum
 import logging
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from spark_statestore.changelog.errors import (
     ChangelogFormatError,
@@ -501,6 +501,7 @@ def position_headers(position: Position) -> list[tuple[str, bytes]]:
 _ONE = b"\x00\x00\x00\x01"  # an int32 count of 1, big-endian
 _SINGLE_TOPIC = bytes([_POSITION_SERDE_VERSION]) + _ONE  # serde version 0, one topic
 _SINGLE_LAYOUTS: dict[int, struct.Struct] = {}  # name length -> name, count, partition, offset
+_MAX_CACHED_NAME = 249  # Kafka topic names have at most 249 characters
 
 
 class PositionMerger:
@@ -580,6 +581,68 @@ class PositionMerger:
         for name, p, o in entries:
             if o > offsets.get((name, p), -1):
                 offsets[(name, p)] = o
+
+    def add_all(
+        self,
+        all_headers: Sequence[Sequence[tuple[str, bytes | None]] | None],
+        topic: str,
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """:meth:`add` for many records at once; ``rows[i]`` holds record ``i``'s partition
+        and offset at indexes 2 and 3 (the follower's rows), for error messages.
+
+        The common case — one topic and one partition, the same name length and an already
+        checked topic-partition as the record before — costs one ``struct`` call and no
+        function call per record; everything else goes through :meth:`add`.
+        """
+        offsets, heads = self._offsets, self._heads
+        layout: struct.Struct | None = None  # ">i{n}siiq": name length, name, count, p, o
+        name_length = minimum = -1
+        last: tuple[bytes, int] | None = None
+        seen: tuple[str, int] | None = None
+        for i, headers in enumerate(all_headers):
+            if headers:
+                version_value = position_value = None
+                if (
+                    len(headers) == 2
+                    and headers[0][0] == VERSION_HEADER
+                    and headers[1][0] == POSITION_HEADER
+                ):
+                    # Kafka Streams writes exactly these two, in this order.
+                    version_value, position_value = headers[0][1], headers[1][1]
+                else:
+                    for key, value in headers:
+                        if key == VERSION_HEADER:
+                            version_value = value
+                        elif key == POSITION_HEADER:
+                            position_value = value
+                if (
+                    layout is not None
+                    and version_value
+                    and position_value
+                    and version_value[0] == CONSISTENCY_VERSION
+                    and position_value[:5] == _SINGLE_TOPIC
+                    and len(position_value) >= minimum
+                ):
+                    length, name, count, partition, offset = layout.unpack_from(position_value, 5)
+                    if length == name_length and count == 1 and offset >= 0:
+                        if last != (name, partition):
+                            last = (name, partition)
+                            seen = heads.get(last)
+                        if seen is not None:
+                            if offset > offsets.get(seen, -1):
+                                offsets[seen] = offset
+                            continue
+                # Prime the layout for this record's name length (add() checks the record).
+                if position_value and position_value[:5] == _SINGLE_TOPIC:
+                    (length,) = _INT32.unpack_from(position_value, 5)
+                    if 0 < length <= _MAX_CACHED_NAME and length != name_length:
+                        name_length, minimum = length, 25 + length
+                        layout = struct.Struct(f">i{length}siiq")
+                        last = seen = None
+            row = rows[i]
+            self.add(headers, topic, row[2], row[3])
+            last = None  # add() may have checked (and cached) this topic-partition
 
     def _add_single(self, data: bytes) -> bool:
         """The common case of one topic with one partition, without a full decode.

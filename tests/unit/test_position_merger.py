@@ -67,6 +67,13 @@ def test_skip_mode_agrees_with_the_reference(records: list[object]) -> None:
     for i, record in enumerate(records):
         merger.add(record, "t", 0, i)  # type: ignore[arg-type]
     assert (merger.position(), merger.skipped, merger.without) == reference(records, "skip")
+    # The bulk path, twice over the same records (the second pass hits the inline cache).
+    bulk = PositionMerger("skip")
+    rows = [(b"k", b"v", 0, i, -1) for i in range(len(records))]
+    bulk.add_all(records, "t", rows)  # type: ignore[arg-type]
+    bulk.add_all(records, "t", rows)  # type: ignore[arg-type]
+    position, skipped, without = reference(records, "skip")
+    assert (bulk.position(), bulk.skipped, bulk.without) == (position, 2 * skipped, 2 * without)
 
 
 @given(st.lists(headers, max_size=8))
@@ -78,11 +85,17 @@ def test_error_mode_raises_exactly_when_the_reference_does(records: list[object]
         with pytest.raises(type(exc), match="offset"):
             for i, record in enumerate(records):
                 merger.add(record, "t", 0, i)  # type: ignore[arg-type]
+        rows = [(b"k", b"v", 0, i, -1) for i in range(len(records))]
+        with pytest.raises(type(exc), match=f"offset {exc.offset}"):  # type: ignore[attr-defined]
+            PositionMerger("error").add_all(records, "t", rows)  # type: ignore[arg-type]
         return
     merger = PositionMerger("error")
     for i, record in enumerate(records):
         merger.add(record, "t", 0, i)  # type: ignore[arg-type]
     assert (merger.position(), merger.skipped, merger.without) == expected
+    bulk = PositionMerger("error")
+    bulk.add_all(records, "t", [(b"k", b"v", 0, i, -1) for i in range(len(records))])  # type: ignore[arg-type]
+    assert (bulk.position(), bulk.skipped, bulk.without) == expected
 
 
 def test_the_single_topic_fast_path_checks_what_it_skips() -> None:
