@@ -138,6 +138,14 @@ class SnapshotReader(DataSourceReader):
                 client.release(pinned.snapshot_id)
                 raise
             spec_json = self._spec().to_json()
+            _log.info(
+                "reading %s through its owner %s: snapshot %s, commit %d, position %s",
+                self._options.path,
+                client.location,
+                pinned.snapshot_id,
+                pinned.commit_seq,
+                pinned.position.to_json(),
+            )
             return [_Scan(spec_json, client.location, pinned.snapshot_id, pinned.commit_seq)]
         described = client.describe()
         metadata = described
@@ -168,6 +176,12 @@ class SnapshotReader(DataSourceReader):
             self._check_lag(lags)
         if self._options.view is View.DATA:
             spec_json = self._spec().to_json()
+            _log.info(
+                "reading %s directly: commit %d, position %s",
+                self._options.path,
+                metadata.commit_seq,
+                metadata.position.to_json(),
+            )
             return [_Scan(spec_json, None, None, metadata.commit_seq)]
         owner = read_owner(self._options.path)
         described = describe_state(self._options.path, manifest, metadata)

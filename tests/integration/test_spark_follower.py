@@ -189,6 +189,22 @@ def test_live_follower_query(
     assert json.loads(meta[0]["position"]) == {
         INPUT: {str(p): o for p, o in writer.position.items()}
     }
+    # Stale reads are refused clearly (no live owner now: the reader opens the store).
+    ahead = json.dumps({INPUT: {"0": 10**9}})
+    with pytest.raises(Exception, match="NOT_UP_TO_BOUND"):
+        spark.read.format(FORMAT).option("positionBound", ahead).load(str(path)).collect()
+    reached = json.dumps({INPUT: {str(p): o for p, o in writer.position.items()}})
+    bounded = spark.read.format(FORMAT).option("positionBound", reached).load(str(path))
+    assert bounded.count() == len(writer.model)
+    with pytest.raises(Exception, match="maxLag"):  # no follower, no Kafka to ask
+        spark.read.format(FORMAT).option("maxLag", "0").load(str(path)).collect()
+    caught_up = (
+        spark.read.format(FORMAT)
+        .option("maxLag", "0")
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+        .load(str(path))
+    )
+    assert caught_up.count() == len(writer.model)
     wait_for_owner_exit(path)
     with Store.open(path) as store:
         assert store.metadata.position.to_map() == writer.expected_position()
