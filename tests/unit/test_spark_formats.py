@@ -558,7 +558,7 @@ def test_json_rows_arrow_refuses_are_found_one_by_one(monkeypatch: pytest.Monkey
     def lenient(schema: StructType, zone: dt.tzinfo) -> Callable[[Any], Any]:
         return lambda value: {"a": value.get("a")}
 
-    monkeypatch.setattr(formats, "_struct_converter", lenient)
+    monkeypatch.setattr(formats, "struct_converter", lenient)
     codec = make_codec("json", "a INT")
     values = [b'{"a": 1}', b'{"a": "x"}', b'{"a": 2}']
     assert decode(codec, values, permissive=True) == ([{"a": 1}, None, {"a": 2}], 1)
