@@ -78,12 +78,19 @@ class KafkaChangelogSource:
         self._topic = topic
         self._timeout_s = timeout_s
         self._on_missing: OnMissing = on_missing_position
-        self._consumer = Consumer(settings)
-        # Offset queries come from other threads (lag, Spark's latestOffset) while the
-        # follower thread blocks in consume(): they get their own client.
-        self._offsets_client = Consumer(
-            dict(settings, **{"group.id": f"{settings['group.id']}-offsets"})
-        )
+        try:
+            self._consumer = Consumer(settings)
+            # Offset queries come from other threads (lag, Spark's latestOffset) while the
+            # follower thread blocks in consume(): they get their own client.
+            self._offsets_client = Consumer(
+                dict(settings, **{"group.id": f"{settings['group.id']}-offsets"})
+            )
+        except KafkaException as exc:
+            raise KafkaClientError(
+                f"the Kafka client refused the consumer settings for changelog {topic!r}: "
+                f"{exc.args[0].str() if exc.args else exc}; check the kafka.* options",
+                exc.args[0].code() if exc.args else None,
+            ) from exc
         self._offsets_lock = threading.Lock()
         self._assigned: list[int] = []
         self._positions: dict[int, int] = {}

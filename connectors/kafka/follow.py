@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from types import FrameType, MappingProxyType
 from typing import Literal, TextIO
 
-from confluent_kafka import KafkaException
-
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.errors import OptionError, StateStoreError
 from spark_statestore.follower import Follower, FollowerError, FollowerState
 from spark_statestore.partition_spec import format_partitions, parse_partitions
@@ -218,9 +217,9 @@ def _open_follower(options: FollowOptions) -> Iterator[Follower]:
         source = KafkaChangelogSource(
             options.bootstrap_servers, topic, config=dict(options.kafka_config)
         )
-    except KafkaException as exc:
-        # librdkafka refuses unknown or malformed settings when the client is created.
-        raise OptionError(f"option --kafka: the Kafka client refused the settings: {exc}") from exc
+    except KafkaClientError as exc:
+        # The only thing creating the source asks of Kafka is to accept the settings.
+        raise OptionError(f"option --kafka: {exc}") from exc
     with contextlib.ExitStack() as stack:
         stack.callback(source.close)
         # Ask the topic first: a missing topic must not leave an empty store behind.

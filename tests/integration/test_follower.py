@@ -257,3 +257,10 @@ def test_lost_offsets_fail_or_are_skipped_per_fail_on_data_loss(
             keys = [k for k, _ in snapshot.items()]
         assert keys[0] >= b"big%05d" % low and keys[-1] == b"big11999"
         assert store.metadata.changelog_offsets == {0: high}
+
+
+def test_unknown_client_settings_are_named(kafka_broker: Any) -> None:
+    with pytest.raises(KafkaClientError, match=r"no\.such\.setting"):
+        KafkaChangelogSource(
+            kafka_broker.bootstrap_servers, "any-changelog", config={"no.such.setting": "1"}
+        )
