@@ -64,7 +64,9 @@ def read_range(
         position = start
         last_progress = time.monotonic()
         while position < end:
-            messages = consumer.consume(batch_size, timeout=1.0)
+            # Ask for no more than the range still holds: consume() returns as soon as it has
+            # that many, instead of waiting out its timeout for a full batch.
+            messages = consumer.consume(max(1, min(batch_size, end - position)), timeout=1.0)
             out = []
             for message in messages:
                 error = message.error()
