@@ -15,10 +15,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 
 from spark_statestore.connectors.spark.errors import SparkSourceError
-from spark_statestore.connectors.spark.options import parse_reader_options, parse_source_options
+from spark_statestore.connectors.spark.options import (
+    parse_reader_options,
+    parse_sink_options,
+    parse_source_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -68,3 +78,14 @@ class StateStoreDataSource(DataSource):
         from spark_statestore.connectors.spark.stream_reader import FollowerStreamReader
 
         return FollowerStreamReader(parse_source_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark_statestore.connectors.spark.sink import StreamSink
+
+        # Spark passes overwrite=True for the complete output mode.
+        return StreamSink(parse_sink_options(self.options, streaming=True), schema, overwrite)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark_statestore.connectors.spark.sink import BatchWriter
+
+        return BatchWriter(parse_sink_options(self.options, streaming=False), schema, overwrite)

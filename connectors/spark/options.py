@@ -28,11 +28,13 @@ __all__ = [
     "DecodeMode",
     "FormatOptions",
     "ReaderOptions",
+    "SinkOptions",
     "SourceOptions",
     "StartingOffsets",
     "StoreType",
     "View",
     "parse_reader_options",
+    "parse_sink_options",
     "parse_source_options",
 ]
 
@@ -129,6 +131,22 @@ class ReaderOptions:
     kafka: Mapping[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """The sink's options (``df.writeStream`` / ``df.write`` ``.format("spark_statestore")``)."""
+
+    path: str
+    checkpoint_location: str | None
+    bootstrap_servers: str | None
+    kafka: Mapping[str, str]
+    changelog: str | None
+    application_id: str | None
+    allow_foreign_changelog: bool
+    uncommitted_max_bytes: int | None
+    txn_app_id: str | None
+    txn_version: int | None
+
+
 # -- the option names ---------------------------------------------------------------------
 _FORMAT_OPTIONS = ("keyformat", "valueformat", "keyschema", "valueschema", "mode")
 _SOURCE_OPTIONS = (
@@ -147,6 +165,16 @@ _SOURCE_OPTIONS = (
     *_FORMAT_OPTIONS,
 )
 _READER_OPTIONS = ("path", "view", "positionbound", "maxlag", *_FORMAT_OPTIONS)
+_SINK_OPTIONS = (
+    "path",
+    "checkpointlocation",
+    "changelog",
+    "application.id",
+    "allowforeignchangelog",
+    "uncommitted.max.bytes",
+    "txnappid",
+    "txnversion",
+)
 
 # Spark lower-cases option names; error messages use the documented spelling.
 _SPELLING = {
@@ -173,6 +201,12 @@ _SPELLING = {
         "positionBound",
         "maxLag",
         "kafka.bootstrap.servers",
+        "checkpointLocation",
+        "application.id",
+        "allowForeignChangelog",
+        "uncommitted.max.bytes",
+        "txnAppId",
+        "txnVersion",
     )
 }
 
@@ -435,4 +469,62 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         max_lag=options.integer("maxlag", 0),
         bootstrap_servers=kafka.pop("bootstrap.servers", None),
         kafka=kafka,
+    )
+
+
+def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOptions:
+    """Parse and check the sink's options (``streaming``: writeStream, else the batch writer).
+
+    Raises
+    ------
+    OptionError
+        Naming the unknown, misspelled, malformed or missing option.
+    """
+    surface = "the spark_statestore sink" if streaming else "the spark_statestore batch writer"
+    options = _Options(raw, _SINK_OPTIONS, surface)
+    path = options.required("path", "the store directory, e.g. .start('/data/stores/orders')")
+    kafka = options.kafka()
+    bootstrap = kafka.pop("bootstrap.servers", None)
+    changelog = options.text("changelog")
+    if changelog is not None and not bootstrap:
+        raise OptionError(
+            "option 'kafka.bootstrap.servers' is required when 'changelog' is set: the Kafka "
+            "cluster the changelog is published to"
+        )
+    application_id = options.text("application.id")
+    if changelog is not None and application_id is None:
+        raise OptionError(
+            "option 'application.id' is required when 'changelog' is set: it owns the "
+            "changelog (KIP-813) and names the Kafka transactional id"
+        )
+    txn_app_id = options.text("txnappid")
+    txn_version = options.integer("txnversion", 0)
+    checkpoint: str | None
+    if streaming:
+        if txn_app_id is not None or txn_version is not None:
+            raise OptionError(
+                "options 'txnAppId' / 'txnVersion' are for the batch writer inside foreachBatch "
+                "(df.write); a streaming sink commits per micro-batch id already"
+            )
+        checkpoint = options.required(
+            "checkpointlocation", "Spark's checkpoint directory of the query"
+        )
+    else:
+        checkpoint = options.text("checkpointlocation")
+        if (txn_app_id is None) != (txn_version is None):
+            raise OptionError(
+                "options 'txnAppId' and 'txnVersion' go together: give both (e.g. "
+                ".option('txnAppId', 'orders-agg').option('txnVersion', batch_id)) or neither"
+            )
+    return SinkOptions(
+        path=path,
+        checkpoint_location=checkpoint,
+        bootstrap_servers=bootstrap,
+        kafka=kafka,
+        changelog=changelog,
+        application_id=application_id,
+        allow_foreign_changelog=options.boolean("allowforeignchangelog", False),
+        uncommitted_max_bytes=options.integer("uncommitted.max.bytes", 1),
+        txn_app_id=txn_app_id,
+        txn_version=txn_version,
     )

@@ -1,0 +1,295 @@
+"""The sink: ``df.writeStream.format("spark_statestore")`` and the idempotent batch writer.
+
+Executors stage their rows (:mod:`spark_statestore.staging`) and return the file in their
+commit message; the driver-side ``commit`` (a fresh process per micro-batch) applies exactly
+those files with :func:`spark_statestore.commit.commit_batch`: one atomic store commit of the
+data, the batch id, the source offsets from Spark's offset log and the merged position. A
+replayed batch id is skipped. ``abort`` deletes the batch's staged files.
+
+Input rows: ``key`` and ``value`` (binary or string; a null value deletes the key), and
+optionally ``topic``, ``partition``, ``offset`` (the input record's metadata, merged into the
+store position) and ``timestamp``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from spark_statestore.connectors.spark.errors import SparkSourceError
+from spark_statestore.connectors.spark.options import SinkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import DataType, StructType
+
+    from spark_statestore.staging import StagedFile
+    from spark_statestore.store import Store
+
+__all__ = ["BatchWriter", "SinkError", "StagedMessage", "StreamSink", "check_input_schema"]
+
+_log = logging.getLogger(__name__)
+
+_COLUMNS = {
+    "key": "BINARY or STRING (required, never null)",
+    "value": "BINARY or STRING (required; null deletes the key)",
+    "topic": "STRING (optional: the input record's topic)",
+    "partition": "INT (optional: the input record's partition)",
+    "offset": "BIGINT or INT (optional: the input record's offset)",
+    "timestamp": "TIMESTAMP or BIGINT epoch milliseconds (optional)",
+}
+
+
+class SinkError(SparkSourceError):
+    """The sink cannot take this input or commit this batch."""
+
+
+@dataclass(frozen=True)
+class StagedMessage(WriterCommitMessage):
+    """A task's commit message: the file it staged (None when it had no rows)."""
+
+    staged: StagedFile | None
+
+
+def check_input_schema(schema: StructType) -> None:
+    """Refuse input the sink cannot write, naming the column and the expected types.
+
+    Raises
+    ------
+    SinkError
+        On a missing ``key``/``value`` column, an unknown column or a wrong type.
+    """
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    expected: dict[str, tuple[type[DataType], ...]] = {
+        "key": (BinaryType, StringType),
+        "value": (BinaryType, StringType),
+        "topic": (StringType,),
+        "partition": (IntegerType,),
+        "offset": (LongType, IntegerType),
+        "timestamp": (TimestampType, TimestampNTZType, LongType),
+    }
+    names = [field.name for field in schema.fields]
+    expected_text = "; ".join(f"{name}: {kind}" for name, kind in _COLUMNS.items())
+    for required in ("key", "value"):
+        if required not in names:
+            raise SinkError(
+                f"the spark_statestore sink needs a {required!r} column; got columns {names}. "
+                f"Expected: {expected_text}"
+            )
+    for field in schema.fields:
+        kinds = expected.get(field.name)
+        if kinds is None:
+            raise SinkError(
+                f"column {field.name!r} is not something the spark_statestore sink can write "
+                f"(select only the expected columns). Expected: {expected_text}"
+            )
+        if not isinstance(field.dataType, kinds):
+            raise SinkError(
+                f"column {field.name!r} has type {field.dataType.simpleString()}, expected "
+                f"{_COLUMNS[field.name]}"
+            )
+
+
+def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """One input batch in the staged schema (binary key/value, ms timestamps)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_statestore.staging import staged_schema
+
+    schema = staged_schema()
+    count = batch.num_rows
+    names = batch.schema.names
+
+    def column(name: str, kind: pa.DataType) -> pa.Array:
+        if name not in names:
+            return pa.nulls(count, kind)
+        values = batch.column(name)
+        if name == "timestamp" and pa.types.is_timestamp(values.type):
+            return values.cast(pa.timestamp("ms", tz=values.type.tz)).cast(pa.int64())
+        return values.cast(kind)
+
+    keys = column("key", pa.binary())
+    if keys.null_count:
+        first = pc.index(pc.is_null(keys), True).as_py()
+        raise SinkError(
+            f"row {first} of this task's input has a null key: a store key is never null "
+            "(filter those rows out, or give them a key)"
+        )
+    arrays = [
+        keys,
+        column("value", pa.binary()),
+        column("topic", pa.string()),
+        column("partition", pa.int32()),
+        column("offset", pa.int64()),
+        column("timestamp", pa.int64()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _task_ids() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:  # not in a Spark task (a direct call): any unique attempt
+        return 0, uuid.uuid4().int % 1_000_000
+    return context.partitionId(), context.attemptNumber()
+
+
+def read_query_id(checkpoint: str) -> str:
+    """The streaming query's id from ``<checkpointLocation>/metadata``."""
+    path = os.path.join(checkpoint, "metadata")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return str(json.loads(handle.readline())["id"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SinkError(
+            f"cannot read the query id from {path} ({exc}); is checkpointLocation the "
+            "directory of this query's checkpoint?"
+        ) from exc
+
+
+def read_source_offsets(checkpoint: str, batch_id: int) -> list[Any]:
+    """The batch's source offsets from Spark's offset log, one entry per source."""
+    path = os.path.join(checkpoint, "offsets", str(batch_id))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError as exc:
+        raise SinkError(
+            f"cannot read the offsets of batch {batch_id} from {path} ({exc}); the commit "
+            "needs Spark's offset log of this query"
+        ) from exc
+    offsets: list[Any] = []
+    for line in lines[2:]:  # "v1", the batch metadata, then one line per source
+        try:
+            offsets.append(json.loads(line))
+        except ValueError:
+            offsets.append(line)
+    return offsets
+
+
+class _Writer:
+    """What the streaming sink and the batch writer share: staging and committing."""
+
+    def __init__(self, options: SinkOptions, schema: StructType) -> None:
+        check_input_schema(schema)
+        self._options = options
+
+    def _stage(
+        self, query_id: str, batch_id: int, batches: Iterator[pa.RecordBatch]
+    ) -> StagedMessage:
+        from spark_statestore.staging import StagingArea
+
+        partition_id, attempt = _task_ids()
+        staged = StagingArea(self._options.path).stage(
+            query_id, batch_id, partition_id, attempt, (_normalize(b) for b in batches)
+        )
+        return StagedMessage(staged if staged.rows else None)
+
+    def _open_store(self) -> Store:
+        from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
+
+        settings: dict[str, Any] = {"lock_wait_seconds": 30.0}
+        if self._options.uncommitted_max_bytes is not None:
+            settings["uncommitted_max_bytes"] = self._options.uncommitted_max_bytes
+        return Store.open(
+            self._options.path,
+            StoreSpec(Role.LEADER, None, 1),
+            purpose=f"spark_statestore sink commit (pid {os.getpid()})",
+            options=StoreOptions(**settings),
+        )
+
+    def _commit(
+        self,
+        query_id: str,
+        batch_id: int,
+        messages: Sequence[WriterCommitMessage | None],
+        source_offsets: Any,
+        complete: bool,
+    ) -> None:
+        from spark_statestore.commit import BatchToCommit, commit_batch
+        from spark_statestore.staging import StagingArea
+
+        staged = [m.staged for m in messages if isinstance(m, StagedMessage) and m.staged]
+        batch = BatchToCommit(query_id, batch_id, staged, source_offsets, complete)
+        with self._open_store() as store:
+            commit_batch(store, StagingArea(self._options.path), batch)
+
+    def _abort(self, query_id: str, batch_id: int) -> None:
+        from spark_statestore.staging import StagingArea
+
+        StagingArea(self._options.path).remove_batch(query_id, batch_id)
+
+
+class StreamSink(_Writer, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("spark_statestore")``: one exactly-once commit per micro-batch."""
+
+    def __init__(self, options: SinkOptions, schema: StructType, complete: bool) -> None:
+        super().__init__(options, schema)
+        assert options.checkpoint_location is not None
+        self._complete = complete
+        self._query_id = read_query_id(options.checkpoint_location)
+        self._batch_id: int | None = None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch_id = _batch_id_of(context)
+        return self._stage(self._query_id, batch_id, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        assert self._options.checkpoint_location is not None
+        offsets = read_source_offsets(self._options.checkpoint_location, batchId)
+        self._commit(self._query_id, batchId, messages, offsets, self._complete)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._abort(self._query_id, batchId)
+
+
+class BatchWriter(_Writer, DataSourceArrowWriter):
+    """``df.write.format("spark_statestore")`` inside ``foreachBatch``: at most once per
+    (``txnAppId``, ``txnVersion``), the pattern Delta Lake uses for idempotent writes."""
+
+    def __init__(self, options: SinkOptions, schema: StructType, complete: bool) -> None:
+        super().__init__(options, schema)
+        self._complete = complete  # mode("overwrite"): the written rows replace the content
+        self._app_id = options.txn_app_id or f"batch-{uuid.uuid4().hex}"
+        self._version = options.txn_version if options.txn_version is not None else 0
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        return self._stage(self._app_id, self._version, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._commit(self._app_id, self._version, messages, None, self._complete)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._abort(self._app_id, self._version)
+
+
+def _batch_id_of(context: Any) -> int:
+    """The micro-batch id of a streaming write task (Spark sets it as a local property)."""
+    value = None if context is None else context.getLocalProperty("streaming.sql.batchId")
+    if value is None:
+        raise SinkError("the streaming sink's task does not know its micro-batch id")
+    return int(value)

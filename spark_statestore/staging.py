@@ -1,0 +1,196 @@
+"""The sink's staging area: each task's rows, in order, in an Arrow IPC file next to the store.
+
+Executors write their part of a micro-batch here; the driver's commit applies exactly the
+files named by the tasks' commit messages, so a retried or speculative task attempt (which
+writes its own file) never duplicates rows. Files are written under a temporary name and
+renamed when complete: a file under its final name is always whole.
+
+Layout: ``<store>/_staging/<query id>/<batch id>/part-<partition>-<attempt>-<uuid>.arrow``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.errors import StateStoreError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["STAGING_DIR", "StagedFile", "StagingArea", "StagingError", "staged_schema"]
+
+_log = logging.getLogger(__name__)
+
+STAGING_DIR = "_staging"
+
+
+class StagingError(StateStoreError):
+    """A staged file is missing, unreadable, or not where a commit message said."""
+
+
+def staged_schema() -> pa.Schema:
+    """The columns of a staged file: the sink's normalized input rows."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("key", pa.binary(), nullable=False),
+            pa.field("value", pa.binary()),  # null: delete
+            pa.field("topic", pa.string()),
+            pa.field("partition", pa.int32()),
+            pa.field("offset", pa.int64()),
+            pa.field("timestamp", pa.int64()),  # epoch ms
+        ]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFile:
+    """What one task staged (the payload of its commit message).
+
+    Parameters
+    ----------
+    name
+        The file, relative to the staging root.
+    partition_id
+        The Spark partition (task) that wrote it; the commit applies files in this order.
+    rows, size
+        Row count and file size in bytes.
+    max_offsets
+        ``{topic: {partition: max offset}}`` of the input rows' record metadata.
+    """
+
+    name: str
+    partition_id: int
+    rows: int
+    size: int
+    max_offsets: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "partition_id": self.partition_id,
+            "rows": self.rows,
+            "size": self.size,
+            "max_offsets": {
+                t: {str(p): o for p, o in ps.items()} for t, ps in self.max_offsets.items()
+            },
+        }
+
+
+class StagingArea:
+    """The staging directory of the store at ``store_path``."""
+
+    def __init__(self, store_path: str | os.PathLike[str]) -> None:
+        self.root = os.path.join(os.fspath(store_path), STAGING_DIR)
+
+    def _batch_dir(self, query_id: str, batch_id: int) -> str:
+        if not query_id or os.sep in query_id or query_id.startswith("."):
+            raise StagingError(f"query id {query_id!r} cannot name a staging directory")
+        return os.path.join(self.root, query_id, str(batch_id))
+
+    def stage(
+        self,
+        query_id: str,
+        batch_id: int,
+        partition_id: int,
+        attempt: int,
+        batches: Iterable[pa.RecordBatch],
+    ) -> StagedFile:
+        """Write ``batches`` (schema :func:`staged_schema`) to a new file of this task attempt."""
+        import pyarrow as pa
+
+        directory = self._batch_dir(query_id, batch_id)
+        os.makedirs(directory, exist_ok=True)
+        name = f"part-{partition_id:05d}-{attempt}-{uuid.uuid4().hex[:12]}.arrow"
+        final = os.path.join(directory, name)
+        temporary = os.path.join(directory, f".{name}.tmp")
+        rows = 0
+        max_offsets: dict[str, dict[int, int]] = {}
+        schema = staged_schema()
+        try:
+            with pa.OSFile(temporary, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+                for batch in batches:
+                    if batch.num_rows == 0:
+                        continue
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
+                    _merge_max_offsets(max_offsets, batch)
+            with open(temporary, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temporary, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        return StagedFile(
+            os.path.relpath(final, self.root),
+            partition_id,
+            rows,
+            os.path.getsize(final),
+            max_offsets,
+        )
+
+    def read(self, staged: StagedFile) -> Iterator[pa.RecordBatch]:
+        """The batches of a staged file, in the order they were written."""
+        import pyarrow as pa
+
+        path = os.path.join(self.root, staged.name)
+        try:
+            reader = pa.ipc.open_stream(pa.memory_map(path))
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise StagingError(
+                f"staged file {path} of Spark partition {staged.partition_id} cannot be read "
+                f"({exc}); the batch cannot be committed: re-run the query (Spark will retry "
+                "the batch from its checkpoint)"
+            ) from exc
+        yield from reader
+
+    def remove_batch(self, query_id: str, batch_id: int) -> None:
+        """Delete a batch's staged files (after its commit, or on abort)."""
+        shutil.rmtree(self._batch_dir(query_id, batch_id), ignore_errors=True)
+
+    def remove_stale(self, query_id: str, committed_batch: int, max_age_s: float = 86400.0) -> None:
+        """Delete this query's batches up to ``committed_batch`` and other queries' staging
+        untouched for ``max_age_s`` (left by dead queries)."""
+        if not os.path.isdir(self.root):
+            return
+        now = time.time()
+        for entry in os.scandir(self.root):
+            if not entry.is_dir():
+                continue
+            if entry.name == query_id:
+                for batch in os.scandir(entry.path):
+                    if batch.name.isdigit() and int(batch.name) <= committed_batch:
+                        shutil.rmtree(batch.path, ignore_errors=True)
+            elif now - entry.stat().st_mtime > max_age_s:
+                _log.info("removing stale staging of query %s in %s", entry.name, self.root)
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _merge_max_offsets(into: dict[str, dict[int, int]], batch: pa.RecordBatch) -> None:
+    topics = batch.column("topic")
+    if topics.null_count == len(topics):
+        return
+    import pyarrow as pa
+
+    table = pa.Table.from_batches([batch]).select(["topic", "partition", "offset"]).drop_null()
+    if table.num_rows == 0:
+        return
+    grouped = table.group_by(["topic", "partition"]).aggregate([("offset", "max")])
+    for topic, partition, offset in zip(
+        grouped.column("topic").to_pylist(),
+        grouped.column("partition").to_pylist(),
+        grouped.column("offset_max").to_pylist(),
+        strict=True,
+    ):
+        current = into.setdefault(topic, {})
+        current[partition] = max(offset, current.get(partition, -1))

@@ -1,0 +1,181 @@
+"""The transactional sink in a local Spark: exactly once per micro-batch, complete mode, the
+idempotent batch writer, and refused input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_statestore.store import Role, Store, StoreSpec
+from tests.integration.test_spark_follower import wait_for_owner_exit
+
+pytestmark = pytest.mark.integration
+
+FORMAT = "spark_statestore"
+SCHEMA = "key STRING, value STRING, topic STRING, partition INT, offset BIGINT"
+
+
+def write_input(directory: Path, name: str, rows: list[dict[str, Any]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    temporary = directory / f".{name}.tmp"
+    temporary.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    temporary.rename(directory / name)  # the file source must never see a half-written file
+
+
+def row(key: str, value: str | None, offset: int, partition: int = 0) -> dict[str, Any]:
+    return {"key": key, "value": value, "topic": "orders", "partition": partition, "offset": offset}
+
+
+def store_content(path: Path) -> dict[bytes, bytes]:
+    wait_for_owner_exit(path)
+    with Store.open(path) as store, store.snapshot() as snapshot:
+        return dict(snapshot.items())
+
+
+def start_sink(
+    spark: Any, source: Path, store: Path, checkpoint: Path, mode: str = "append"
+) -> Any:
+    stream = spark.readStream.schema(SCHEMA).json(str(source))
+    return (
+        stream.writeStream.format(FORMAT)
+        .outputMode(mode)
+        .option("checkpointLocation", str(checkpoint))
+        .start(str(store))
+    )
+
+
+def test_each_micro_batch_is_committed_once(spark: Any, tmp_path: Path) -> None:
+    source, store, checkpoint = tmp_path / "in", tmp_path / "store", tmp_path / "cp"
+    write_input(source, "1.json", [row("a", "1", 0), row("b", "2", 1), row("c", "3", 2)])
+    query = start_sink(spark, source, store, checkpoint)
+    try:
+        query.processAllAvailable()
+        write_input(source, "2.json", [row("a", "10", 3), row("b", None, 4, partition=1)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert store_content(store) == {b"a": b"10", b"c": b"3"}
+    with Store.open(store) as opened:
+        metadata = opened.metadata
+    assert metadata.commit_record is not None and metadata.commit_record.batch_id == 1
+    assert metadata.position.to_map() == {"orders": {0: 3, 1: 4}}
+    assert metadata.commit_record.source_offsets  # read from Spark's offset log
+    seq = metadata.commit_seq
+
+    # Spark crashed after the store commit but before its commit log: it replays batch 1.
+    os.unlink(checkpoint / "commits" / "1")
+    (checkpoint / "commits" / ".1.crc").unlink(missing_ok=True)
+    query = start_sink(spark, source, store, checkpoint)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    with Store.open(store) as opened:
+        assert opened.metadata.commit_seq == seq  # the replay changed nothing
+    assert store_content(store) == {b"a": b"10", b"c": b"3"}
+    assert not [p for p in (store / "_staging").rglob("*.arrow")]  # staging cleaned up
+
+
+def test_complete_mode_replaces_the_store_with_the_aggregate(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    source, store = tmp_path / "in", tmp_path / "store"
+    write_input(source, "1.json", [row("a", "1", 0), row("b", "1", 1), row("a", "1", 2)])
+    counts = (
+        spark.readStream.schema(SCHEMA)
+        .json(str(source))
+        .groupBy("key")
+        .agg(F.count("*").cast("string").alias("value"))
+    )
+    query = (
+        counts.writeStream.format(FORMAT)
+        .outputMode("complete")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start(str(store))
+    )
+    try:
+        query.processAllAvailable()
+        write_input(source, "2.json", [row("c", "1", 3)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert store_content(store) == {b"a": b"2", b"b": b"1", b"c": b"1"}
+
+
+def test_update_mode_aggregation_through_the_idempotent_batch_writer(
+    spark: Any, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as F
+
+    source, store = tmp_path / "in", tmp_path / "store"
+    write_input(source, "1.json", [row("a", "1", 0), row("b", "1", 1)])
+    calls: list[int] = []
+
+    def upsert(df: Any, batch_id: int) -> None:
+        for _ in range(2):  # a retried foreachBatch writes the same version twice
+            (
+                df.write.format(FORMAT)
+                .mode("append")
+                .option("txnAppId", "counts")
+                .option("txnVersion", batch_id)
+                .save(str(store))
+            )
+        calls.append(batch_id)
+
+    counts = (
+        spark.readStream.schema(SCHEMA)
+        .json(str(source))
+        .groupBy("key")
+        .agg(F.count("*").cast("string").alias("value"))
+    )
+    query = (
+        counts.writeStream.outputMode("update")
+        .foreachBatch(upsert)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        write_input(source, "2.json", [row("a", "1", 2)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert calls == [0, 1]
+    assert store_content(store) == {b"a": b"2", b"b": b"1"}
+    with Store.open(store) as opened:
+        record = opened.metadata.commit_record
+        assert record is not None and (record.query_id, record.batch_id) == ("counts", 1)
+        assert opened.metadata.commit_seq == 2  # two versions, each once
+
+
+def test_bad_input_and_foreign_stores_are_refused(spark: Any, tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    write_input(source, "1.json", [row("a", "1", 0)])
+    stream = spark.readStream.schema(SCHEMA + ", extra INT").json(str(source))
+    with pytest.raises(Exception, match="column 'extra' is not something"):
+        stream.writeStream.format(FORMAT).option("checkpointLocation", str(tmp_path / "cp1")).start(
+            str(tmp_path / "s1")
+        ).processAllAvailable()
+    stream = spark.readStream.schema("k STRING, value STRING").json(str(source))
+    with pytest.raises(Exception, match="needs a 'key' column"):
+        stream.writeStream.format(FORMAT).option("checkpointLocation", str(tmp_path / "cp2")).start(
+            str(tmp_path / "s2")
+        ).processAllAvailable()
+    assert not (tmp_path / "s1" / "db").exists() and not (tmp_path / "s2" / "db").exists()
+    # A follower store refuses sink writes (KIP-813).
+    follower = tmp_path / "follower"
+    Store.open(follower, StoreSpec(Role.FOLLOWER, "app-s-changelog", 1)).close()
+    query = start_sink(spark, source, follower, tmp_path / "cp3")
+    with pytest.raises(Exception, match="follower store"):
+        query.processAllAvailable()
+    query.stop()
+    with pytest.raises(Exception, match="txnAppId' and 'txnVersion' go together"):
+        spark.createDataFrame([("a", "1")], "key STRING, value STRING").write.format(FORMAT).option(
+            "txnAppId", "x"
+        ).mode("append").save(str(tmp_path / "s4"))
+    shutil.rmtree(tmp_path / "s4", ignore_errors=True)

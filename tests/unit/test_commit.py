@@ -1,0 +1,162 @@
+"""The sink's staging area and commit protocol, without Spark or Kafka."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_statestore.commit import BatchToCommit, CommitOutcome, commit_batch, is_committed
+from spark_statestore.position import Position
+from spark_statestore.staging import StagedFile, StagingArea, StagingError, staged_schema
+from spark_statestore.store import Store, StoreOptions
+
+MakeStore = Callable[..., Store]
+Row = tuple[bytes, bytes | None, str | None, int | None, int | None]
+
+
+def batch_of(rows: list[Row]) -> pa.RecordBatch:
+    keys, values, topics, partitions, offsets = (list(c) for c in zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(topics, pa.string()),
+            pa.array(partitions, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array([1_000] * len(keys), pa.int64()),
+        ],
+        schema=staged_schema(),
+    )
+
+
+def stage(
+    staging: StagingArea, batch_id: int, partition: int, rows: list[Row], attempt: int = 0
+) -> StagedFile:
+    return staging.stage("q1", batch_id, partition, attempt, [batch_of(rows)])
+
+
+def content(store: Store) -> dict[bytes, bytes]:
+    with store.snapshot() as snapshot:
+        return dict(snapshot.items())
+
+
+def test_a_batch_commits_in_partition_order_with_its_position(make_store: MakeStore) -> None:
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    second = stage(staging, 0, 1, [(b"a", b"late", "in", 0, 7), (b"b", None, "in", 0, 8)])
+    first = stage(staging, 0, 0, [(b"a", b"early", "in", 1, 3), (b"b", b"1", "in", 1, 4)])
+    assert first.max_offsets == {"in": {1: 4}} and first.rows == 2
+    outcome = commit_batch(store, staging, BatchToCommit("q1", 0, [second, first], {"src": 1}))
+    assert outcome is CommitOutcome.COMMITTED
+    assert content(store) == {b"a": b"late"}  # partition 1 after partition 0; null deletes
+    metadata = store.metadata
+    assert metadata.position == Position.from_map({"in": {0: 8, 1: 4}})
+    assert metadata.commit_record is not None
+    assert (metadata.commit_record.query_id, metadata.commit_record.batch_id) == ("q1", 0)
+    assert metadata.commit_record.source_offsets == {"src": 1}
+    assert not os.path.exists(os.path.join(staging.root, "q1", "0"))  # staging cleaned
+
+
+def test_a_replayed_batch_is_skipped(make_store: MakeStore) -> None:
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    commit_batch(
+        store,
+        staging,
+        BatchToCommit("q1", 0, [stage(staging, 0, 0, [(b"k", b"1", None, None, None)])]),
+    )
+    seq = store.metadata.commit_seq
+    replay = stage(staging, 0, 0, [(b"k", b"REPLAYED", None, None, None)], attempt=1)
+    assert commit_batch(store, staging, BatchToCommit("q1", 0, [replay])) is CommitOutcome.SKIPPED
+    assert content(store) == {b"k": b"1"} and store.metadata.commit_seq == seq
+    assert is_committed(store, "q1", 0) and not is_committed(store, "q1", 1)
+    assert not is_committed(store, "other-query", 0)  # another query's batch 0 is new
+    # The next batch applies.
+    nxt = stage(staging, 1, 0, [(b"k", b"2", None, None, None)])
+    assert commit_batch(store, staging, BatchToCommit("q1", 1, [nxt])) is CommitOutcome.COMMITTED
+    assert content(store) == {b"k": b"2"}
+
+
+def test_only_the_files_named_are_applied(make_store: MakeStore) -> None:
+    # A failed or speculative attempt leaves its own file; the commit applies the messages.
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    stage(staging, 0, 0, [(b"dup", b"attempt-0", None, None, None)], attempt=0)
+    chosen = stage(staging, 0, 0, [(b"dup", b"attempt-1", None, None, None)], attempt=1)
+    commit_batch(store, staging, BatchToCommit("q1", 0, [chosen]))
+    assert content(store) == {b"dup": b"attempt-1"}
+
+
+def test_complete_mode_replaces_the_content(make_store: MakeStore) -> None:
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    commit_batch(
+        store,
+        staging,
+        BatchToCommit(
+            "q1",
+            0,
+            [
+                stage(
+                    staging, 0, 0, [(b"a", b"1", None, None, None), (b"b", b"2", None, None, None)]
+                )
+            ],
+        ),
+    )
+    whole = stage(staging, 1, 0, [(b"b", b"3", None, None, None), (b"c", b"4", None, None, None)])
+    commit_batch(store, staging, BatchToCommit("q1", 1, [whole], complete=True))
+    assert content(store) == {b"b": b"3", b"c": b"4"}
+
+
+def test_a_missing_staged_file_fails_and_leaves_the_store(make_store: MakeStore) -> None:
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    commit_batch(
+        store,
+        staging,
+        BatchToCommit("q1", 0, [stage(staging, 0, 0, [(b"a", b"1", None, None, None)])]),
+    )
+    before = store.metadata
+    ok = stage(staging, 1, 0, [(b"a", b"2", None, None, None)])
+    gone = stage(staging, 1, 1, [(b"b", b"2", None, None, None)])
+    os.unlink(os.path.join(staging.root, gone.name))
+    with pytest.raises(StagingError, match="Spark partition 1"):
+        commit_batch(store, staging, BatchToCommit("q1", 1, [ok, gone]))
+    assert store.metadata == before and content(store) == {b"a": b"1"}
+
+
+def test_a_batch_over_the_memory_budget_commits_in_chunks(
+    make_store: MakeStore, tmp_path: Path
+) -> None:
+    store = make_store(
+        topic=None,
+        options=StoreOptions(uncommitted_max_bytes=64 * 1024, chunk_bytes=16 * 1024, sync=False),
+    )
+    staging = StagingArea(store.path)
+    rows: list[Row] = [(b"k%05d" % i, b"v" * 100, "in", 0, i) for i in range(3000)]
+    commit_batch(store, staging, BatchToCommit("q1", 0, [stage(staging, 0, 0, rows)]))
+    assert len(content(store)) == 3000
+    assert store.metadata.position == Position.from_map({"in": {0: 2999}})
+    assert (
+        not os.listdir(os.path.join(store.path, "_redo"))
+        if os.path.exists(os.path.join(store.path, "_redo"))
+        else True
+    )
+
+
+def test_stale_staging_of_dead_queries_is_removed(make_store: MakeStore) -> None:
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    old = staging.stage("dead-query", 3, 0, 0, [batch_of([(b"x", b"1", None, None, None)])])
+    old_dir = os.path.join(staging.root, "dead-query")
+    os.utime(old_dir, (0, 0))
+    commit_batch(
+        store,
+        staging,
+        BatchToCommit("q1", 0, [stage(staging, 0, 0, [(b"a", b"1", None, None, None)])]),
+    )
+    assert not os.path.exists(old_dir) and old.rows == 1
