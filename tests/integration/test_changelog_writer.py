@@ -1,0 +1,592 @@
+"""The transactional changelog writer against the embedded broker: one batch per transaction."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from spark_statestore.changelog.partitioner import partition_for_key
+from spark_statestore.connectors.kafka import changelog_writer
+from spark_statestore.connectors.kafka.changelog_writer import (
+    Change,
+    ChangelogWriter,
+    ProducerFencedError,
+    ProgressRecord,
+    ProgressRecordError,
+    read_changelog_range,
+    read_last_progress,
+    transactional_id_for,
+)
+from spark_statestore.connectors.kafka.embedded import ApiKey, EmbeddedBroker
+from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
+from spark_statestore.connectors.kafka.tail import tail_changelog
+from spark_statestore.position import Position
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+_ids = itertools.count()
+
+
+@pytest.fixture
+def make_changelog(
+    make_topic: Callable[..., str], kafka_broker: EmbeddedBroker
+) -> Callable[..., str]:
+    """Factory: a changelog with ``partitions`` partitions and its 1-partition progress topic."""
+
+    def factory(partitions: int = PARTITIONS, progress_partitions: int | None = 1) -> str:
+        topic = make_topic(partitions=partitions, suffix="-changelog")
+        if progress_partitions is not None:
+            kafka_broker.create_topic(f"{topic}-progress", progress_partitions)
+        return topic
+
+    return factory
+
+
+@pytest.fixture
+def make_writer(kafka_broker: EmbeddedBroker) -> Iterator[Callable[..., ChangelogWriter]]:
+    """Factory: an initialized writer (closed at the end of the test)."""
+    writers: list[ChangelogWriter] = []
+
+    def factory(topic: str, txn_id: str | None = None, init: bool = True) -> ChangelogWriter:
+        writer = ChangelogWriter(
+            kafka_broker.bootstrap_servers,
+            topic,
+            transactional_id=txn_id or f"{topic}-txn-{next(_ids)}",
+            config={"log_level": 0},  # fencing tests make librdkafka log fatal errors
+            timeout_s=10,
+        )
+        writers.append(writer)
+        if init:
+            writer.init()
+        return writer
+
+    yield factory
+    for writer in writers:
+        writer.close()
+
+
+def batch_of(batch: int, count: int, *, deletes_every: int = 0) -> list[Change]:
+    """``count`` changes with distinct keys; each carries a distinct input position."""
+    changes: list[Change] = []
+    for i in range(count):
+        key = b"key-%d" % i
+        value = None if deletes_every and i % deletes_every == 0 else b"b%d-v%d" % (batch, i)
+        position = Position.from_map({"input": {i % 3: batch * 1000 + i}})
+        changes.append((key, value, position, 1_700_000_000_000 + batch * 1000 + i))
+    return changes
+
+
+def read_log(
+    bootstrap: str, topic: str, isolation: str = "read_committed"
+) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of the data records of every partition, read with a
+    plain consumer (not the module under test)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tests-changelog-writer",
+            "fetch.wait.max.ms": 10,  # empty partitions answer EOF quickly
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    partitions = kafka_partitions(consumer, topic)
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, open_partitions = [], set(range(partitions))
+    deadline = time.monotonic() + 10
+    try:
+        while open_partitions and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.1):
+                error = message.error()
+                if error is None:
+                    out.append(
+                        (message.partition(), message.offset(), message.key(), message.value())
+                    )
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    open_partitions.discard(message.partition())
+                else:
+                    raise KafkaException(error)
+        assert not open_partitions, f"no EOF on {topic} partitions {open_partitions}"
+        return sorted(out)  # type: ignore[arg-type]
+    finally:
+        consumer.close()
+
+
+def kafka_partitions(consumer: Consumer, topic: str) -> int:
+    return len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+
+
+def committed(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    return read_log(bootstrap, topic)
+
+
+def uncommitted_count(bootstrap: str, topic: str) -> int:
+    """Data records physically in the log, aborted ones included (read_uncommitted)."""
+    return len(read_log(bootstrap, topic, "read_uncommitted"))
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+# -- publishing -----------------------------------------------------------------------------
+
+
+def test_published_batch_reads_back_with_read_committed(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    # Leave partition 3 untouched: it must be absent from the end offsets.
+    changes = [c for c in batch_of(0, 60, deletes_every=7) if partition_for_key(c[0], 4) != 3]
+    changes.append((b"no-position", b"x", None, None))
+    writer = make_writer(topic)
+    assert writer.partition_count() == PARTITIONS
+    assert writer.progress_topic == f"{topic}-progress"
+
+    ends = writer.publish(
+        changes,
+        progress=ProgressRecord.for_batch("store-a", "query-1", 0, {"input": {"0": 42}}),
+    )
+
+    records = list(tail_changelog(bootstrap, topic, timeout_s=10))
+    assert len(records) == len(changes)
+    by_key = {r.key: r for r in records}
+    for key, value, position, timestamp in changes:
+        record = by_key[key]
+        assert record.partition == partition_for_key(key, PARTITIONS)  # murmur2
+        assert record.value == value  # None: a tombstone
+        assert record.position == position  # the v/c headers decode to the given position
+        if timestamp is not None:
+            assert record.timestamp == timestamp
+    tombstones = sum(1 for c in changes if c[1] is None)
+    assert tombstones > 0
+    assert sum(1 for r in records if r.value is None) == tombstones
+    last: dict[int, int] = {}
+    for r in records:
+        last[r.partition] = max(last.get(r.partition, -1), r.offset)
+    assert 3 not in ends
+    assert ends == {p: o + 1 for p, o in last.items()}
+
+    progress = read_last_progress(bootstrap, topic, "store-a")
+    assert progress is not None
+    assert (progress.store_id, progress.query_id, progress.batch_id) == ("store-a", "query-1", 0)
+    assert progress.source_offsets == {"input": {"0": 42}}
+    assert progress.changelog_end_offsets == ends
+
+    # The roll-forward reader returns exactly the batch (with its headers), each partition
+    # in offset order.
+    entries = list(read_changelog_range(bootstrap, topic, {}, ends))
+    assert sorted((e.partition, e.offset, e.key, e.value) for e in entries) == sorted(
+        (r.partition, r.offset, r.key, r.value) for r in records
+    )
+    for partition in ends:
+        offsets = [e.offset for e in entries if e.partition == partition]
+        assert offsets == sorted(offsets)
+    assert all(e.timestamp == by_key[e.key or b""].timestamp for e in entries)
+    assert all(dict(e.headers or [])["v"] == b"\x00" for e in entries if e.key != b"no-position")
+    assert next(e for e in entries if e.key == b"no-position").headers is None
+
+
+def test_next_batch_range_starts_after_the_commit_marker(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    writer = make_writer(topic)
+    first = writer.publish(batch_of(0, 20), progress=ProgressRecord.for_batch("s", "q", 0))
+    second = writer.publish(batch_of(1, 20), progress=ProgressRecord.for_batch("s", "q", 1))
+    # Same keys, same partitions; each partition's commit marker takes one offset between
+    # the two batches.
+    assert set(first) == set(second)
+    assert {p: second[p] - first[p] for p in first} == {
+        p: sum(1 for c in batch_of(1, 20) if partition_for_key(c[0], PARTITIONS) == p) + 1
+        for p in first
+    }
+    entries = list(read_changelog_range(bootstrap, topic, first, second))
+    assert sorted(e.value or b"" for e in entries) == sorted(c[1] or b"" for c in batch_of(1, 20))
+    progress = read_last_progress(bootstrap, topic, "s")
+    assert progress is not None and progress.batch_id == 1
+    assert progress.changelog_end_offsets == second
+
+
+def test_batch_larger_than_the_producer_queue(
+    kafka_broker: EmbeddedBroker, make_changelog: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    with ChangelogWriter(
+        bootstrap,
+        topic,
+        transactional_id=f"{topic}-txn",
+        config={"queue.buffering.max.messages": 500},  # the batch overflows it ten times
+        timeout_s=10,
+    ) as writer:
+        writer.init()
+        ends = writer.publish(batch_of(0, 5000), progress=ProgressRecord.for_batch("s", "q", 0))
+    assert sum(ends.values()) == 5000
+    # Partition 0's range is short and ends long before the others (it leaves the reader's
+    # assignment on its own).
+    short = {p: 0 for p in ends} | {0: ends[0] - 3}
+    entries = list(read_changelog_range(bootstrap, topic, short, ends))
+    assert len(entries) == 5000 - ends[0] + 3
+    assert [e.offset for e in entries if e.partition == 0] == list(range(ends[0] - 3, ends[0]))
+
+
+def test_empty_batch_still_commits_its_progress(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    topic = make_changelog()
+    writer = make_writer(topic)
+    assert writer.publish([], progress=ProgressRecord.for_batch("s", "q", 5)) == {}
+    progress = read_last_progress(kafka_broker.bootstrap_servers, topic, "s")
+    assert progress is not None and progress.batch_id == 5
+    assert progress.changelog_end_offsets == {}
+
+
+# -- failures -------------------------------------------------------------------------------
+
+
+class StagingReadError(Exception):
+    """Stands for any failure of the caller while the batch is being produced."""
+
+
+def test_failure_mid_batch_aborts_everything_and_the_writer_goes_on(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    writer = make_writer(topic)
+
+    def failing() -> Iterator[Change]:
+        yield from batch_of(0, 500)
+        raise StagingReadError("staged file truncated")
+
+    with pytest.raises(StagingReadError):
+        writer.publish(failing(), progress=ProgressRecord.for_batch("s", "q", 0))
+    assert committed(bootstrap, topic) == []
+    assert read_last_progress(bootstrap, topic, "s") is None
+
+    ends = writer.publish(batch_of(1, 30), progress=ProgressRecord.for_batch("s", "q", 0))
+    assert sorted(v or b"" for _, _, _, v in committed(bootstrap, topic)) == sorted(
+        c[1] or b"" for c in batch_of(1, 30)
+    )
+    progress = read_last_progress(bootstrap, topic, "s")
+    assert progress is not None and progress.changelog_end_offsets == ends
+
+
+def test_failed_commit_aborts_records_already_in_the_log(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    writer = make_writer(topic)
+    # The records and the progress record are acknowledged; then EndTxn(commit) fails with an
+    # abortable error.
+    kafka_broker.push_request_errors(ApiKey.END_TXN, [KafkaError.UNKNOWN_PRODUCER_ID])
+    try:
+        with pytest.raises(KafkaClientError, match="could not commit the transaction") as failed:
+            writer.publish(batch_of(0, 40), progress=ProgressRecord.for_batch("s", "q", 0))
+    finally:
+        kafka_broker.clear_request_errors(ApiKey.END_TXN)
+    assert not isinstance(failed.value, ProducerFencedError)
+    assert failed.value.code == KafkaError.UNKNOWN_PRODUCER_ID
+    assert uncommitted_count(bootstrap, topic) == 40  # written, then aborted
+    assert committed(bootstrap, topic) == []
+    assert read_last_progress(bootstrap, topic, "s") is None
+
+    writer.publish(batch_of(1, 10), progress=ProgressRecord.for_batch("s", "q", 0))
+    assert len(committed(bootstrap, topic)) == 10
+
+
+def test_second_writer_fences_the_first(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    txn_id = transactional_id_for("store-a", topic)
+    zombie = make_writer(topic, txn_id)
+    successor = make_writer(topic, txn_id)
+
+    with pytest.raises(ProducerFencedError, match="another sink instance") as fenced:
+        zombie.publish(batch_of(0, 30), progress=ProgressRecord.for_batch("store-a", "q", 0))
+    assert fenced.value.transactional_id == txn_id
+    with pytest.raises(ProducerFencedError):  # and it stays fenced
+        zombie.publish(batch_of(0, 1), progress=ProgressRecord.for_batch("store-a", "q", 0))
+    assert committed(bootstrap, topic) == []
+    assert read_last_progress(bootstrap, topic, "store-a") is None
+
+    successor.publish(batch_of(1, 30), progress=ProgressRecord.for_batch("store-a", "q", 0))
+    assert len(committed(bootstrap, topic)) == 30
+
+
+def test_writer_fenced_in_the_middle_of_a_transaction(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    txn_id = transactional_id_for("store-a", topic)
+    zombie = make_writer(topic, txn_id)
+    successors: list[ChangelogWriter] = []
+
+    def taken_over() -> Iterator[Change]:
+        yield from batch_of(0, 300)
+        # Once the zombie's records are in the log, a restarted sink for the same store
+        # starts: it aborts the zombie's transaction and fences it.
+        wait_until(lambda: uncommitted_count(bootstrap, topic) == 300)
+        successors.append(make_writer(topic, txn_id))
+
+    with pytest.raises(ProducerFencedError, match="another sink instance"):
+        zombie.publish(taken_over(), progress=ProgressRecord.for_batch("store-a", "q", 0))
+    assert committed(bootstrap, topic) == []
+    assert read_last_progress(bootstrap, topic, "store-a") is None
+
+    successors[0].publish(batch_of(2, 5), progress=ProgressRecord.for_batch("store-a", "q", 0))
+    assert len(committed(bootstrap, topic)) == 5
+
+
+def test_records_in_flight_when_fenced_never_become_visible(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    txn_id = transactional_id_for("store-a", topic)
+    zombie = make_writer(topic, txn_id)
+    successors: list[ChangelogWriter] = []
+
+    def taken_over() -> Iterator[Change]:
+        yield from batch_of(0, 300)
+        successors.append(make_writer(topic, txn_id))
+        yield from batch_of(1, 300)  # produced by the zombie after it was fenced
+
+    # A real broker answers the zombie's next produce with PRODUCER_FENCED (so
+    # ProducerFencedError); the mock answers OUT_OF_ORDER_SEQUENCE_NUMBER when the zombie
+    # already had records in flight, which is a fatal KafkaClientError.
+    with pytest.raises(KafkaClientError):
+        zombie.publish(taken_over(), progress=ProgressRecord.for_batch("store-a", "q", 0))
+    assert committed(bootstrap, topic) == []
+    assert read_last_progress(bootstrap, topic, "store-a") is None
+    with pytest.raises(KafkaClientError):  # the zombie stays unusable
+        zombie.publish([], progress=ProgressRecord.for_batch("store-a", "q", 0))
+
+    successors[0].publish(batch_of(2, 5), progress=ProgressRecord.for_batch("store-a", "q", 0))
+    assert len(committed(bootstrap, topic)) == 5
+
+
+# -- progress topic -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [1024, 2], ids=["one-window", "backward-steps"])
+def test_last_progress_per_store_on_a_shared_progress_topic(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+    monkeypatch: pytest.MonkeyPatch,
+    window: int,
+) -> None:
+    # A tiny window makes the reader step backwards several times before finding store a.
+    monkeypatch.setattr(changelog_writer, "_PROGRESS_WINDOW", window)
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    a, b = make_writer(topic), make_writer(topic)
+    a.publish(batch_of(0, 3), progress=ProgressRecord.for_batch("a", "qa", 0, {"a": 0}))
+    a_ends = a.publish(batch_of(1, 3), progress=ProgressRecord.for_batch("a", "qa", 1, {"a": 1}))
+    for batch in range(4):
+        b.publish(batch_of(batch, 2), progress=ProgressRecord.for_batch("b", "qb", batch))
+
+    last_a = read_last_progress(bootstrap, topic, "a")
+    last_b = read_last_progress(bootstrap, topic, "b")
+    assert last_a is not None and last_b is not None
+    assert (last_a.batch_id, last_a.source_offsets, last_a.changelog_end_offsets) == (
+        1,
+        {"a": 1},
+        a_ends,
+    )
+    assert (last_b.store_id, last_b.query_id, last_b.batch_id) == ("b", "qb", 3)
+    assert read_last_progress(bootstrap, topic, "c") is None
+
+
+def test_malformed_progress_record_in_the_topic_names_its_offset(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog()
+    make_writer(topic).publish([], progress=ProgressRecord.for_batch("s", "q", 0))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(f"{topic}-progress", b"{truncated", b"s", partition=0)
+    producer.produce(f"{topic}-progress", b"garbage of another store", b"other", partition=0)
+    producer.flush(10)
+    with pytest.raises(ProgressRecordError, match=rf"not valid JSON.*{topic}-progress.*offset 2"):
+        read_last_progress(bootstrap, topic, "s")
+
+
+# -- topics and configuration ---------------------------------------------------------------
+
+
+def test_missing_changelog_is_a_clear_error_and_never_created(
+    kafka_broker: EmbeddedBroker, make_writer: Callable[..., ChangelogWriter]
+) -> None:
+    topic = f"absent-changelog-{next(_ids)}"
+    writer = make_writer(topic, init=False)
+    with pytest.raises(KafkaClientError, match=rf"{topic}' does not exist.*create it"):
+        writer.init()
+    with pytest.raises(KafkaClientError, match="does not exist"):
+        writer.partition_count()  # still missing: the writer did not auto-create it
+    with pytest.raises(KafkaClientError, match="does not exist"):
+        list(read_changelog_range(kafka_broker.bootstrap_servers, topic, {}, {0: 1}))
+
+
+@pytest.mark.parametrize("progress_partitions", [None, 2], ids=["missing", "two-partitions"])
+def test_progress_topic_must_exist_with_one_partition(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+    progress_partitions: int | None,
+) -> None:
+    topic = make_changelog(progress_partitions=progress_partitions)
+    what = "does not exist" if progress_partitions is None else "has 2 partitions"
+    writer = make_writer(topic, init=False)
+    with pytest.raises(KafkaClientError, match=f"{topic}-progress' {what}.*exactly 1 partition"):
+        writer.init()
+    with pytest.raises(KafkaClientError, match=f"{topic}-progress' {what}"):
+        read_last_progress(kafka_broker.bootstrap_servers, topic, "s", timeout_s=10)
+
+
+def test_range_past_the_committed_end_is_data_loss(
+    kafka_broker: EmbeddedBroker,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    topic = make_changelog()
+    ends = make_writer(topic).publish(
+        batch_of(0, 8), progress=ProgressRecord.for_batch("s", "q", 0)
+    )
+    partition = min(ends)
+    with pytest.raises(DataLossError, match="re-created") as lost:
+        list(
+            read_changelog_range(
+                kafka_broker.bootstrap_servers, topic, {}, {partition: ends[partition] + 5}
+            )
+        )
+    assert lost.value.partition == partition
+
+
+def test_writer_owns_its_transactional_settings(kafka_broker: EmbeddedBroker) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    for name, value in [
+        ("transactional.id", "someone-else"),
+        ("enable.idempotence", "false"),
+        ("allow.auto.create.topics", "true"),
+    ]:
+        with pytest.raises(KafkaClientError, match=f"kafka.{name}=.*remove that option"):
+            ChangelogWriter(bootstrap, "t", transactional_id="mine", config={name: value})
+    with pytest.raises(KafkaClientError, match="refused the producer settings"):
+        ChangelogWriter(bootstrap, "t", transactional_id="mine", config={"acks": "sometimes"})
+    # Repeating the writer's own values is fine.
+    ChangelogWriter(
+        bootstrap, "t", transactional_id="mine", config={"enable.idempotence": "true"}
+    ).close()
+
+
+def test_publish_needs_init(
+    make_changelog: Callable[..., str], make_writer: Callable[..., ChangelogWriter]
+) -> None:
+    writer = make_writer(make_changelog(), init=False)
+    with pytest.raises(KafkaClientError, match="call init"):
+        writer.publish([], progress=ProgressRecord.for_batch("s", "q", 0))
+    writer.init()
+    writer.close()
+    with pytest.raises(KafkaClientError, match="closed"):
+        writer.publish([], progress=ProgressRecord.for_batch("s", "q", 0))
+
+
+def test_transactional_id_is_deterministic_per_store() -> None:
+    assert transactional_id_for("orders", "app") == "app-spark-statestore-orders"
+    assert transactional_id_for("orders", "app") == transactional_id_for("orders", "app")
+    assert transactional_id_for("orders", "app") != transactional_id_for("users", "app")
+    with pytest.raises(KafkaClientError, match="non-empty"):
+        transactional_id_for("", "app")
+
+
+# -- progress record codec ------------------------------------------------------------------
+
+
+def test_progress_record_json_round_trip() -> None:
+    record = ProgressRecord(
+        "s", "q", 7, {"topic": {"0": 12}}, {2: 10, 0: 5}, "2026-01-02T03:04:05+00:00"
+    )
+    text = record.to_json()
+    assert '"changelog_end_offsets":{"0":5,"2":10}' in text
+    assert ProgressRecord.from_json(text) == record
+    assert ProgressRecord.from_json(text.encode()) == record
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1]", "must be a JSON object"),
+        ('{"version": 2}', "format version 2"),
+        ('{"version": 1, "store_id": "s"}', "misses field"),
+        (
+            '{"version":1,"store_id":"s","query_id":"q","batch_id":-1,'
+            '"changelog_end_offsets":{},"written_at":"2026-01-01T00:00:00"}',
+            "batch_id must be an int >= 0",
+        ),
+        (
+            '{"version":1,"store_id":"s","query_id":"q","batch_id":1,'
+            '"changelog_end_offsets":{"x":1},"written_at":"2026-01-01T00:00:00"}',
+            "partition 'x'",
+        ),
+        (
+            '{"version":1,"store_id":"s","query_id":"q","batch_id":1,'
+            '"changelog_end_offsets":{"0":"1"},"written_at":"2026-01-01T00:00:00"}',
+            "changelog_end_offsets must map",
+        ),
+        (
+            '{"version":1,"store_id":"","query_id":"q","batch_id":1,'
+            '"changelog_end_offsets":{},"written_at":"2026-01-01T00:00:00"}',
+            "store_id must be a non-empty string",
+        ),
+        (
+            '{"version":1,"store_id":"s","query_id":"q","batch_id":1,'
+            '"changelog_end_offsets":{},"written_at":"yesterday"}',
+            "ISO-8601",
+        ),
+    ],
+)
+def test_malformed_progress_records_are_clear_errors(text: str, message: str) -> None:
+    with pytest.raises(ProgressRecordError, match=message):
+        ProgressRecord.from_json(text)
+
+
+def test_progress_record_refuses_non_json_source_offsets() -> None:
+    with pytest.raises(ProgressRecordError, match="not JSON-compatible"):
+        ProgressRecord.for_batch("s", "q", 0, {"when": object()}).to_json()
