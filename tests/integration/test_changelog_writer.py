@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from spark_statestore.changelog.partitioner import partition_for_key
-from spark_statestore.connectors.kafka import changelog_writer
+from spark_statestore.connectors.kafka import progress as kafka_progress
 from spark_statestore.connectors.kafka.changelog_writer import (
     Change,
     ChangelogWriter,
@@ -410,7 +410,7 @@ def test_last_progress_per_store_on_a_shared_progress_topic(
     window: int,
 ) -> None:
     # A tiny window makes the reader step backwards several times before finding store a.
-    monkeypatch.setattr(changelog_writer, "_PROGRESS_WINDOW", window)
+    monkeypatch.setattr(kafka_progress, "_PROGRESS_WINDOW", window)
     bootstrap = kafka_broker.bootstrap_servers
     topic = make_changelog()
     a, b = make_writer(topic), make_writer(topic)

@@ -1,0 +1,248 @@
+"""Reading committed ranges of the sink's topics: the roll-forward path of the sink.
+
+:func:`read_changelog_range` yields the committed changelog records (as
+:class:`ChangelogEntry`) between a store's applied offsets and the end offsets a
+:class:`~spark_statestore.connectors.kafka.progress.ProgressRecord` names, so a restarted
+sink can roll its store forward instead of publishing a batch twice.
+
+The private client helpers here (a read_committed consumer, a topic's partition count, a
+partition's watermarks, a multi-partition range read) also serve
+:mod:`~spark_statestore.connectors.kafka.progress` and
+:mod:`~spark_statestore.connectors.kafka.changelog_writer`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from spark_statestore.connectors.kafka.changelog_source import handle_out_of_range
+from spark_statestore.connectors.kafka.errors import (
+    DataLossError,
+    KafkaClientError,
+    _describe,
+    _kafka_error,
+)
+
+__all__ = ["ChangelogEntry", "read_changelog_range"]
+
+
+# -- client helpers -------------------------------------------------------------------------
+
+
+def _topic_partitions(client: Producer | Consumer, topic: str, timeout_s: float) -> int | None:
+    """The partition count of ``topic``, None when it does not exist."""
+    try:
+        metadata = client.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        error = _kafka_error(exc)
+        raise KafkaClientError(
+            f"cannot read the metadata of topic {topic!r}: {_describe(error, exc)}; check "
+            "kafka.bootstrap.servers",
+            error.code() if error is not None else None,
+        ) from exc
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        return None
+    return len(info.partitions)
+
+
+def _consumer(bootstrap_servers: str, config: Mapping[str, Any] | None, purpose: str) -> Consumer:
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"spark-statestore-{purpose}",  # required; offsets are never committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+    }
+    settings.update(config or {})
+    if settings.get("isolation.level", "read_committed") != "read_committed":
+        raise KafkaClientError(
+            f"the sink's topics must be read with isolation.level=read_committed (aborted "
+            f"batches must never count), got {settings['isolation.level']!r}; remove that "
+            "setting"
+        )
+    settings["isolation.level"] = "read_committed"
+    try:
+        return Consumer(settings)
+    except KafkaException as exc:
+        raise KafkaClientError(
+            f"the Kafka client refused the consumer settings: {_describe(_kafka_error(exc), exc)}"
+            "; check the kafka.* options"
+        ) from exc
+
+
+# -- readers --------------------------------------------------------------------------------
+
+
+class ChangelogEntry(NamedTuple):
+    """One committed changelog record, as :func:`read_changelog_range` yields it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | None
+    timestamp: int | None
+
+
+def _watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float
+) -> tuple[int, int]:
+    """``(earliest, end)`` of a partition; ``end`` is the last stable offset (read_committed)."""
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout_s
+        )
+    except KafkaException as exc:
+        raise KafkaClientError(
+            f"cannot read the offsets of {topic}-{partition}: {_describe(_kafka_error(exc), exc)}"
+        ) from exc
+    return int(low), int(high)
+
+
+def _read_ranges(
+    consumer: Consumer,
+    topic: str,
+    ranges: Mapping[int, tuple[int, int]],
+    *,
+    fail_on_data_loss: bool,
+    timeout_s: float,
+) -> Iterator[Message]:
+    """The records of ``topic`` in ``[start, end)`` per partition, with one consumer.
+
+    Unlike :func:`~spark_statestore.connectors.kafka.range_reader.read_range` (one partition,
+    one consumer, and a final ``consume()`` that waits out its whole timeout), this reads all
+    partitions at once and ends as soon as each consumer position (which moves past
+    transaction markers and aborted records) reaches its end.
+    """
+    positions = {p: start for p, (start, end) in ranges.items() if end > start}
+    ends = {p: ranges[p][1] for p in positions}
+    if not positions:
+        return
+    consumer.assign([TopicPartition(topic, p, o) for p, o in positions.items()])
+    last_progress = time.monotonic()
+    while positions:
+        messages = consumer.consume(10_000, timeout=0.1)
+        reassign = False
+        for message in messages:
+            error = message.error()
+            partition: int = message.partition()  # type: ignore[assignment]
+            offset: int = message.offset()  # type: ignore[assignment]
+            if partition not in positions:
+                continue
+            if error is None:
+                if offset < ends[partition]:
+                    yield message
+                positions[partition] = max(positions[partition], offset + 1)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                positions[partition] = max(positions[partition], offset)
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                positions[partition] = handle_out_of_range(
+                    topic,
+                    partition,
+                    positions[partition],
+                    _watermarks(consumer, topic, partition, timeout_s),
+                    fail_on_data_loss=fail_on_data_loss,
+                )
+                reassign = True  # seek() refuses a partition in this state
+            else:
+                raise KafkaClientError(
+                    f"reading {topic}-{partition} at offset {positions[partition]} failed: "
+                    f"{_describe(error)}",
+                    error.code(),
+                )
+        for tp in consumer.position([TopicPartition(topic, p) for p in positions]):
+            if tp.offset >= 0:
+                positions[tp.partition] = max(positions[tp.partition], tp.offset)
+        done = [p for p, o in positions.items() if o >= ends[p]]
+        for partition in done:
+            del positions[partition]
+        if reassign and positions:
+            consumer.assign([TopicPartition(topic, p, o) for p, o in positions.items()])
+        elif done and positions:
+            consumer.incremental_unassign([TopicPartition(topic, p) for p in done])
+        if messages or reassign or done:
+            last_progress = time.monotonic()
+        elif positions and time.monotonic() - last_progress > timeout_s:
+            stuck = {p: f"{o}/{ends[p]}" for p, o in positions.items()}
+            raise KafkaClientError(
+                f"reading {topic} made no progress for {timeout_s:.0f} s (partition: "
+                f"offset/end {stuck}); check that the brokers are reachable"
+            )
+
+
+def read_changelog_range(
+    bootstrap_servers: str,
+    topic: str,
+    starts: Mapping[int, int],
+    ends: Mapping[int, int],
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = 30.0,
+) -> Iterator[ChangelogEntry]:
+    """The committed records of ``topic`` in ``[starts[p], ends[p])`` for each ``p`` of ``ends``.
+
+    The roll-forward path of the sink: ``starts`` are the store's applied offsets, ``ends``
+    a :class:`ProgressRecord`'s ``changelog_end_offsets``. A partition missing from
+    ``starts`` is read from offset 0; partitions only in ``starts`` are not read. Records
+    come in offset order within each partition (partitions interleave), read with
+    read_committed: aborted records and transaction markers are skipped.
+
+    Raises
+    ------
+    KafkaClientError
+        The topic does not exist or has fewer partitions than ``ends`` names.
+    DataLossError
+        Offsets of a range are gone from the topic (retention), or a range ends past the
+        partition's committed end (the topic was re-created): the store cannot be rolled
+        forward from it.
+    """
+    consumer = _consumer(bootstrap_servers, config, "rollforward")
+    try:
+        count = _topic_partitions(consumer, topic, timeout_s)
+        if count is None:
+            raise KafkaClientError(
+                f"changelog topic {topic!r} does not exist; check the topic name and "
+                "kafka.bootstrap.servers"
+            )
+        unknown = sorted(p for p in ends if not 0 <= p < count)
+        if unknown:
+            raise KafkaClientError(
+                f"changelog topic {topic!r} has {count} partitions but partitions {unknown} "
+                "were asked for: was the topic re-created with fewer partitions?"
+            )
+        ranges = {p: (starts.get(p, 0), end) for p, end in ends.items()}
+        for partition, (start, end) in sorted(ranges.items()):
+            if end <= start:
+                continue
+            # A range past the committed end would wait forever: its records are gone.
+            marks = _watermarks(consumer, topic, partition, timeout_s)
+            if end > marks[1]:
+                raise DataLossError(
+                    f"changelog {topic}-{partition} ends at offset {marks[1]} (committed) "
+                    f"but offset {end - 1} was committed there before: the topic was deleted "
+                    "and re-created or truncated; delete the store and restore it from the "
+                    "changelog",
+                    topic,
+                    partition,
+                    end - 1,
+                    marks,
+                )
+        for message in _read_ranges(
+            consumer, topic, ranges, fail_on_data_loss=True, timeout_s=timeout_s
+        ):
+            kind, timestamp = message.timestamp()
+            yield ChangelogEntry(
+                message.partition(),  # type: ignore[arg-type]
+                message.offset(),  # type: ignore[arg-type]
+                message.key(),
+                message.value(),
+                message.headers(),  # type: ignore[arg-type]  # a consumer gives a list
+                timestamp if kind else None,
+            )
+    finally:
+        consumer.close()
