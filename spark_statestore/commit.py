@@ -14,10 +14,11 @@ the next open.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
@@ -28,7 +29,16 @@ if TYPE_CHECKING:
 
     from spark_statestore.store import Store
 
-__all__ = ["BatchToCommit", "CommitError", "CommitOutcome", "commit_batch", "is_committed"]
+__all__ = [
+    "BatchToCommit",
+    "Change",
+    "ChangelogPublisher",
+    "CommitError",
+    "CommitOutcome",
+    "PublishedBatch",
+    "commit_batch",
+    "is_committed",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -43,6 +53,61 @@ class CommitOutcome(str, Enum):
     COMMITTED = "committed"
     SKIPPED = "skipped"
     """The store had already committed this batch id for this query (a replay)."""
+    ROLLED_FORWARD = "rolled_forward"
+    """Kafka had the batch but the store did not (a crash between the two commits): the
+    store was brought up to date from the changelog, nothing was published again."""
+
+
+Change = tuple[bytes, "bytes | None", "Position | None", "int | None"]
+"""A change as published: key, value (None: delete), position, timestamp (epoch ms)."""
+
+ChangelogRow = tuple[int, int, bytes, "bytes | None", "Position | None", int]
+"""A committed changelog record as read back: partition, offset, key, value, position, ts."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedBatch:
+    """The last batch a store's changelog holds (from its progress record)."""
+
+    query_id: str
+    batch_id: int
+    end_offsets: Mapping[int, int]
+    """``{partition: offset after the batch's last record}`` for the partitions it wrote."""
+
+
+class ChangelogPublisher(Protocol):
+    """The changelog side of a commit (implemented with Kafka transactions in
+    ``spark_statestore.connectors.kafka``)."""
+
+    @property
+    def topic(self) -> str:
+        """The changelog topic."""
+        ...
+
+    def partition_count(self) -> int:
+        """The changelog's partition count."""
+        ...
+
+    def published_batch(self, store_id: str) -> PublishedBatch | None:
+        """The last batch published for this store, or None."""
+        ...
+
+    def publish(
+        self,
+        changes: Iterable[Change],
+        *,
+        store_id: str,
+        query_id: str,
+        batch_id: int,
+        source_offsets: Any,
+    ) -> dict[int, int]:
+        """Publish ``changes`` and the batch's progress in one transaction; returns the
+        end offsets (last record + 1) of the partitions written."""
+        ...
+
+    def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
+        """The committed records in ``[starts[p], ends[p])``, in offset order per partition."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,19 +142,26 @@ def is_committed(store: Store, query_id: str, batch_id: int) -> bool:
     return record is not None and record.query_id == query_id and record.batch_id >= batch_id
 
 
-def commit_batch(store: Store, staging: StagingArea, batch: BatchToCommit) -> CommitOutcome:
+def commit_batch(
+    store: Store,
+    staging: StagingArea,
+    batch: BatchToCommit,
+    publisher: ChangelogPublisher | None = None,
+) -> CommitOutcome:
     """Apply ``batch`` to ``store`` in one atomic commit, unless it is already committed.
 
     Staged files are applied in Spark partition order, each in the order its task wrote
-    it; a later write of a key wins. Null values delete.
+    it; a later write of a key wins. Null values delete. With a ``publisher`` every change
+    is first published to the changelog in one Kafka transaction with the batch's progress
+    record; if the changelog already has this batch (the previous attempt crashed between
+    the Kafka commit and the store commit), the store rolls forward from the changelog
+    instead of publishing twice.
 
     Raises
     ------
     CommitError
         If a staged file is missing or unreadable (the store is unchanged).
     """
-    from spark_statestore.store import CommitRecord
-
     if is_committed(store, batch.query_id, batch.batch_id):
         _log.info(
             "store %s already has batch %d of query %s: skipped (a replay)",
@@ -100,36 +172,153 @@ def commit_batch(store: Store, staging: StagingArea, batch: BatchToCommit) -> Co
         staging.remove_batch(batch.query_id, batch.batch_id)
         return CommitOutcome.SKIPPED
     ordered = sorted(batch.staged, key=lambda staged: (staged.partition_id, staged.name))
+    if publisher is None:
+        _apply_staged(store, staging, batch, ordered)
+        outcome = CommitOutcome.COMMITTED
+    else:
+        published = publisher.published_batch(store.manifest.store_id)
+        if published is not None and (published.query_id, published.batch_id) == (
+            batch.query_id,
+            batch.batch_id,
+        ):
+            _roll_forward(store, batch, publisher, published)
+            outcome = CommitOutcome.ROLLED_FORWARD
+        else:
+            _publish_and_apply(store, staging, batch, ordered, publisher)
+            outcome = CommitOutcome.COMMITTED
+    staging.remove_stale(batch.query_id, batch.batch_id)
+    _log.info(
+        "store %s: batch %d of query %s %s (%d staged rows)",
+        store.path,
+        batch.batch_id,
+        batch.query_id,
+        outcome.value,
+        sum(staged.rows for staged in ordered),
+    )
+    return outcome
+
+
+def _commit_record(batch: BatchToCommit, ends: Mapping[int, int]) -> Any:
+    from spark_statestore.store import CommitRecord
+
+    return CommitRecord(batch.query_id, batch.batch_id, batch.source_offsets, dict(ends))
+
+
+def _apply_staged(
+    store: Store, staging: StagingArea, batch: BatchToCommit, ordered: Sequence[StagedFile]
+) -> None:
+    """No changelog: the staged rows, the position and the commit record, atomically."""
     with store.begin() as txn:
         if batch.complete:
-            _delete_absent(store, txn, staging, ordered)
+            for key in _absent_keys(store, staging, ordered):
+                txn.delete(key)
         for staged in ordered:
             for records in staging.read(staged):
                 txn.put_columns(*_columns(records))
         position = _position(ordered)
         if position is not None:
             txn.merge_position(position)
-        for partition, offset in batch.changelog_end_offsets.items():
-            txn.set_changelog_offset(partition, offset)
-        txn.set_commit_record(
-            CommitRecord(
-                batch.query_id,
-                batch.batch_id,
-                batch.source_offsets,
-                dict(batch.changelog_end_offsets),
-            )
-        )
+        txn.set_commit_record(_commit_record(batch, {}))
         txn.commit()
-    staging.remove_stale(batch.query_id, batch.batch_id)
-    _log.info(
-        "store %s committed batch %d of query %s (%d rows from %d files)",
+
+
+def _publish_and_apply(
+    store: Store,
+    staging: StagingArea,
+    batch: BatchToCommit,
+    ordered: Sequence[StagedFile],
+    publisher: ChangelogPublisher,
+) -> None:
+    """Publish every change in one Kafka transaction, then commit the store with the
+    changelog coordinates of each record and the changelog's end offsets."""
+    from spark_statestore.changelog import partition_for_key
+
+    partitions = publisher.partition_count()
+    absent = _absent_keys(store, staging, ordered) if batch.complete else []
+    batch_position = _position(ordered)
+    seen = store.metadata.position
+    position = seen if batch_position is None else seen.merge(batch_position)
+    header = None if position.is_empty() else position
+
+    def changes() -> Iterator[Change]:
+        for key in absent:
+            yield key, None, header, None
+        for staged in ordered:
+            for records in staging.read(staged):
+                keys, values, _, _, stamps = _columns(records)
+                for key, value, stamp in zip(keys, values, stamps, strict=True):
+                    yield key, value, header, None if stamp < 0 else stamp
+
+    ends = publisher.publish(
+        changes(),
+        store_id=store.manifest.store_id,
+        query_id=batch.query_id,
+        batch_id=batch.batch_id,
+        source_offsets=batch.source_offsets,
+    )
+    # The sink is the changelog's only writer (fenced by its transactional id), so a
+    # partition's records of this batch hold the offsets just below its end, in order.
+    counts: Counter[int] = Counter()
+    for key in absent:
+        counts[partition_for_key(key, partitions)] += 1
+    for staged in ordered:
+        for records in staging.read(staged):
+            counts.update(partition_for_key(k, partitions) for k in _keys_of(records))
+    next_offset = {p: ends[p] - n for p, n in counts.items()}
+    with store.begin() as txn:
+        for key in absent:
+            txn.delete(key)  # a delete keeps nothing locally, but it took its offset
+            next_offset[partition_for_key(key, partitions)] += 1
+        for staged in ordered:
+            for records in staging.read(staged):
+                keys, values, _, _, stamps = _columns(records)
+                parts = [partition_for_key(k, partitions) for k in keys]
+                offsets = []
+                for p in parts:
+                    offsets.append(next_offset[p])
+                    next_offset[p] += 1
+                txn.put_columns(keys, values, parts, offsets, stamps)
+        if not position.is_empty():
+            txn.merge_position(position)
+        for p, end in ends.items():
+            txn.set_changelog_offset(p, end)
+        txn.set_commit_record(_commit_record(batch, ends))
+        txn.commit()
+
+
+def _roll_forward(
+    store: Store, batch: BatchToCommit, publisher: ChangelogPublisher, published: PublishedBatch
+) -> None:
+    """The changelog has the batch and the store not: apply it from the changelog."""
+    applied = store.metadata.changelog_offsets
+    starts = {p: applied.get(p, 0) for p in published.end_offsets}
+    _log.warning(
+        "store %s: batch %d of query %s is in changelog %s but not in the store (a crash "
+        "between the two commits): rolling forward from %s to %s",
         store.path,
         batch.batch_id,
         batch.query_id,
-        sum(staged.rows for staged in ordered),
-        len(ordered),
+        publisher.topic,
+        starts,
+        dict(published.end_offsets),
     )
-    return CommitOutcome.COMMITTED
+    with store.begin() as txn:
+        position = None
+        for partition, offset, key, value, record_position, stamp in publisher.read(
+            starts, published.end_offsets
+        ):
+            if value is None:
+                txn.delete(key)
+            else:
+                txn.put(key, value, partition=partition, offset=offset, timestamp=stamp)
+            if record_position is not None:
+                position = record_position if position is None else position.merge(record_position)
+        if position is not None:
+            txn.merge_position(position)
+        for p, end in published.end_offsets.items():
+            txn.set_changelog_offset(p, end)
+        txn.set_commit_record(_commit_record(batch, published.end_offsets))
+        txn.commit()
 
 
 def _columns(records: pa.RecordBatch) -> tuple[list[Any], ...]:
@@ -151,20 +340,16 @@ def _position(staged: Sequence[StagedFile]) -> Position | None:
     return Position.from_map(merged) if merged else None
 
 
-def _delete_absent(
-    store: Store, txn: Any, staging: StagingArea, staged: Sequence[StagedFile]
-) -> None:
-    """Complete mode: delete every committed key the batch does not hold."""
+def _absent_keys(store: Store, staging: StagingArea, staged: Sequence[StagedFile]) -> list[bytes]:
+    """Complete mode: the committed keys the batch does not hold (to delete)."""
     wanted: set[bytes] = set()
     for item in staged:
         for records in staging.read(item):
-            wanted.update(records.column("key").to_pylist())
+            wanted.update(_keys_of(records))
     with store.snapshot() as snapshot:
-        for key in _keys(snapshot):
-            if key not in wanted:
-                txn.delete(key)
+        return [key for key, _ in snapshot.items() if key not in wanted]
 
 
-def _keys(snapshot: Any) -> Iterator[bytes]:
-    for key, _ in snapshot.items():
-        yield key
+def _keys_of(records: pa.RecordBatch) -> list[bytes]:
+    keys: list[bytes] = records.column("key").to_pylist()
+    return keys

@@ -37,7 +37,14 @@ if TYPE_CHECKING:
     from spark_statestore.staging import StagedFile
     from spark_statestore.store import Store
 
-__all__ = ["BatchWriter", "SinkError", "StagedMessage", "StreamSink", "check_input_schema"]
+__all__ = [
+    "BatchWriter",
+    "SinkError",
+    "StagedMessage",
+    "StreamSink",
+    "check_changelog_owner",
+    "check_input_schema",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -107,6 +114,27 @@ def check_input_schema(schema: StructType) -> None:
                 f"column {field.name!r} has type {field.dataType.simpleString()}, expected "
                 f"{_COLUMNS[field.name]}"
             )
+
+
+def check_changelog_owner(options: SinkOptions) -> None:
+    """KIP-813's rule: a sink publishes only to a changelog its ``application.id`` owns.
+
+    Raises
+    ------
+    SinkError
+        If ``changelog`` does not start with ``<application.id>-`` and
+        ``allowForeignChangelog`` is not set.
+    """
+    changelog, owner = options.changelog, options.application_id
+    if changelog is None or owner is None or options.allow_foreign_changelog:
+        return
+    if not changelog.startswith(f"{owner}-"):
+        raise SinkError(
+            f"changelog {changelog!r} does not belong to application.id {owner!r} (its "
+            f"changelogs are named '{owner}-<store>-changelog'): publishing into another "
+            "application's changelog would corrupt its stores. Use your own changelog, or "
+            "set allowForeignChangelog=true if this topic really is yours"
+        )
 
 
 def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -193,6 +221,7 @@ class _Writer:
 
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_input_schema(schema)
+        check_changelog_owner(options)
         self._options = options
 
     def _stage(
@@ -206,7 +235,7 @@ class _Writer:
         )
         return StagedMessage(staged if staged.rows else None)
 
-    def _open_store(self) -> Store:
+    def _open_store(self, partitions: int) -> Store:
         from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 
         settings: dict[str, Any] = {"lock_wait_seconds": 30.0}
@@ -214,9 +243,23 @@ class _Writer:
             settings["uncommitted_max_bytes"] = self._options.uncommitted_max_bytes
         return Store.open(
             self._options.path,
-            StoreSpec(Role.LEADER, None, 1),
+            StoreSpec(Role.LEADER, self._options.changelog, partitions),
             purpose=f"spark_statestore sink commit (pid {os.getpid()})",
             options=StoreOptions(**settings),
+        )
+
+    def _publisher(self) -> Any:
+        options = self._options
+        if options.changelog is None:
+            return None
+        from spark_statestore.connectors.kafka.publisher import KafkaChangelogPublisher
+
+        assert options.bootstrap_servers is not None and options.application_id is not None
+        return KafkaChangelogPublisher(
+            options.bootstrap_servers,
+            options.changelog,
+            application_id=options.application_id,
+            config=options.kafka,
         )
 
     def _commit(
@@ -232,8 +275,14 @@ class _Writer:
 
         staged = [m.staged for m in messages if isinstance(m, StagedMessage) and m.staged]
         batch = BatchToCommit(query_id, batch_id, staged, source_offsets, complete)
-        with self._open_store() as store:
-            commit_batch(store, StagingArea(self._options.path), batch)
+        publisher = self._publisher()
+        try:
+            partitions = 1 if publisher is None else publisher.partition_count()
+            with self._open_store(partitions) as store:
+                commit_batch(store, StagingArea(self._options.path), batch, publisher)
+        finally:
+            if publisher is not None:
+                publisher.close()
 
     def _abort(self, query_id: str, batch_id: int) -> None:
         from spark_statestore.staging import StagingArea

@@ -179,3 +179,67 @@ def test_bad_input_and_foreign_stores_are_refused(spark: Any, tmp_path: Path) ->
             "txnAppId", "x"
         ).mode("append").save(str(tmp_path / "s4"))
     shutil.rmtree(tmp_path / "s4", ignore_errors=True)
+
+
+def test_the_sink_publishes_a_changelog_that_a_follower_converges_to(
+    spark: Any, kafka_broker: Any, make_topic: Any, tmp_path: Path
+) -> None:
+    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+    from spark_statestore.connectors.kafka.tail import tail_changelog
+    from spark_statestore.follower import Follower, FollowerState
+
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = f"orders-app-{make_topic(partitions=1)}-changelog"
+    kafka_broker.create_topic(changelog, 4)
+    kafka_broker.create_topic(f"{changelog}-progress", 1)
+    source, store, checkpoint = tmp_path / "in", tmp_path / "store", tmp_path / "cp"
+
+    def start() -> Any:
+        return (
+            spark.readStream.schema(SCHEMA)
+            .json(str(source))
+            .writeStream.format(FORMAT)
+            .option("checkpointLocation", str(checkpoint))
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("changelog", changelog)
+            .option("application.id", "orders-app")
+            .start(str(store))
+        )
+
+    write_input(source, "1.json", [row(f"k{i}", str(i), i) for i in range(20)])
+    query = start()
+    try:
+        query.processAllAvailable()
+        write_input(source, "2.json", [row("k1", None, 20), row("k2", "changed", 21)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    leader = store_content(store)
+    assert leader[b"k2"] == b"changed" and b"k1" not in leader and len(leader) == 19
+    # Each batch is in the changelog exactly once.
+    assert len(list(tail_changelog(bootstrap, changelog))) == 22
+
+    with Store.open(tmp_path / "replica", StoreSpec(Role.FOLLOWER, changelog, 4)) as replica:
+        follower = Follower(replica, KafkaChangelogSource(bootstrap, changelog))
+        while follower.state is not FollowerState.RUNNING:
+            follower.step()
+        follower.stop()
+        with replica.snapshot() as snapshot:
+            assert dict(snapshot.items()) == leader
+        with Store.open(store) as opened:
+            assert replica.metadata.position == opened.metadata.position
+            assert opened.metadata.position.to_map() == {"orders": {0: 21}}
+
+    # KIP-813: another application's changelog is refused unless explicitly allowed.
+    with pytest.raises(Exception, match=r"does not belong to application\.id 'other-app'"):
+        (
+            spark.readStream.schema(SCHEMA)
+            .json(str(source))
+            .writeStream.format(FORMAT)
+            .option("checkpointLocation", str(tmp_path / "cp-other"))
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("changelog", changelog)
+            .option("application.id", "other-app")
+            .start(str(tmp_path / "other"))
+            .processAllAvailable()
+        )

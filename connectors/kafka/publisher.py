@@ -1,0 +1,146 @@
+"""The sink's changelog publisher: :class:`~spark_statestore.commit.ChangelogPublisher` on Kafka.
+
+Wraps :class:`~spark_statestore.connectors.kafka.changelog_writer.ChangelogWriter`. Its
+transactional id is derived from the application id and the store id, so a restarted or
+zombie sink of the same store is fenced; the writer is initialized (fencing any zombie and
+aborting its open transaction) before the last published batch is read, so what the commit
+protocol learns from the progress topic cannot change under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from spark_statestore.changelog.headers import position_from_headers
+from spark_statestore.commit import Change, ChangelogRow, PublishedBatch
+from spark_statestore.connectors.kafka.changelog_writer import (
+    ChangelogWriter,
+    ProgressRecord,
+    read_changelog_range,
+    read_last_progress,
+    transactional_id_for,
+)
+from spark_statestore.connectors.kafka.errors import KafkaClientError
+
+__all__ = ["KafkaChangelogPublisher"]
+
+
+class KafkaChangelogPublisher:
+    """Publishes a sink's batches to ``topic`` in Kafka transactions.
+
+    Parameters
+    ----------
+    bootstrap_servers
+        The Kafka cluster.
+    topic
+        The changelog topic (it and ``<topic>-progress`` must exist).
+    application_id
+        The sink's owner id (the transactional id's prefix).
+    config
+        Producer/consumer settings (the sink's ``kafka.*`` options without the prefix).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        application_id: str,
+        config: Mapping[str, Any] | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._topic = topic
+        self._application_id = application_id
+        self._config = dict(config or {})
+        self._timeout_s = timeout_s
+        self._partitions: int | None = None
+        self._writer: ChangelogWriter | None = None
+        self._store_id: str | None = None
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def partition_count(self) -> int:
+        if self._partitions is None:
+            client = Producer({"bootstrap.servers": self._bootstrap, **self._config})
+            try:
+                metadata = client.list_topics(self._topic, timeout=self._timeout_s)
+            except KafkaException as exc:
+                raise KafkaClientError(
+                    f"cannot read the metadata of changelog {self._topic!r}: {exc}"
+                ) from exc
+            found = metadata.topics.get(self._topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise KafkaClientError(
+                    f"changelog topic {self._topic!r} does not exist: the sink never creates "
+                    f"it; create it (and {self._topic}-progress with 1 partition) first"
+                )
+            self._partitions = len(found.partitions)
+        return self._partitions
+
+    def _writer_for(self, store_id: str) -> ChangelogWriter:
+        if self._writer is None:
+            self._writer = ChangelogWriter(
+                self._bootstrap,
+                self._topic,
+                transactional_id=transactional_id_for(store_id, self._application_id),
+                config=self._config,
+                timeout_s=self._timeout_s,
+            )
+            self._writer.init()  # fences a zombie of this store before anything is read
+            self._store_id = store_id
+        elif store_id != self._store_id:
+            raise KafkaClientError(f"this publisher serves store {self._store_id}, not {store_id}")
+        return self._writer
+
+    def published_batch(self, store_id: str) -> PublishedBatch | None:
+        self._writer_for(store_id)
+        record = read_last_progress(
+            self._bootstrap, self._topic, store_id, config=self._config, timeout_s=self._timeout_s
+        )
+        if record is None:
+            return None
+        return PublishedBatch(record.query_id, record.batch_id, dict(record.changelog_end_offsets))
+
+    def publish(
+        self,
+        changes: Iterable[Change],
+        *,
+        store_id: str,
+        query_id: str,
+        batch_id: int,
+        source_offsets: Any,
+    ) -> dict[int, int]:
+        progress = ProgressRecord.for_batch(store_id, query_id, batch_id, source_offsets)
+        return self._writer_for(store_id).publish(changes, progress=progress)
+
+    def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
+        for entry in read_changelog_range(
+            self._bootstrap, self._topic, starts, ends, config=self._config
+        ):
+            if entry.key is None:  # a changelog key is never null: nothing can apply it
+                raise KafkaClientError(
+                    f"changelog {self._topic}-{entry.partition} offset {entry.offset} has a "
+                    "null key; it was not written by this sink"
+                )
+            position = position_from_headers(
+                entry.headers, topic=self._topic, partition=entry.partition, offset=entry.offset
+            )
+            stamp = entry.timestamp if entry.timestamp is not None and entry.timestamp >= 0 else -1
+            yield entry.partition, entry.offset, entry.key, entry.value, position, stamp
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> KafkaChangelogPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
