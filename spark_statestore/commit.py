@@ -21,6 +21,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_statestore.errors import StateStoreError
+from spark_statestore.faults import crash_point
+from spark_statestore.faults import install as install_crash_points
 from spark_statestore.position import Position
 from spark_statestore.staging import StagedFile, StagingArea
 
@@ -172,6 +174,8 @@ def commit_batch(
         staging.remove_batch(batch.query_id, batch.batch_id)
         return CommitOutcome.SKIPPED
     ordered = sorted(batch.staged, key=lambda staged: (staged.partition_id, staged.name))
+    install_crash_points()
+    crash_point("sink.before_publish")
     if publisher is None:
         _apply_staged(store, staging, batch, ordered)
         outcome = CommitOutcome.COMMITTED
@@ -186,6 +190,7 @@ def commit_batch(
         else:
             _publish_and_apply(store, staging, batch, ordered, publisher)
             outcome = CommitOutcome.COMMITTED
+    crash_point("sink.after_store_commit")
     staging.remove_stale(batch.query_id, batch.batch_id)
     _log.info(
         "store %s: batch %d of query %s %s (%d staged rows)",
@@ -256,6 +261,7 @@ def _publish_and_apply(
         batch_id=batch.batch_id,
         source_offsets=batch.source_offsets,
     )
+    crash_point("sink.after_publish")
     # The sink is the changelog's only writer (fenced by its transactional id), so a
     # partition's records of this batch hold the offsets just below its end, in order.
     counts: Counter[int] = Counter()

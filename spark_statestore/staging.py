@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import StateStoreError
+from spark_statestore.faults import crash_point
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -127,6 +128,7 @@ class StagingArea:
             with open(temporary, "rb") as handle:
                 os.fsync(handle.fileno())
             os.replace(temporary, final)
+            crash_point("sink.staged")
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
