@@ -40,6 +40,7 @@ __all__ = [
     "PublishedBatch",
     "commit_batch",
     "is_committed",
+    "source_position",
 ]
 
 _log = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ def _apply_staged(
         for staged in ordered:
             for records in staging.read(staged):
                 txn.put_columns(*_columns(records))
-        position = _position(ordered)
+        position = _position(ordered, batch.source_offsets)
         if position is not None:
             txn.merge_position(position)
         txn.set_commit_record(_commit_record(batch, {}))
@@ -240,7 +241,7 @@ def _publish_and_apply(
 
     partitions = publisher.partition_count()
     absent = _absent_keys(store, staging, ordered) if batch.complete else []
-    batch_position = _position(ordered)
+    batch_position = _position(ordered, batch.source_offsets)
     seen = store.metadata.position
     position = seen if batch_position is None else seen.merge(batch_position)
     header = None if position.is_empty() else position
@@ -336,8 +337,35 @@ def _columns(records: pa.RecordBatch) -> tuple[list[Any], ...]:
     return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamps
 
 
-def _position(staged: Sequence[StagedFile]) -> Position | None:
+def source_position(source_offsets: Any) -> dict[str, dict[int, int]]:
+    """The input position implied by Spark's offset log entries of Kafka-shaped sources.
+
+    Spark's Kafka source (and our follower source) log ``{"topic": {"0": next offset}}``;
+    a batch that ends there has processed up to ``next offset - 1``. Entries of any other
+    shape (file, rate, ... sources) say nothing about Kafka input and are ignored.
+    """
     merged: dict[str, dict[int, int]] = {}
+    for entry in source_offsets if isinstance(source_offsets, list) else [source_offsets]:
+        if not isinstance(entry, dict):
+            continue
+        for topic, partitions in entry.items():
+            if not isinstance(topic, str) or not isinstance(partitions, dict):
+                continue
+            for partition, next_offset in partitions.items():
+                if (
+                    isinstance(partition, str)
+                    and partition.isdigit()
+                    and isinstance(next_offset, int)
+                    and not isinstance(next_offset, bool)
+                    and next_offset > 0
+                ):
+                    target = merged.setdefault(topic, {})
+                    target[int(partition)] = max(next_offset - 1, target.get(int(partition), -1))
+    return merged
+
+
+def _position(staged: Sequence[StagedFile], source_offsets: Any = None) -> Position | None:
+    merged = source_position(source_offsets)
     for item in staged:
         for topic, partitions in item.max_offsets.items():
             target = merged.setdefault(topic, {})

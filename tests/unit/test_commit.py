@@ -160,3 +160,13 @@ def test_stale_staging_of_dead_queries_is_removed(make_store: MakeStore) -> None
         BatchToCommit("q1", 0, [stage(staging, 0, 0, [(b"a", b"1", None, None, None)])]),
     )
     assert not os.path.exists(old_dir) and old.rows == 1
+
+
+def test_kafka_shaped_source_offsets_join_the_position(make_store: MakeStore) -> None:
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    offsets = [{"logOffset": 3}, {"orders": {"0": 10, "1": 0}}, 7, "-"]
+    staged = stage(staging, 0, 0, [(b"a", b"1", "orders", 1, 2)])
+    commit_batch(store, staging, BatchToCommit("q1", 0, [staged], offsets))
+    # next offset 10 -> processed up to 9; a next offset of 0 says nothing.
+    assert store.metadata.position == Position.from_map({"orders": {0: 9, 1: 2}})
