@@ -243,3 +243,12 @@ def test_the_sink_publishes_a_changelog_that_a_follower_converges_to(
             .start(str(tmp_path / "other"))
             .processAllAvailable()
         )
+
+
+def test_the_batch_writer_overwrites_when_asked(spark: Any, tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    first = spark.createDataFrame([("a", "1"), ("b", "2")], "key STRING, value STRING")
+    first.write.format(FORMAT).mode("append").save(store)
+    second = spark.createDataFrame([("b", "3"), ("c", "4")], "key STRING, value STRING")
+    second.write.format(FORMAT).mode("overwrite").save(store)
+    assert store_content(tmp_path / "store") == {b"b": b"3", b"c": b"4"}
