@@ -61,8 +61,9 @@ class CommitOutcome(str, Enum):
     store was brought up to date from the changelog, nothing was published again."""
 
 
-Change = tuple[bytes, "bytes | None", "Position | None", "int | None"]
-"""A change as published: key, value (None: delete), position, timestamp (epoch ms)."""
+Change = tuple[bytes, "bytes | None", "Position | None", "int | None", int]
+"""A change as published: key, value (None: delete), position, timestamp (epoch ms) and its
+changelog partition (Kafka's murmur2 partition of the key)."""
 
 ChangelogRow = tuple[int, int, bytes, "bytes | None", "Position | None", int]
 """A committed changelog record as read back: partition, offset, key, value, position, ts."""
@@ -246,14 +247,21 @@ def _publish_and_apply(
     position = seen if batch_position is None else seen.merge(batch_position)
     header = None if position.is_empty() else position
 
+    # murmur2 in Python costs ~2 us per key: compute each key's partition once, while
+    # publishing, and reuse it for the envelopes.
+    absent_parts = [partition_for_key(key, partitions) for key in absent]
+    batch_parts: list[list[int]] = []
+
     def changes() -> Iterator[Change]:
-        for key in absent:
-            yield key, None, header, None
+        for key, p in zip(absent, absent_parts, strict=True):
+            yield key, None, header, None, p
         for staged in ordered:
             for records in staging.read(staged):
                 keys, values, _, _, stamps = _columns(records)
-                for key, value, stamp in zip(keys, values, stamps, strict=True):
-                    yield key, value, header, None if stamp < 0 else stamp
+                parts = [partition_for_key(k, partitions) for k in keys]
+                batch_parts.append(parts)
+                for key, value, stamp, p in zip(keys, values, stamps, parts, strict=True):
+                    yield key, value, header, None if stamp < 0 else stamp, p
 
     ends = publisher.publish(
         changes(),
@@ -265,21 +273,19 @@ def _publish_and_apply(
     crash_point("sink.after_publish")
     # The sink is the changelog's only writer (fenced by its transactional id), so a
     # partition's records of this batch hold the offsets just below its end, in order.
-    counts: Counter[int] = Counter()
-    for key in absent:
-        counts[partition_for_key(key, partitions)] += 1
-    for staged in ordered:
-        for records in staging.read(staged):
-            counts.update(partition_for_key(k, partitions) for k in _keys_of(records))
+    counts: Counter[int] = Counter(absent_parts)
+    for parts in batch_parts:
+        counts.update(parts)
     next_offset = {p: ends[p] - n for p, n in counts.items()}
     with store.begin() as txn:
-        for key in absent:
+        for key, p in zip(absent, absent_parts, strict=True):
             txn.delete(key)  # a delete keeps nothing locally, but it took its offset
-            next_offset[partition_for_key(key, partitions)] += 1
+            next_offset[p] += 1
+        cached = iter(batch_parts)
         for staged in ordered:
             for records in staging.read(staged):
                 keys, values, _, _, stamps = _columns(records)
-                parts = [partition_for_key(k, partitions) for k in keys]
+                parts = next(cached)
                 offsets = []
                 for p in parts:
                     offsets.append(next_offset[p])

@@ -76,9 +76,13 @@ _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 # Settings the writer decides: exactly-once needs them, whatever kafka.* options say.
 _OWNED = ("transactional.id", "enable.idempotence", "allow.auto.create.topics")
 
-Change = tuple[bytes, bytes | None, Position | None, int | None]
-"""``(key, value, position, timestamp_ms)``: a None value is a delete (tombstone), a None
-position writes no position headers, a None (or 0) timestamp means "now"."""
+Change = (
+    tuple[bytes, bytes | None, Position | None, int | None]
+    | tuple[bytes, bytes | None, Position | None, int | None, int]
+)
+"""``(key, value, position, timestamp_ms[, partition])``: a None value is a delete
+(tombstone), a None position writes no position headers, a None (or 0) timestamp means
+"now"; without a partition the key's murmur2 partition is used."""
 
 
 def transactional_id_for(store_id: str, application_id: str) -> str:
@@ -338,7 +342,8 @@ class ChangelogWriter:
             last_position: Position | None = None
             headers: list[tuple[str, str | bytes | None]] | None = None
             produce = producer.produce
-            for index, (key, value, position, timestamp) in enumerate(changes):
+            for index, change in enumerate(changes):
+                key, value, position, timestamp = change[0], change[1], change[2], change[3]
                 if not isinstance(key, (bytes, bytearray)):
                     raise ChangelogFormatError(
                         f"change #{index} of batch {progress.batch_id} has key {key!r}: a "
@@ -348,7 +353,8 @@ class ChangelogWriter:
                 if position is not last_position:
                     last_position = position
                     headers = None if position is None else list(position_headers(position))
-                partition = partition_for_key(key, partitions)
+                # The caller may pass the partition it computed (it needs it too).
+                partition = change[4] if len(change) > 4 else partition_for_key(key, partitions)
                 while True:
                     try:
                         produce(
