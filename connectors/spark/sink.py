@@ -238,7 +238,8 @@ class _Writer:
     def _open_store(self, partitions: int) -> Store:
         from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 
-        settings: dict[str, Any] = {"lock_wait_seconds": 30.0}
+        # Readers of a store without a live follower own it briefly: wait for them.
+        settings: dict[str, Any] = {"lock_wait_seconds": 30.0, "owner_wait_seconds": 120.0}
         if self._options.uncommitted_max_bytes is not None:
             settings["uncommitted_max_bytes"] = self._options.uncommitted_max_bytes
         return Store.open(

@@ -47,6 +47,11 @@ _VIEW_DDL = {
 }
 
 
+OWNER_WAIT_S = 60.0
+"""How long a read without a live follower waits for the store's current owner (a sink's
+commit, another read) to close it."""
+
+
 class StaleSnapshotError(SparkSourceError):
     """The store is behind what the read demands (``positionBound`` or ``maxLag``)."""
 
@@ -158,10 +163,15 @@ class SnapshotReader(DataSourceReader):
 
     def _plan_local(self) -> list[InputPartition]:
         from spark_statestore.serve.protocol import describe_state
-        from spark_statestore.store import Store
+        from spark_statestore.store import Store, StoreOptions
         from spark_statestore.store.ownership import read_owner
 
-        with Store.open(self._options.path, purpose="Spark snapshot read (planning)") as store:
+        # A sink's commit owns its store for the commit only: wait for it, as for any
+        # short-lived owner, rather than fail.
+        wait = StoreOptions(owner_wait_seconds=OWNER_WAIT_S)
+        with Store.open(
+            self._options.path, purpose="Spark snapshot read (planning)", options=wait
+        ) as store:
             metadata = store.metadata
             manifest = store.manifest
         self._check_bound(metadata.position)
@@ -309,7 +319,7 @@ class SnapshotReader(DataSourceReader):
         from spark_statestore.store import Store, StoreOptions
         from spark_statestore.store.scan import ScanStats, scan_batches
 
-        options = StoreOptions(lock_wait_seconds=30.0)
+        options = StoreOptions(lock_wait_seconds=30.0, owner_wait_seconds=OWNER_WAIT_S)
         with (
             Store.open(self._options.path, purpose="Spark snapshot read", options=options) as store,
             store.snapshot() as snapshot,

@@ -139,16 +139,27 @@ class OwnerLock:
         self._fd: int | None = fd
 
     @classmethod
-    def acquire(cls, path: str, info: OwnerInfo, wait_seconds: float = 2.0) -> OwnerLock:
+    def acquire(
+        cls,
+        path: str,
+        info: OwnerInfo,
+        wait_seconds: float = 2.0,
+        *,
+        owner_wait_seconds: float = 0.0,
+    ) -> OwnerLock:
         """Take ownership of store directory ``path`` (which must exist).
 
-        A live owner fails at once with :class:`StoreLockedError`. While the lock is held by
-        a process that has not described itself (one that is starting up, or a short
+        A live owner fails with :class:`StoreLockedError`, at once or after waiting up to
+        ``owner_wait_seconds`` for it to close the store. While the lock is held by a process
+        that has not described itself (one that is starting up, or a short
         :func:`live_owner` probe) this retries for up to ``wait_seconds``.
         """
         fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            deadline = time.monotonic() + wait_seconds
+            started = time.monotonic()
+            deadline = started + wait_seconds
+            owner_deadline = started + owner_wait_seconds
+            pause = 0.005
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -162,9 +173,9 @@ class OwnerLock:
                             path,
                             owner,
                         ) from None
-                    if (owner is not None and owner.is_alive_here()) or (
-                        time.monotonic() >= deadline
-                    ):
+                    now = time.monotonic()
+                    live = owner is not None and owner.is_alive_here()
+                    if (live and now >= owner_deadline) or (not live and now >= deadline):
                         who = owner.describe() if owner else "a process that did not say who"
                         raise StoreLockedError(
                             f"store {path} is owned by {who}; one process at a time may open "
@@ -173,7 +184,9 @@ class OwnerLock:
                             path,
                             owner,
                         ) from None
-                    time.sleep(0.01)  # the holder is starting up or probing: back off
+                    # flock has no timeout: retry with a growing back-off until a deadline.
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.2)
         except BaseException:
             os.close(fd)
             raise

@@ -109,6 +109,10 @@ class StoreOptions:
     lock_wait_seconds
         How long to retry while the store's lock is held by a process that has not said who
         it is yet (starting up, or probing).
+    owner_wait_seconds
+        How long to wait for a live owner to close the store before failing with
+        ``StoreLockedError`` (0: fail at once). Short-lived owners — a sink's commit, a
+        reader without a live follower — make others wait rather than fail.
     cache_bytes
         LevelDB's block cache (its default, 8 MiB, makes point reads of a store of a few
         hundred thousand keys go to disk files).
@@ -120,6 +124,7 @@ class StoreOptions:
     chunk_bytes: int = 4 * 1024 * 1024
     sync: bool = True
     lock_wait_seconds: float = 2.0
+    owner_wait_seconds: float = 0.0
     cache_bytes: int = 64 * 1024 * 1024
     bloom_filter_bits: int = 10
 
@@ -143,6 +148,14 @@ class StoreOptions:
                 raise OptionError(f"store option {name} must be an int >= 1, got {value!r}")
         if not isinstance(self.sync, bool):
             raise OptionError(f"store option sync must be a bool, got {self.sync!r}")
+        if (
+            isinstance(self.owner_wait_seconds, bool)
+            or not isinstance(self.owner_wait_seconds, (int, float))
+            or self.owner_wait_seconds < 0
+        ):
+            raise OptionError(
+                f"store option owner_wait_seconds must be >= 0, got {self.owner_wait_seconds!r}"
+            )
         if not isinstance(self.lock_wait_seconds, (int, float)) or self.lock_wait_seconds < 0:
             raise OptionError(
                 f"store option lock_wait_seconds must be >= 0, got {self.lock_wait_seconds!r}"

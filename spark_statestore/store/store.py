@@ -145,7 +145,10 @@ class Store:
         os.makedirs(path, exist_ok=True)
         role_name = spec.role.value if spec is not None else "reader"
         lock = OwnerLock.acquire(
-            path, OwnerInfo.for_this_process(role_name, purpose), options.lock_wait_seconds
+            path,
+            OwnerInfo.for_this_process(role_name, purpose),
+            options.lock_wait_seconds,
+            owner_wait_seconds=options.owner_wait_seconds,
         )
         db = None
         try:

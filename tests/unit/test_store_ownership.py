@@ -229,3 +229,24 @@ def test_killed_owner_leaves_a_stale_owner_file(
         with store.begin() as txn:
             txn.put(b"k", b"v")
     assert not (path / "_owner.json").exists()
+
+
+def test_owner_wait_outlasts_a_short_lived_owner(
+    tmp_path: Path, holder: subprocess.Popen[str]
+) -> None:
+    path = tmp_path / "s"
+    assert holder.stdin is not None and holder.stdout is not None
+    with pytest.raises(StoreLockedError, match="child holder"):
+        Store.open(path, SPEC)  # no wait: refused at once, naming the owner
+    holder.stdin.write("\n")  # the holder closes the store now, while we are waiting
+    holder.stdin.flush()
+    with Store.open(path, SPEC, options=StoreOptions(owner_wait_seconds=60)) as store:
+        assert store.owner.pid == os.getpid()
+    assert holder.wait() == 0
+
+
+def test_owner_wait_gives_up_naming_the_owner(
+    tmp_path: Path, holder: subprocess.Popen[str]
+) -> None:
+    with pytest.raises(StoreLockedError, match="child holder"):
+        Store.open(tmp_path / "s", SPEC, options=StoreOptions(owner_wait_seconds=0.3))
