@@ -168,6 +168,7 @@ _READER_OPTIONS = ("path", "view", "positionbound", "maxlag", *_FORMAT_OPTIONS)
 _SINK_OPTIONS = (
     "path",
     "checkpointlocation",
+    "queryname",  # Spark passes writeStream.queryName(...) to the sink as an option
     "changelog",
     "application.id",
     "allowforeignchangelog",

@@ -117,3 +117,12 @@ def test_rate_limit_prorates_by_backlog_and_always_progresses() -> None:
     assert limited[0] - start[0] == 9 and limited[1] - start[1] == 1 and limited[2] == 5
     assert rate_limit(start, end, 1000) == end
     assert sum(rate_limit({0: 0, 1: 0}, {0: 1, 1: 1}, 1).values()) == 1
+
+
+def test_the_sink_accepts_the_options_spark_passes_itself() -> None:
+    from spark_statestore.connectors.spark.options import parse_sink_options
+
+    options = parse_sink_options(
+        {"path": "/tmp/s", "checkpointlocation": "/tmp/cp", "queryname": "orders"}, streaming=True
+    )
+    assert options.path == "/tmp/s" and options.checkpoint_location == "/tmp/cp"
