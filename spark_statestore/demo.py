@@ -1,7 +1,8 @@
 """The end-to-end demo behind the README's first command (``make demo``).
 
 1. Start the embedded Kafka broker in its own process (``spark-statestore broker``) with the
-   changelog topic ``inventory-app-stock-changelog`` (4 partitions).
+   changelog topic ``inventory-app-stock-changelog`` (4 partitions) and the topics the Spark
+   job of step 5 publishes to.
 2. Start "another application" in its own process (:mod:`spark_statestore.demo_app`): a
    Kafka Streams-like inventory app that writes its changelog in transactions, with position
    headers, updates, a tombstone and one aborted transaction.
@@ -9,7 +10,12 @@
    per micro-batch.
 4. While it runs, query the live store with Spark SQL (a key lookup, a range, an aggregate,
    the position and lag views); let the app write more and show that the same SQL sees it.
-5. Check what was seen, stop the query, Spark, the app and the broker, exit 0.
+5. Stop that query; then close the loop (:mod:`spark_statestore.demo_loop`): a Spark job
+   aggregates the changelog and writes through the transactional sink into a store it leads,
+   with a changelog of its own; a second query follows that changelog; SQL shows both stores
+   agree, row for row and position for position; a read bounded by the app's next write
+   fails with NOT_UP_TO_BOUND until the follower has caught up with it.
+6. Check what was seen, stop every query, Spark, the app and the broker, exit 0.
 
 The work directory (default ``/tmp/spark-statestore-demo``) is cleaned at the start of each
 run and kept afterwards, so the store can be read again when the demo is over. Spark and
@@ -20,18 +26,17 @@ from __future__ import annotations
 
 import fcntl
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from spark_statestore import demo_loop
 from spark_statestore.demo_app import (
     ABORTED_STOCK,
     APP_ID,
@@ -41,13 +46,21 @@ from spark_statestore.demo_app import (
     AppState,
     expected_state,
 )
-from spark_statestore.errors import StateStoreError
+from spark_statestore.demo_support import (
+    FORMAT,
+    DemoError,
+    FeedPrinter,
+    banner,
+    create_view,
+    run_sql,
+    say,
+    stop_query,
+)
 from spark_statestore.position import Position
 
 __all__ = ["DEFAULT_WORKDIR", "DemoError", "run_demo"]
 
 DEFAULT_WORKDIR = Path("/tmp/spark-statestore-demo")
-FORMAT = "spark_statestore"
 LOOKUP_KEY = "item-042"
 RANGE = ("item-010", "item-015")
 _MARKER = ".spark-statestore-demo"
@@ -60,24 +73,8 @@ _OWNED = (
     "app.log",
     "bootstrap.servers",
     "log4j2.properties",
+    *demo_loop.OWNED,
 )
-_WAIT_S = 180.0
-
-
-class DemoError(StateStoreError, RuntimeError):
-    """The demo could not run (its work directory, the broker or the app failed)."""
-
-
-def _banner(text: str) -> None:
-    print(f"\n=== {text}", flush=True)
-
-
-def _say(text: str = "") -> None:
-    print(f"  {text}" if text else "", flush=True)
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 # -- work directory ---------------------------------------------------------------------------
@@ -132,6 +129,7 @@ def _broker_process(workdir: Path) -> Iterator[str]:
         "3",
         "--topic",
         f"{CHANGELOG}:{PARTITIONS}",
+        *(arg for topic in demo_loop.TOPICS for arg in ("--topic", topic)),
         "--bootstrap-file",
         str(workdir / "bootstrap.servers"),
     ]
@@ -157,15 +155,17 @@ class _App:
         self._proc = proc
         self._log_path = log_path
 
-    def run_phase(self, phase: int) -> None:
+    def run_phase(self, phase: int) -> Position:
+        """Let the app write ``phase``; returns where its committed records went (the
+        changelog partition -> offset of the last record of the phase)."""
         stdin, stdout = self._proc.stdin, self._proc.stdout
         assert stdin is not None and stdout is not None
         stdin.write(f"{phase}\n")
         stdin.flush()
         for line in stdout:
-            if line.strip() == f"done {phase}":
-                return
-            _say(f"app | {line.rstrip()}")
+            if line.startswith(f"done {phase} "):
+                return Position.from_json(line.split(" ", 2)[2])
+            say(f"app | {line.rstrip()}")
         raise DemoError(
             f"the application process exited with {self._proc.wait()} during phase {phase}; "
             f"see {self._log_path}"
@@ -193,82 +193,9 @@ def _app_process(workdir: Path, bootstrap: str) -> Iterator[_App]:
             proc.stdout.close()
 
 
-def _wait_for_exit(pid: int, timeout_s: float) -> bool:
-    """Wait until process ``pid`` has exited (a pidfd turns readable then)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout_s)
-        return bool(ready)
-    finally:
-        os.close(fd)
-
-
-# -- the follower query's sink ----------------------------------------------------------------
-class _FeedPrinter:
-    """The ``foreachBatch`` sink: a line per micro-batch, and a count the demo waits on."""
-
-    def __init__(self) -> None:
-        self.delivered = 0
-        self.aborted_values = 0
-        self._changed = threading.Condition()
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        rows = df.select("op", "value", "position").collect()
-        deletes = sum(1 for r in rows if r["op"] == "delete")
-        if rows:
-            # Each change carries its decoded c header; merged, they are the batch's position.
-            position = Position.empty()
-            for row in rows:
-                position = position.merge(Position.from_map(row["position"] or {}))
-            _say(
-                f"follower | micro-batch {batch_id}: {_count(len(rows), 'change')} "
-                f"({_count(len(rows) - deletes, 'upsert')}, {_count(deletes, 'delete')}), "
-                f"position {position.to_json()}"
-            )
-        else:
-            _say(f"follower | micro-batch {batch_id}: no changes")
-        with self._changed:
-            self.delivered += len(rows)
-            self.aborted_values += sum(1 for r in rows if r["value"] == ABORTED_STOCK)
-            self._changed.notify_all()
-
-    def wait_for(self, count: int, query: Any, timeout_s: float = _WAIT_S) -> None:
-        """Block until ``count`` changes were delivered (or the query died, or time is up)."""
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while self.delivered < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise DemoError(
-                        f"only {self.delivered} of {count} changes arrived in {timeout_s:.0f} s"
-                    )
-                # Woken by every batch; the bounded wait only re-checks that the query lives.
-                self._changed.wait(min(left, 1.0))
-                if not query.isActive:
-                    raise DemoError(f"the follower query stopped: {query.exception()}")
-
-
 # -- Spark SQL against the live store ---------------------------------------------------------
-def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[str(c) for c in columns]] + [
-        ["null" if v is None else str(v) for v in r] for r in rows
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    for row in cells:
-        _say("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
-    if not rows:
-        _say("  (no rows)")
-
-
 class _LiveSql:
-    """Runs SQL against temporary views of the store, each created just before its query.
-
-    Spark 4.3 replays a view's last pushed-down plan for later queries of the same view, so
-    every query gets a fresh ``CREATE OR REPLACE TEMPORARY VIEW``.
-    """
+    """Runs SQL against temporary views of the store, each created just before its query."""
 
     def __init__(self, spark: Any, store: Path) -> None:
         self._spark = spark
@@ -276,17 +203,16 @@ class _LiveSql:
 
     def query(self, sql: str, view: str = "data", **options: str) -> list[Any]:
         name = "stock" if view == "data" else f"stock_{view}"
-        settings = {"path": str(self._store), "keyFormat": "string", "valueFormat": "long"}
-        settings.update({"view": view, **options})
-        rendered = ", ".join(f"{k} '{v}'" for k, v in settings.items())
-        self._spark.sql(
-            f"CREATE OR REPLACE TEMPORARY VIEW {name} USING {FORMAT} OPTIONS ({rendered})"
+        create_view(
+            self._spark,
+            name,
+            self._store,
+            keyFormat="string",
+            valueFormat="long",
+            view=view,
+            **options,
         )
-        _say(f"SQL> {sql}")
-        df = self._spark.sql(sql)
-        rows: list[Any] = df.collect()
-        _table(df.columns, rows)
-        return rows
+        return run_sql(self._spark, sql)
 
 
 def _lookup(sql: _LiveSql, **options: str) -> list[Any]:
@@ -310,14 +236,14 @@ def _position_rows(sql: _LiveSql) -> Position:
 
 def _query_live_store(sql: _LiveSql, expected: AppState, problems: list[str]) -> int:
     """Run the demo's queries; returns the changelog offset of the looked-up key's row."""
-    _say("-- a key lookup (pushed down to the store: one LevelDB get, not a scan)")
+    say("-- a key lookup (pushed down to the store: one LevelDB get, not a scan)")
     rows = _lookup(sql)
     if [r["stock"] for r in rows] != [expected.stock[LOOKUP_KEY]]:
         problems.append(f"lookup of {LOOKUP_KEY} returned {rows}")
     lookup_offset = int(rows[0]["offset"]) if rows else -1
 
-    _say()
-    _say("-- a key range (item-013 was discontinued: its tombstone deleted it)")
+    say()
+    say("-- a key range (item-013 was discontinued: its tombstone deleted it)")
     rows = sql.query(
         "SELECT key, value AS stock, partition, offset FROM stock "
         f"WHERE key BETWEEN '{RANGE[0]}' AND '{RANGE[1]}' ORDER BY key"
@@ -326,8 +252,8 @@ def _query_live_store(sql: _LiveSql, expected: AppState, problems: list[str]) ->
     if [r["key"] for r in rows] != wanted:
         problems.append(f"range {RANGE} returned {[r['key'] for r in rows]}, expected {wanted}")
 
-    _say()
-    _say(f"-- an aggregate over the whole store (the aborted {ABORTED_STOCK} is nowhere)")
+    say()
+    say(f"-- an aggregate over the whole store (the aborted {ABORTED_STOCK} is nowhere)")
     rows = sql.query(
         "SELECT count(*) AS items, sum(value) AS units, min(value) AS min_units, "
         f"max(value) AS max_units, count_if(value = {ABORTED_STOCK}) AS aborted_values FROM stock"
@@ -337,14 +263,14 @@ def _query_live_store(sql: _LiveSql, expected: AppState, problems: list[str]) ->
     if got != want:
         problems.append(f"aggregate (items, units, aborted) = {got}, expected {want}")
 
-    _say()
-    _say("-- the store's position: the app's input offsets, merged from the c headers")
+    say()
+    say("-- the store's position: the app's input offsets, merged from the c headers")
     position = _position_rows(sql)
     if position != expected.position:
         problems.append(f"position view {position} != the app's position {expected.position}")
 
-    _say()
-    _say("-- the lag view: per changelog partition, applied offset vs end offset")
+    say()
+    say("-- the lag view: per changelog partition, applied offset vs end offset")
     rows = sql.query(
         "SELECT partition, current_offset, end_offset, lag FROM stock_lag ORDER BY partition",
         view="lag",
@@ -395,7 +321,7 @@ def _start_spark(workdir: Path) -> Any:
     return spark
 
 
-def _follow(spark: Any, bootstrap: str, store: Path, checkpoint: Path, feed: _FeedPrinter) -> Any:
+def _follow(spark: Any, bootstrap: str, store: Path, checkpoint: Path, feed: FeedPrinter) -> Any:
     stream = (
         spark.readStream.format(FORMAT)
         .option("kafka.bootstrap.servers", bootstrap)
@@ -416,36 +342,34 @@ def _follow(spark: Any, bootstrap: str, store: Path, checkpoint: Path, feed: _Fe
 def _run_spark_part(
     bootstrap: str, app: _App, store: Path, checkpoint: Path, problems: list[str]
 ) -> None:
-    from spark_statestore.store.ownership import read_owner
-
-    _banner("3. a Spark follower query materializes the changelog into a local store")
+    banner("3. a Spark follower query materializes the changelog into a local store")
     started = time.monotonic()
     spark = _start_spark(store.parent)
     try:
-        _say(f"Spark {spark.version} is up ({time.monotonic() - started:.0f} s)")
-        _say(f'spark.readStream.format("{FORMAT}")')
-        _say(f'    .option("kafka.bootstrap.servers", ...).option("changelog", "{CHANGELOG}")')
-        _say('    .option("keyFormat", "string").option("valueFormat", "long")')
-        _say(f'    .load("{store}")')
-        _say('    .writeStream.foreachBatch(print_summary).trigger(processingTime="1 second")')
-        feed = _FeedPrinter()
+        say(f"Spark {spark.version} is up ({time.monotonic() - started:.0f} s)")
+        say(f'spark.readStream.format("{FORMAT}")')
+        say(f'    .option("kafka.bootstrap.servers", ...).option("changelog", "{CHANGELOG}")')
+        say('    .option("keyFormat", "string").option("valueFormat", "long")')
+        say(f'    .load("{store}")')
+        say('    .writeStream.foreachBatch(print_summary).trigger(processingTime="1 second")')
+        feed = FeedPrinter("follower")
         query = _follow(spark, bootstrap, store, checkpoint, feed)
         try:
             first = expected_state(1)
             feed.wait_for(first.committed_changes, query)
-            _say(f"all {first.committed_changes} committed changes delivered; query still running")
+            say(f"all {first.committed_changes} committed changes delivered; query still running")
 
-            _banner("4. Spark SQL on the live store while the query runs")
+            banner("4. Spark SQL on the live store while the query runs")
             sql = _LiveSql(spark, store)
             before = _query_live_store(sql, first, problems)
 
-            _banner("5. the app writes more while the query keeps running")
+            banner("5. the app writes more while the query keeps running")
             app.run_phase(2)
             final = expected_state(2)
             feed.wait_for(final.committed_changes, query)
-            _say(f"all {final.committed_changes} committed changes delivered")
-            _say()
-            _say(
+            say(f"all {final.committed_changes} committed changes delivered")
+            say()
+            say(
                 f"-- the same lookup, bounded by the app's position {final.position.to_json()} "
                 "(read your writes)"
             )
@@ -454,27 +378,23 @@ def _run_spark_part(
                 rows and rows[0]["offset"] > before
             ):
                 problems.append(f"second lookup of {LOOKUP_KEY} returned {rows}")
-            _say()
-            _say("-- the position moved on with the new changes")
+            say()
+            say("-- the position moved on with the new changes")
             if _position_rows(sql) != final.position:
                 problems.append("the position view did not reach the app's final position")
             if feed.delivered != final.committed_changes:
                 problems.append(
                     f"{feed.delivered} changes delivered, expected {final.committed_changes}"
                 )
-            if feed.aborted_values:
-                problems.append(f"{feed.aborted_values} aborted value(s) reached the feed")
-            if query.exception() is not None:
-                problems.append(f"the follower query failed: {query.exception()}")
+            if feed.values[ABORTED_STOCK]:
+                problems.append(f"{feed.values[ABORTED_STOCK]} aborted value(s) reached the feed")
         finally:
-            query.stop()
-        # Spark ends the query's reader process (the store's owner) soon after stop().
-        owner = read_owner(str(store))
-        if owner is not None and not _wait_for_exit(owner.pid, 60):
-            problems.append(f"the query's reader process {owner.pid} did not exit")
+            stop_query(query, [store], problems)
+        say("the follower query is stopped (its store stays on disk)")
+        demo_loop.run_loop(spark, bootstrap, app, store.parent, problems)
     finally:
         spark.stop()
-    _say("the follower query and Spark are stopped")
+    say("Spark is stopped")
 
 
 def run_demo(workdir: Path | None = None) -> int:
@@ -490,39 +410,41 @@ def run_demo(workdir: Path | None = None) -> int:
     problems: list[str] = []
     with _workdir(workdir or DEFAULT_WORKDIR) as root:
         store, checkpoint = root / _STORE_DIR, root / _CHECKPOINT_DIR
-        _banner("1. the embedded Kafka broker (a separate process)")
+        banner("1. the embedded Kafka broker (a separate process)")
         with _broker_process(root) as bootstrap:
-            _say(f"bootstrap.servers = {bootstrap}")
-            _say(f"changelog topic {CHANGELOG} ({PARTITIONS} partitions)")
+            say(f"bootstrap.servers = {bootstrap}")
+            say(f"changelog topic {CHANGELOG} ({PARTITIONS} partitions)")
+            say(f"topics {', '.join(demo_loop.TOPICS)} (name:partitions) for the Spark job's sink")
 
-            _banner(f"2. another application ({APP_ID!r}, a separate process) writes its changelog")
-            _say("keys: UTF-8 item ids; values: 8-byte big-endian longs (units in stock);")
-            _say(f"headers v/c: the app's position in its input topic {INPUT_TOPIC}")
+            banner(f"2. another application ({APP_ID!r}, a separate process) writes its changelog")
+            say("keys: UTF-8 item ids; values: 8-byte big-endian longs (units in stock);")
+            say(f"headers v/c: the app's position in its input topic {INPUT_TOPIC}")
             with _app_process(root, bootstrap) as app:
                 app.run_phase(1)
                 _run_spark_part(bootstrap, app, store, checkpoint, problems)
-            _say("the application process is stopped")
-        _say("the broker process is stopped")
+            say("the application process is stopped")
+        say("the broker process is stopped")
 
-        _banner("6. what to look at")
+        banner("8. what to look at")
         final = expected_state(2)
-        _say(f"- the store is kept at {store}; read it again with")
-        _say(f'    spark.read.format("{FORMAT}").option("keyFormat", "string")')
-        _say(f'        .option("valueFormat", "long").load("{store}")')
-        _say(
+        say(f"- the follower store is kept at {store} (as of phase 2); read it again with")
+        say(f'    spark.read.format("{FORMAT}").option("keyFormat", "string")')
+        say(f'        .option("valueFormat", "long").load("{store}")')
+        say(
             f"- the aborted transaction ({LOOKUP_KEY} and item-007 set to {ABORTED_STOCK}, "
             "item-030 deleted) never appeared: not in the change feed, not in any SQL result"
         )
-        _say("- item-013 and item-021 are gone: their tombstones deleted them")
-        _say(
+        say("- item-013 and item-021 are gone: their tombstones deleted them")
+        say(
             f"- the position {final.position.to_json()} is the merge of the c headers of "
             "the applied records: per input partition, the last offset the app processed"
         )
-        _say(
+        say(
             "- every row carries its changelog partition and offset; "
             f"{LOOKUP_KEY}'s offset moved when the app restocked it"
         )
-        _say(f"- logs of the broker and the app: {root / 'broker.log'}, {root / 'app.log'}")
+        demo_loop.what_to_look_at(root)
+        say(f"- logs of the broker and the app: {root / 'broker.log'}, {root / 'app.log'}")
     elapsed = time.monotonic() - started
     if problems:
         for problem in problems:

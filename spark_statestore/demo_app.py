@@ -13,7 +13,10 @@ expect; :func:`expected_state` folds it. Run it as its own process::
     python -m spark_statestore.demo_app --bootstrap-servers HOST:PORT
 
 and send it a phase number per line on stdin; it writes that phase's transactions, prints a
-line per transaction and then ``done <phase>``. It exits at the end of its input.
+line per transaction and then ``done <phase> <written>``, where ``<written>`` is the position
+(offsets JSON) of the changelog records it committed in that phase: per changelog partition,
+the offset of the last one (so a reader can bound a query by a write it has just seen). It
+exits at the end of its input.
 
 Kafka clients are imported inside :class:`InventoryApp`, never at module import.
 """
@@ -25,7 +28,7 @@ import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.changelog import encode_position, partition_for_key
 from spark_statestore.position import Position
@@ -39,6 +42,8 @@ __all__ = [
     "CHANGELOG",
     "INPUT_TOPIC",
     "PARTITIONS",
+    "SOLD",
+    "SOLD_ITEM",
     "AppState",
     "InventoryApp",
     "Transaction",
@@ -56,6 +61,9 @@ INPUT_TOPIC = "inventory-orders"
 PARTITIONS = 4
 ABORTED_STOCK = 999_999
 """The stock the aborted transaction writes: it must never be seen by a read_committed reader."""
+SOLD_ITEM = "item-042"
+SOLD = 12
+"""Units of :data:`SOLD_ITEM` phase 3 sells."""
 
 _ITEMS = 50
 _LONG = struct.Struct(">q")
@@ -104,7 +112,8 @@ class AppState:
 
 
 def inventory_script() -> list[Transaction]:
-    """The app's transactions, phase 1 (before the Spark query starts) and 2 (while it runs)."""
+    """The app's transactions: phase 1 (before the Spark query starts), 2 (while it runs) and
+    3 (one sale, the write the demo's position-bounded read waits for)."""
     stock: dict[str, int] = {}
     script: list[Transaction] = []
 
@@ -139,6 +148,7 @@ def inventory_script() -> list[Transaction]:
         2, "item-042 restocked, item-050 added", [(item(42), stock[item(42)] + 100), (item(50), 75)]
     )
     commit(2, "item-021 discontinued", [(item(21), None)])
+    commit(3, f"{SOLD_ITEM} sold", [(SOLD_ITEM, stock[SOLD_ITEM] - SOLD)])
     return script
 
 
@@ -187,10 +197,22 @@ class InventoryApp:
         )
         self._producer.init_transactions(30)
         self._offsets: dict[int, int] = {}  # input partition -> last committed offset
+        self.last_written = Position.empty()
+        """Changelog partition -> offset of the last record the last transaction committed."""
 
     def run(self, txn: Transaction) -> Position:
-        """Write one transaction (commit or abort it); returns the app's committed position."""
+        """Write one transaction (commit or abort it); returns the app's committed position.
+
+        Afterwards :attr:`last_written` holds the changelog coordinates of the records this
+        transaction committed (empty for an aborted one).
+        """
         offsets = dict(self._offsets)
+        delivered: list[tuple[int, int]] = []
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is None:
+                delivered.append((msg.partition(), msg.offset()))
+
         self._producer.begin_transaction()
         for key, units in txn.changes:
             partition = _partition(key)
@@ -205,13 +227,19 @@ class InventoryApp:
                     ("v", b"\x00"),
                     ("c", encode_position(task_position, pad_like_kafka_streams=True)),
                 ],
+                on_delivery=on_delivery,
             )
+        # Flushing serves the delivery reports: they carry the records' changelog offsets.
+        self._producer.flush(30)  # for an aborted transaction: the records really land...
+        written: dict[int, int] = {}
         if txn.aborted:
-            self._producer.flush(30)  # the records really land in the log...
             self._producer.abort_transaction(30)  # ...and are then aborted
         else:
             self._producer.commit_transaction(30)
             self._offsets = offsets
+            for partition, offset in delivered:
+                written[partition] = max(offset, written.get(partition, -1))
+        self.last_written = Position.from_map({CHANGELOG: written}) if written else Position.empty()
         return Position.from_map({INPUT_TOPIC: self._offsets})
 
     def close(self) -> None:
@@ -232,9 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for line in sys.stdin:
             phase = int(line)
+            written = Position.empty()
             for txn in (t for t in script if t.phase == phase):
                 number += 1
                 position = app.run(txn)
+                written = written.merge(app.last_written)
                 if txn.aborted:
                     print(
                         f"transaction {number} ABORTED:   {txn.label} (must never be seen)",
@@ -243,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else:
                     print(f"transaction {number} committed: {txn.describe()}", flush=True)
             print(f"position after phase {phase}: {position.to_json()}", flush=True)
-            print(f"done {phase}", flush=True)
+            print(f"done {phase} {written.to_json()}", flush=True)
     finally:
         app.close()
     return 0

@@ -111,10 +111,11 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
 
     workdir = tmp_path / "demo"
     for run in (1, 2):
-        result = cli("demo", "--workdir", str(workdir), timeout=300)
+        result = cli("demo", "--workdir", str(workdir), timeout=420)
         assert result.returncode == 0, f"run {run}:\n{result.stdout}\n{result.stderr}"
         out = result.stdout
         assert re.search(r"demo OK \(\d+ s\)", out), out
+        assert "demo FAILED" not in result.stderr
         assert "transaction 4 ABORTED:" in out
         live, more = out.split("=== 4.")[1].split("=== 5.")
         more = more.split("=== 6.")[0]
@@ -137,14 +138,45 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
         assert not re.search(r"item-\d{3}\s+999999", out), out
         assert "micro-batch" in out and 'position {"inventory-orders":' in out
         assert "Stage " not in result.stderr  # no console progress bars
-        # Every process it started is gone: the broker's ports are closed, the store's
-        # owner (the query's reader process) has exited.
+
+        # The loop: the Spark job leads a store through the sink, another query follows it.
+        loop, bounded = out.split("=== 6.")[1].split("=== 7.")
+        bounded = bounded.split("=== 8.")[0]
+        category_rows = re.compile(r"^\s+(item-0\d)\s+(\d+)\s+\2\s+(\d+@\d+)\s+\3$", re.MULTILINE)
+        changelog_rows = re.compile(
+            r"^\s+inventory-app-stock-changelog\s+([0-3])\s+(\d+)\s+\2$", re.MULTILINE
+        )
+        for section, item_04 in ((loop, "759"), (bounded, "747")):
+            # Leader == follower: the same total at the same changelog record, per category.
+            rows = {m.group(1): m.group(2) for m in category_rows.finditer(section)}
+            assert len(rows) == 6 and rows["item-04"] == item_04, section
+            assert "same 6 rows, the same changelog records; totals = the app's stock" in section
+            # Equal positions, on all 4 partitions of the app's changelog.
+            assert len(changelog_rows.findall(section)) == 4, section
+            assert "equal, and at the end of the app's changelog:" in section
+        # The bounded read right after the app's next write: refused clearly (or already
+        # caught up), then, once the follower's feed reached the bound, the new total.
+        sale = re.search(r"record inventory-app-stock-changelog partition 3 offset (\d+)", bounded)
+        assert sale, bounded
+        bound = f'positionBound {{"inventory-app-stock-changelog":{{"3":{sale.group(1)}}}}}'
+        assert bound in bounded, bounded
+        refused = re.search(
+            r"refused: NOT_UP_TO_BOUND: the store at \S+units-follower-store", bounded
+        )
+        assert refused or "had already gone through the leader into the follower" in bounded
+        assert "the follower reached the bound" in bounded
+        assert "bounded read OK: item-04 went from 759 to 747 units" in bounded, bounded
+        assert "the leader and follower queries are stopped" in bounded
+
+        # Every process it started is gone: the broker's ports are closed, the stores'
+        # owners (the queries' reader processes, the sink's commit process) have exited.
         bootstrap = out.split("bootstrap.servers = ", 1)[1].split()[0]
         for hostport in bootstrap.split(","):
             host, port = hostport.rsplit(":", 1)
             with socket.socket() as sock:
                 assert sock.connect_ex((host, int(port))) != 0, f"{hostport} still accepts"
-        owner = read_owner(str(workdir / "stock-store"))
-        if owner is not None:
-            with pytest.raises(ProcessLookupError):
-                os.kill(owner.pid, 0)
+        for store in ("stock-store", "report-input-store", "units-store", "units-follower-store"):
+            owner = read_owner(str(workdir / store))
+            if owner is not None:
+                with pytest.raises(ProcessLookupError):
+                    os.kill(owner.pid, 0)

@@ -1,0 +1,358 @@
+"""The demo's second half: a Spark job leads a store, and a second Spark query follows it.
+
+:func:`run_loop` runs inside the demo (:mod:`spark_statestore.demo`) once its first follower
+query has stopped, with the broker, the inventory app and Spark still up:
+
+6. The *leader* query (application ``stock-report``) reads the inventory changelog's change
+   feed with the follower source (Spark's Kafka source is not available; the feed has the
+   same columns), computes the units in stock per item category (``item-04`` = items
+   ``item-040`` to ``item-049``) and writes them in complete mode through the transactional
+   sink into the store it leads, publishing every batch to its changelog
+   ``stock-report-units-changelog``. The *follower* query follows that changelog into another
+   store. Spark SQL shows both stores side by side: same rows, same changelog coordinates,
+   same position.
+7. The app writes one more change. A read of the follower bounded by that record's changelog
+   coordinates (``positionBound``) fails with NOT_UP_TO_BOUND until the change has gone
+   through the leader and its changelog into the follower; the demo waits for the follower's
+   feed to reach the bound (woken by each of its micro-batches) and reads again.
+
+Why complete mode through ``writeStream`` (and not ``foreachBatch`` with the batch writer):
+the sink reads each batch's source offsets from Spark's offset log, and the follower source
+logs them Kafka-style (``{"inventory-app-stock-changelog": {"3": next offset}}``), so the
+leader's position says exactly how far into the app's changelog its totals are. Complete mode
+republishes every category with that position in each batch, so the follower's position
+equals the leader's, even after a batch that only moved past a transaction marker. The batch
+writer has no offset log: its position would come from the rows' own ``topic``/``partition``/
+``offset``, one input record per aggregate row.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from spark_statestore.demo_app import CHANGELOG, PARTITIONS, SOLD, SOLD_ITEM, expected_state
+from spark_statestore.demo_support import (
+    FORMAT,
+    FeedPrinter,
+    banner,
+    create_view,
+    run_sql,
+    say,
+    stop_query,
+)
+from spark_statestore.position import Position
+
+__all__ = [
+    "OWNED",
+    "REPORT_APP",
+    "REPORT_CHANGELOG",
+    "TOPICS",
+    "PhaseRunner",
+    "category",
+    "expected_units",
+    "run_loop",
+    "what_to_look_at",
+]
+
+REPORT_APP = "stock-report"
+REPORT_CHANGELOG = f"{REPORT_APP}-units-changelog"
+_REPORT_PARTITIONS = 2
+TOPICS = (f"{REPORT_CHANGELOG}:{_REPORT_PARTITIONS}", f"{REPORT_CHANGELOG}-progress:1")
+"""The topics the broker must create for the leader's sink (``name:partitions``)."""
+
+_INPUT_STORE = "report-input-store"
+_LEADER_STORE = "units-store"
+_FOLLOWER_STORE = "units-follower-store"
+_LEADER_CHECKPOINT = "units-checkpoint"
+_FOLLOWER_CHECKPOINT = "units-follower-checkpoint"
+OWNED = (_INPUT_STORE, _LEADER_STORE, _FOLLOWER_STORE, _LEADER_CHECKPOINT, _FOLLOWER_CHECKPOINT)
+"""What this part writes in the demo's work directory (removed when the demo starts)."""
+
+_STRING_LONG = {"keyFormat": "string", "valueFormat": "long"}
+_NOT_UP_TO_BOUND = re.compile(r"NOT_UP_TO_BOUND: [^\n]*")
+
+
+class PhaseRunner(Protocol):
+    """The inventory app's process as the demo drives it."""
+
+    def run_phase(self, phase: int) -> Position:
+        """Let the app write ``phase``; returns the changelog coordinates of its records."""
+        ...
+
+
+def category(key: str) -> str:
+    """The category of an item: ``item-042`` -> ``item-04``."""
+    return key[:7]
+
+
+def expected_units(stock: Mapping[str, int]) -> dict[str, int]:
+    """Units in stock per category, from the items' stock."""
+    units: dict[str, int] = {}
+    for key, value in stock.items():
+        units[category(key)] = units.get(category(key), 0) + value
+    return units
+
+
+@dataclass(frozen=True)
+class _Paths:
+    root: Path
+
+    @property
+    def input_store(self) -> Path:
+        return self.root / _INPUT_STORE
+
+    @property
+    def leader_store(self) -> Path:
+        return self.root / _LEADER_STORE
+
+    @property
+    def follower_store(self) -> Path:
+        return self.root / _FOLLOWER_STORE
+
+
+# -- the two queries --------------------------------------------------------------------------
+def _start_leader(spark: Any, bootstrap: str, paths: _Paths) -> Any:
+    from pyspark.sql import functions as F
+
+    changes = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("changelog", CHANGELOG)
+        .options(**_STRING_LONG)
+        .load(str(paths.input_store))
+    )
+    # The feed carries new values only, so a total needs each item's latest value: the
+    # aggregation keeps its category's changes and sums the latest one of each item (all
+    # changes of a key are in one changelog partition, so their offsets order them). Its
+    # state grows with the changes; a per-item stateful operator would not, but Python's
+    # (applyInPandasWithState, transformWithState) need pandas.
+    by_category = changes.groupBy(F.substring("key", 1, 7).alias("category")).agg(
+        F.collect_list(F.struct("key", "offset", "value")).alias("changes")
+    )
+    latest = F.filter(
+        "changes",
+        lambda c: (
+            ~F.exists("changes", lambda d: (d["key"] == c["key"]) & (d["offset"] > c["offset"]))
+        ),
+    )
+    units = F.aggregate(
+        latest, F.lit(0).cast("bigint"), lambda total, c: total + F.coalesce(c["value"], F.lit(0))
+    )
+    # 8 bytes, big-endian, like Kafka's LongSerializer (ANSI Spark refuses CAST(x AS BINARY)).
+    as_long = F.unhex(F.lpad(F.hex(units), 16, "0"))
+    report = by_category.select(F.col("category").alias("key"), as_long.alias("value"))
+    return (
+        report.writeStream.format(FORMAT)
+        .outputMode("complete")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("changelog", REPORT_CHANGELOG)
+        .option("application.id", REPORT_APP)
+        .option("checkpointLocation", str(paths.root / _LEADER_CHECKPOINT))
+        .trigger(processingTime="1 second")
+        # No .queryName(): Spark hands it to the sink as an option, which the sink refuses.
+        .start(str(paths.leader_store))
+    )
+
+
+def _start_follower(spark: Any, bootstrap: str, paths: _Paths, feed: FeedPrinter) -> Any:
+    stream = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("changelog", REPORT_CHANGELOG)
+        .options(**_STRING_LONG)
+        .load(str(paths.follower_store))
+    )
+    return (
+        stream.writeStream.foreachBatch(feed)
+        .trigger(processingTime="1 second")
+        .option("checkpointLocation", str(paths.root / _FOLLOWER_CHECKPOINT))
+        .queryName("stock_report_follower")
+        .start()
+    )
+
+
+def _describe(paths: _Paths) -> None:
+    say(f'leader ({REPORT_APP!r}): spark.readStream.format("{FORMAT}")')
+    say(f'    .option("changelog", "{CHANGELOG}").load("{paths.input_store}")')
+    say("    .groupBy(substring(key, 1, 7) AS category)   -- item-04: item-040 .. item-049")
+    say("    .agg(<the latest stock of each item, summed>)   -- units in stock")
+    say(f'    .writeStream.outputMode("complete").format("{FORMAT}")')
+    say(f'    .option("changelog", "{REPORT_CHANGELOG}").option("application.id", "{REPORT_APP}")')
+    say(f'    .start("{paths.leader_store}")')
+    say("  its position: the sink merges each batch's source offsets from Spark's offset log,")
+    say(f'  {{"{CHANGELOG}": {{"<partition>": <next offset>}}}}: how far into the app\'s')
+    say("  changelog the totals are; each batch republishes every total with it (complete mode)")
+    say(f'follower: spark.readStream.format("{FORMAT}").option("changelog", "{REPORT_CHANGELOG}")')
+    say(f'    .load("{paths.follower_store}").writeStream.foreachBatch(print_summary)')
+
+
+def _input_end(bootstrap: str) -> Position:
+    """Where the leader's position ends up once it has read all of the app's changelog.
+
+    The follower source logs the next offset past a transaction's commit marker, so the
+    position is the end offset - 1 (the marker), not the last record's offset.
+    """
+    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+
+    source = KafkaChangelogSource(bootstrap, CHANGELOG)
+    try:
+        ends = source.end_offsets(list(range(PARTITIONS)))
+    finally:
+        source.close()
+    return Position.from_map({CHANGELOG: {p: end - 1 for p, end in ends.items() if end > 0}})
+
+
+# -- Spark SQL on the two stores --------------------------------------------------------------
+def _compare(
+    spark: Any, paths: _Paths, expected: Mapping[str, int], target: Position, problems: list[str]
+) -> None:
+    """Show the leader and the follower side by side; check rows and positions agree."""
+    say("-- the leader's store and the follower's, side by side (rows: changelog partition@offset)")
+    create_view(spark, "units_leader", paths.leader_store, **_STRING_LONG)
+    create_view(spark, "units_follower", paths.follower_store, **_STRING_LONG)
+    rows = run_sql(
+        spark,
+        "SELECT key AS category, l.value AS leader_units, f.value AS follower_units, "
+        "concat(l.partition, '@', l.offset) AS leader_row, "
+        "concat(f.partition, '@', f.offset) AS follower_row "
+        "FROM units_leader l FULL JOIN units_follower f USING (key) ORDER BY key",
+    )
+    got = {r["category"]: (r["leader_units"], r["follower_units"]) for r in rows}
+    want = {key: (units, units) for key, units in expected.items()}
+    if got != want:
+        problems.append(f"leader/follower totals {got} != the app's stock per category {want}")
+    if any(r["leader_row"] != r["follower_row"] for r in rows):
+        problems.append("the follower's rows are not at the leader's changelog offsets")
+    else:
+        say(f"same {len(rows)} rows, the same changelog records; totals = the app's stock")
+
+    say()
+    say(f"-- their positions: how far into {CHANGELOG} the totals are")
+    for name, store in (("leader", paths.leader_store), ("follower", paths.follower_store)):
+        create_view(spark, f"units_{name}_position", store, view="position")
+    rows = run_sql(
+        spark,
+        "SELECT topic, partition, l.offset AS leader, f.offset AS follower "
+        "FROM units_leader_position l FULL JOIN units_follower_position f "
+        "USING (topic, partition) ORDER BY topic, partition",
+    )
+    leader = Position.from_map(_offsets(rows, "leader"))
+    follower = Position.from_map(_offsets(rows, "follower"))
+    if leader != follower or leader != target:
+        problems.append(f"positions: leader {leader}, follower {follower}, expected {target}")
+    else:
+        say(f"equal, and at the end of the app's changelog: {target}")
+
+
+def _offsets(rows: Sequence[Any], column: str) -> dict[str, dict[int, int]]:
+    offsets: dict[str, dict[int, int]] = {}
+    for row in rows:
+        if row[column] is not None:
+            offsets.setdefault(row["topic"], {})[row["partition"]] = row[column]
+    return offsets
+
+
+def _bounded_read(spark: Any, store: Path, bound: Position, key: str) -> int | None:
+    """Read ``key``'s total from ``store`` bounded by ``bound``; None when refused."""
+    from pyspark.errors import PySparkException
+
+    create_view(spark, "units_bounded", store, positionBound=bound.to_json(), **_STRING_LONG)
+    sql = f"SELECT key AS category, value AS units FROM units_bounded WHERE key = '{key}'"
+    try:
+        rows = run_sql(spark, sql)
+    except PySparkException as exc:
+        # The reader's StaleSnapshotError reaches us as Spark's exception around its text;
+        # its NOT_UP_TO_BOUND line is the part meant for the user.
+        refused = _NOT_UP_TO_BOUND.search(str(exc))
+        if refused is None:
+            raise
+        say(f"  refused: {refused.group(0)}")
+        return None
+    return int(rows[0]["units"]) if rows else -1
+
+
+def _read_your_writes(
+    spark: Any,
+    app: PhaseRunner,
+    paths: _Paths,
+    feed: FeedPrinter,
+    queries: Sequence[Any],
+    problems: list[str],
+) -> None:
+    key = category(SOLD_ITEM)
+    before, after = (expected_units(expected_state(n).stock)[key] for n in (2, 3))
+    written = app.run_phase(3)
+    entries = list(written)
+    if len(entries) != 1:
+        problems.append(f"the app reported {written} for its one-record phase 3")
+        return
+    _, partition, offset = entries[0]
+    written_at = time.monotonic()
+    say(f"{SOLD_ITEM} sold {SOLD}: record {CHANGELOG} partition {partition} offset {offset}")
+    say()
+    say(f"-- {key}'s total on the follower, bounded by that record: positionBound {written}")
+    units = _bounded_read(spark, paths.follower_store, written, key)
+    if units is not None:
+        say("the sale had already gone through the leader into the follower")
+        if units != after:
+            problems.append(f"the bounded read returned {units} for {key}, expected {after}")
+    say()
+    say("-- waiting for the follower's feed to reach the bound (woken by each micro-batch)")
+    feed.wait_for_position(written, *queries)
+    say(f"the follower reached the bound {time.monotonic() - written_at:.1f} s after the write")
+    units = _bounded_read(spark, paths.follower_store, written, key)
+    if units is None or units != after:
+        problems.append(f"the bounded read after catching up returned {units}, expected {after}")
+    else:
+        say(f"bounded read OK: {key} went from {before} to {units} units")
+
+
+def run_loop(
+    spark: Any, bootstrap: str, app: PhaseRunner, workdir: Path, problems: list[str]
+) -> None:
+    """Sections 6 and 7 of the demo (see the module docstring); appends what went wrong to
+    ``problems`` and stops both queries (and waits for their stores' owners to exit)."""
+    paths = _Paths(workdir)
+    banner("6. closing the loop: a Spark job leads a store of its own, another query follows it")
+    _describe(paths)
+    leader = _start_leader(spark, bootstrap, paths)
+    try:
+        feed = FeedPrinter("units follower")
+        follower = _start_follower(spark, bootstrap, paths, feed)
+        try:
+            target = _input_end(bootstrap)
+            feed.wait_for_position(target, follower, leader)
+            say(f"the follower has the totals up to the end of the app's changelog {target}")
+            say()
+            _compare(spark, paths, expected_units(expected_state(2).stock), target, problems)
+
+            banner("7. read your writes across the loop: a bound from the app's next write")
+            _read_your_writes(spark, app, paths, feed, (follower, leader), problems)
+            target = _input_end(bootstrap)
+            feed.wait_for_position(target, follower, leader)
+            say()
+            _compare(spark, paths, expected_units(expected_state(3).stock), target, problems)
+        finally:
+            stop_query(follower, [paths.follower_store], problems)
+    finally:
+        stop_query(leader, [paths.input_store, paths.leader_store], problems)
+    say("the leader and follower queries are stopped")
+
+
+def what_to_look_at(root: Path) -> None:
+    """The demo's closing notes about this part."""
+    paths = _Paths(root)
+    say(
+        f"- the Spark job's store {paths.leader_store} (it leads it, publishing to "
+        f"{REPORT_CHANGELOG}) and its follower {paths.follower_store} hold the same totals "
+        f"at the same position: how far into {CHANGELOG} they are"
+    )
+    say(
+        "- a read bounded by a record of the app's changelog (positionBound) is refused with "
+        "NOT_UP_TO_BOUND until that record has gone through the leader into the follower"
+    )
