@@ -17,6 +17,7 @@ from types import MappingProxyType
 from spark_statestore.bench.follower import run_follower_suite
 from spark_statestore.bench.measure import BenchOptions, BenchRun, Measurement
 from spark_statestore.bench.report import machine_facts
+from spark_statestore.bench.sink import run_sink_suite
 from spark_statestore.bench.spark import run_spark_suite
 from spark_statestore.bench.store import run_store_suite
 from spark_statestore.errors import OptionError
@@ -26,7 +27,12 @@ __all__ = ["SUITES", "Suite", "resolve_suites", "run_suites"]
 Suite = Callable[[BenchOptions], list[Measurement]]
 
 SUITES: Mapping[str, Suite] = MappingProxyType(
-    {"store": run_store_suite, "follower": run_follower_suite, "spark": run_spark_suite}
+    {
+        "store": run_store_suite,
+        "follower": run_follower_suite,
+        "spark": run_spark_suite,
+        "sink": run_sink_suite,
+    }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""
 
