@@ -14,6 +14,7 @@ the next open.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -251,17 +252,20 @@ def _publish_and_apply(
     # publishing, and reuse it for the envelopes.
     absent_parts = [partition_for_key(key, partitions) for key in absent]
     batch_parts: list[list[int]] = []
+    # Rows without a timestamp get the batch's commit time, chosen once, so the changelog
+    # record, the leader's envelope and every follower (or a roll-forward) agree on it.
+    now_ms = int(time.time() * 1000)
 
     def changes() -> Iterator[Change]:
         for key, p in zip(absent, absent_parts, strict=True):
-            yield key, None, header, None, p
+            yield key, None, header, now_ms, p
         for staged in ordered:
             for records in staging.read(staged):
-                keys, values, _, _, stamps = _columns(records)
+                keys, values, _, _, stamps = _columns(records, now_ms)
                 parts = [partition_for_key(k, partitions) for k in keys]
                 batch_parts.append(parts)
                 for key, value, stamp, p in zip(keys, values, stamps, parts, strict=True):
-                    yield key, value, header, None if stamp < 0 else stamp, p
+                    yield key, value, header, stamp, p
 
     ends = publisher.publish(
         changes(),
@@ -284,7 +288,7 @@ def _publish_and_apply(
         cached = iter(batch_parts)
         for staged in ordered:
             for records in staging.read(staged):
-                keys, values, _, _, stamps = _columns(records)
+                keys, values, _, _, stamps = _columns(records, now_ms)
                 parts = next(cached)
                 offsets = []
                 for p in parts:
@@ -334,12 +338,13 @@ def _roll_forward(
         txn.commit()
 
 
-def _columns(records: pa.RecordBatch) -> tuple[list[Any], ...]:
+def _columns(records: pa.RecordBatch, default_stamp: int = -1) -> tuple[list[Any], ...]:
     """``put_columns`` arguments from a staged record batch (-1: unknown partition/offset;
-    a sink without a changelog has no changelog coordinates)."""
+    a sink without a changelog has no changelog coordinates). Rows without a timestamp get
+    ``default_stamp`` (-1: none)."""
     keys = records.column("key").to_pylist()
     count = len(keys)
-    stamps = [-1 if t is None else t for t in records.column("timestamp").to_pylist()]
+    stamps = [default_stamp if t is None else t for t in records.column("timestamp").to_pylist()]
     return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamps
 
 

@@ -362,7 +362,9 @@ class ChangelogWriter:
                             value,
                             key,
                             partition=partition,
-                            timestamp=timestamp or 0,
+                            timestamp=0
+                            if timestamp is None
+                            else timestamp,  # 0: the producer stamps "now"
                             headers=headers,
                         )
                         break

@@ -125,3 +125,49 @@ def test_publish_once_then_roll_forward_after_a_crash(
         assert replica.metadata.position == leader_position
         for partition, offset in leader_offsets.items():
             assert replica.metadata.changelog_offsets[partition] >= offset
+
+
+def test_rows_without_a_timestamp_get_one_that_leader_and_follower_share(
+    kafka_broker: Any, changelog: str, tmp_path: Path
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    path = tmp_path / "leader"
+    staging = StagingArea(path)
+
+    def untimed(batch_id: int, key: bytes) -> StagedFile:
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array([key], pa.binary()), pa.array([b"v"], pa.binary())]
+            + [pa.nulls(1, t) for t in (pa.string(), pa.int32(), pa.int64(), pa.int64())],
+            schema=staged_schema(),
+        )
+        return staging.stage("q", batch_id, 0, 0, [batch])
+
+    with Store.open(path, StoreSpec(Role.LEADER, changelog, 3)) as store:
+        with KafkaChangelogPublisher(bootstrap, changelog, application_id=APP) as publisher:
+            commit_batch(store, staging, BatchToCommit("q", 0, [untimed(0, b"a")]), publisher)
+        # The second batch rolls forward after a crash between the two commits.
+        second = BatchToCommit("q", 1, [untimed(1, b"b")])
+        crashing = KafkaChangelogPublisher(bootstrap, changelog, application_id=APP)
+        real_publish = crashing.publish
+
+        def publish_then_crash(*args: Any, **kwargs: Any) -> dict[int, int]:
+            real_publish(*args, **kwargs)
+            raise CrashAfterPublish
+
+        crashing.publish = publish_then_crash  # type: ignore[method-assign]
+        with pytest.raises(CrashAfterPublish):
+            commit_batch(store, staging, second, crashing)
+        crashing.close()
+        with KafkaChangelogPublisher(bootstrap, changelog, application_id=APP) as restarted:
+            assert commit_batch(store, staging, second, restarted) is CommitOutcome.ROLLED_FORWARD
+        with store.snapshot() as snapshot:
+            leader = {k: snapshot.get_record(k).timestamp for k in (b"a", b"b")}  # type: ignore[union-attr]
+    changelog_stamps = {r.key: r.timestamp for r in tail_changelog(bootstrap, changelog)}
+    assert leader == changelog_stamps and all(t is not None and t > 0 for t in leader.values())
+    with Store.open(tmp_path / "follower", StoreSpec(Role.FOLLOWER, changelog, 3)) as replica:
+        follower = Follower(replica, KafkaChangelogSource(bootstrap, changelog))
+        while follower.state is not FollowerState.RUNNING:
+            follower.step()
+        follower.stop()
+        with replica.snapshot() as snapshot:
+            assert {k: snapshot.get_record(k).timestamp for k in (b"a", b"b")} == leader  # type: ignore[union-attr]
