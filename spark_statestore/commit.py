@@ -320,7 +320,10 @@ def _roll_forward(
         dict(published.end_offsets),
     )
     with store.begin() as txn:
-        position = None
+        # The records' position headers carry the batch's position, but a batch without
+        # rows publishes no record: its source offsets come from the commit itself, as in
+        # the commit that crashed.
+        position = _position(batch.staged, batch.source_offsets)
         for partition, offset, key, value, record_position, stamp in publisher.read(
             starts, published.end_offsets
         ):

@@ -59,6 +59,20 @@ class CrashAfterPublish(Exception):
     pass
 
 
+def crashing_publisher(bootstrap: str, topic: str) -> KafkaChangelogPublisher:
+    """A publisher whose ``publish`` commits the Kafka transaction, then "crashes" before
+    the store commit (the test closes it, as the crashed process's would be)."""
+    publisher = KafkaChangelogPublisher(bootstrap, topic, application_id=APP)
+    real_publish = publisher.publish
+
+    def publish_then_crash(*args: Any, **kwargs: Any) -> dict[int, int]:
+        real_publish(*args, **kwargs)
+        raise CrashAfterPublish
+
+    publisher.publish = publish_then_crash  # type: ignore[method-assign]
+    return publisher
+
+
 def test_publish_once_then_roll_forward_after_a_crash(
     kafka_broker: Any, changelog: str, tmp_path: Path
 ) -> None:
@@ -87,14 +101,7 @@ def test_publish_once_then_roll_forward_after_a_crash(
         second = BatchToCommit(
             "q", 1, [staged(staging, 1, [(b"a", b"10", 12), (b"b", None, 13), (b"c", b"3", 14)])]
         )
-        publisher = KafkaChangelogPublisher(bootstrap, changelog, application_id=APP)
-        real_publish = publisher.publish
-
-        def publish_then_crash(*args: Any, **kwargs: Any) -> dict[int, int]:
-            real_publish(*args, **kwargs)
-            raise CrashAfterPublish
-
-        publisher.publish = publish_then_crash  # type: ignore[method-assign]
+        publisher = crashing_publisher(bootstrap, changelog)
         with pytest.raises(CrashAfterPublish):
             commit_batch(store, staging, second, publisher)
         publisher.close()
@@ -147,14 +154,7 @@ def test_rows_without_a_timestamp_get_one_that_leader_and_follower_share(
             commit_batch(store, staging, BatchToCommit("q", 0, [untimed(0, b"a")]), publisher)
         # The second batch rolls forward after a crash between the two commits.
         second = BatchToCommit("q", 1, [untimed(1, b"b")])
-        crashing = KafkaChangelogPublisher(bootstrap, changelog, application_id=APP)
-        real_publish = crashing.publish
-
-        def publish_then_crash(*args: Any, **kwargs: Any) -> dict[int, int]:
-            real_publish(*args, **kwargs)
-            raise CrashAfterPublish
-
-        crashing.publish = publish_then_crash  # type: ignore[method-assign]
+        crashing = crashing_publisher(bootstrap, changelog)
         with pytest.raises(CrashAfterPublish):
             commit_batch(store, staging, second, crashing)
         crashing.close()
@@ -171,3 +171,42 @@ def test_rows_without_a_timestamp_get_one_that_leader_and_follower_share(
         follower.stop()
         with replica.snapshot() as snapshot:
             assert {k: snapshot.get_record(k).timestamp for k in (b"a", b"b")} == leader  # type: ignore[union-attr]
+
+
+def test_a_rolled_forward_empty_batch_keeps_its_source_position(
+    kafka_broker: Any, changelog: str, tmp_path: Path
+) -> None:
+    """A batch with no rows still moves the leader's position to its source offsets (from
+    Spark's offset log); a roll-forward after a crash must end at the same position as a
+    commit that did not crash (the changelog holds no record to carry it)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source = {"orders": {"0": 43, "1": 7}}
+    positions = []
+    for name, crash in (("plain", False), ("crashed", True)):
+        path = tmp_path / name
+        topic = changelog if not crash else f"{changelog}-b"
+        if crash:
+            kafka_broker.create_topic(topic, 3)
+            kafka_broker.create_topic(f"{topic}-progress", 1)
+        staging = StagingArea(path)
+        with Store.open(path, StoreSpec(Role.LEADER, topic, 3)) as store:
+            with KafkaChangelogPublisher(bootstrap, topic, application_id=APP) as publisher:
+                first = BatchToCommit("q", 0, [staged(staging, 0, [(b"a", b"1", 10)])])
+                commit_batch(store, staging, first, publisher)
+            empty = BatchToCommit("q", 1, [], source_offsets=source)
+            if crash:
+                publisher = crashing_publisher(bootstrap, topic)
+                with pytest.raises(CrashAfterPublish):
+                    commit_batch(store, staging, empty, publisher)
+                publisher.close()
+                publisher = KafkaChangelogPublisher(bootstrap, topic, application_id=APP)
+                assert commit_batch(store, staging, empty, publisher) is (
+                    CommitOutcome.ROLLED_FORWARD
+                )
+            else:
+                publisher = KafkaChangelogPublisher(bootstrap, topic, application_id=APP)
+                assert commit_batch(store, staging, empty, publisher) is CommitOutcome.COMMITTED
+            publisher.close()
+            positions.append(store.metadata.position.to_map())
+    assert positions[0] == positions[1]
+    assert positions[0]["orders"] == {0: 42, 1: 6}
