@@ -129,6 +129,8 @@ class ReaderOptions:
     max_lag: int | None
     bootstrap_servers: str | None
     kafka: Mapping[str, str]
+    position_bound_timeout_s: float = 0.0
+    """How long planning waits for the store to reach ``position_bound`` (0: fail at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +166,14 @@ _SOURCE_OPTIONS = (
     "serveport",
     *_FORMAT_OPTIONS,
 )
-_READER_OPTIONS = ("path", "view", "positionbound", "maxlag", *_FORMAT_OPTIONS)
+_READER_OPTIONS = (
+    "path",
+    "view",
+    "positionbound",
+    "positionboundtimeoutms",
+    "maxlag",
+    *_FORMAT_OPTIONS,
+)
 _SINK_OPTIONS = (
     "path",
     "checkpointlocation",
@@ -176,6 +185,8 @@ _SINK_OPTIONS = (
     "txnappid",
     "txnversion",
 )
+
+MAX_POSITION_BOUND_TIMEOUT_MS = 600_000
 
 # Spark lower-cases option names; error messages use the documented spelling.
 _SPELLING = {
@@ -200,6 +211,7 @@ _SPELLING = {
         "mode",
         "view",
         "positionBound",
+        "positionBoundTimeoutMs",
         "maxLag",
         "kafka.bootstrap.servers",
         "checkpointLocation",
@@ -461,6 +473,17 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
             bound = PositionBound.at(Position.from_json(bound_text))
         except InvalidPositionError as exc:
             raise OptionError(f"option 'positionBound': {exc}") from exc
+    timeout_ms = options.integer("positionboundtimeoutms", 0) or 0
+    if timeout_ms > MAX_POSITION_BOUND_TIMEOUT_MS:
+        raise OptionError(
+            f"option 'positionBoundTimeoutMs' must be at most {MAX_POSITION_BOUND_TIMEOUT_MS} "
+            f"(10 minutes), got {timeout_ms}"
+        )
+    if timeout_ms and bound.is_unbounded():
+        raise OptionError(
+            "option 'positionBoundTimeoutMs' waits for positionBound: set positionBound too, "
+            "or drop positionBoundTimeoutMs"
+        )
     kafka = options.kafka()
     return ReaderOptions(
         path=path,
@@ -470,6 +493,7 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         max_lag=options.integer("maxlag", 0),
         bootstrap_servers=kafka.pop("bootstrap.servers", None),
         kafka=kafka,
+        position_bound_timeout_s=timeout_ms / 1000.0,
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from spark_statestore.store.scan import ScanSpec
 
-__all__ = ["SnapshotReader", "StaleSnapshotError", "reader_ddl"]
+__all__ = ["NotUpToBoundError", "SnapshotReader", "StaleSnapshotError", "reader_ddl"]
 
 _log = logging.getLogger(__name__)
 
@@ -54,6 +55,15 @@ commit, another read) to close it."""
 
 class StaleSnapshotError(SparkSourceError):
     """The store is behind what the read demands (``positionBound`` or ``maxLag``)."""
+
+
+class NotUpToBoundError(StaleSnapshotError):
+    """The store has not reached ``positionBound`` (within ``positionBoundTimeoutMs``)."""
+
+
+_RECHECK_MAX_S = 1.0
+"""With no live owner to wake the reader, the longest pause between two checks of the store
+while waiting for ``positionBound`` (a sink's commit in another process moves it)."""
 
 
 def reader_ddl(options: ReaderOptions) -> str:
@@ -125,16 +135,37 @@ class SnapshotReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from spark_statestore.serve import connect_to_owner
 
-        client = connect_to_owner(self._options.path)
-        if client is not None:
-            with client:
-                return self._plan_with_owner(client)
-        return self._plan_local()
+        deadline = time.monotonic() + self._options.position_bound_timeout_s
+        pause = 0.05
+        while True:
+            client = connect_to_owner(self._options.path)
+            if client is not None:
+                with client:
+                    return self._plan_with_owner(client, deadline)
+            try:
+                return self._plan_local()
+            except NotUpToBoundError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+            # No owner is serving the store, so no commit will wake us: check again soon,
+            # through the owner if one has started meanwhile.
+            _log.info(
+                "the store at %s has not reached positionBound %s: checking again in %.2f s",
+                self._options.path,
+                self._options.position_bound.to_json(),
+                min(pause, remaining),
+            )
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, _RECHECK_MAX_S)
 
-    def _plan_with_owner(self, client: Any) -> list[InputPartition]:
+    def _plan_with_owner(self, client: Any, deadline: float) -> list[InputPartition]:
         view = self._options.view
+        bound = self._options.position_bound
+        wait_s = max(0.0, deadline - time.monotonic())
         if view is View.DATA:
-            pinned = client.pin()
+            # The owner waits (up to the deadline) for the commit that reaches the bound.
+            pinned = client.pin(bound, wait_s=wait_s)
             try:
                 self._check_bound(pinned.position)
                 if self._options.max_lag is not None:
@@ -152,6 +183,8 @@ class SnapshotReader(DataSourceReader):
                 pinned.position.to_json(),
             )
             return [_Scan(spec_json, client.location, pinned.snapshot_id, pinned.commit_seq)]
+        if not bound.is_unbounded() and wait_s > 0:
+            client.release(client.pin(bound, wait_s=wait_s).snapshot_id)
         described = client.describe()
         metadata = described
         position = Position.from_json(json.dumps(described["position"]))
@@ -201,11 +234,14 @@ class SnapshotReader(DataSourceReader):
     def _check_bound(self, position: Position) -> None:
         bound = self._options.position_bound
         if not bound.permits(position):
-            raise StaleSnapshotError(
+            waited = self._options.position_bound_timeout_s
+            after = f" after waiting {waited:g} s (positionBoundTimeoutMs)" if waited else ""
+            raise NotUpToBoundError(
                 f"NOT_UP_TO_BOUND: the store at {self._options.path} is at position "
                 f"{position.to_json()}, which has not reached positionBound "
-                f"{bound.to_json()}; the follower is behind the writes you asked for: retry "
-                "later, or read without positionBound"
+                f"{bound.to_json()}{after}; the follower is behind the writes you asked for: "
+                "retry later, set positionBoundTimeoutMs to wait, or read without "
+                "positionBound"
             )
 
     def _check_lag(self, lags: Mapping[int, tuple[int, int | None]] | None) -> None:

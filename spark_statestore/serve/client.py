@@ -9,6 +9,7 @@ failures become :class:`~spark_statestore.serve.errors.ServerUnavailableError`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -18,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import InvalidPositionError
-from spark_statestore.position import Position
+from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.errors import (
     BadRequestError,
     ServeError,
@@ -142,8 +143,12 @@ class StoreClient:
         self._closed = False
 
     # -- actions --------------------------------------------------------------------------
-    def pin(self) -> PinnedSnapshotInfo:
+    def pin(self, bound: PositionBound | None = None, *, wait_s: float = 0.0) -> PinnedSnapshotInfo:
         """Pin a snapshot of the store's latest commit on the server.
+
+        With a ``bound`` and ``wait_s`` > 0 the server first waits, up to ``wait_s`` (at
+        most 600 s), for a commit whose position reaches the bound, then pins the latest
+        commit either way: check the returned position (``bound.permits``).
 
         Raises
         ------
@@ -152,7 +157,15 @@ class StoreClient:
         ServerUnavailableError
             If no server answers at :attr:`location`.
         """
-        reply = self._action(ACTION_PIN, {})
+        body: dict[str, Any] = {}
+        timeout_s = self.timeout_s
+        if bound is not None and bound.position is not None and wait_s > 0:
+            body = {
+                "position_bound": json.loads(bound.position.to_json()),
+                "wait_ms": int(wait_s * 1000),
+            }
+            timeout_s += min(wait_s, 600.0)
+        reply = self._action(ACTION_PIN, body, timeout_s=timeout_s)
         try:
             return PinnedSnapshotInfo.from_reply(reply)
         except BadRequestError as exc:
@@ -183,8 +196,8 @@ class StoreClient:
             ) from exc
 
     def stats(self) -> dict[str, int]:
-        """The server's cumulative scan counters: ``rows_examined``, ``rows_returned``,
-        ``requests``."""
+        """The server's cumulative scan counters (``rows_examined``, ``rows_returned``,
+        ``requests``) and the number of pins ``waiting`` for their position bound."""
         return {key: int(value) for key, value in self._action(ACTION_STATS, {}).items()}
 
     # -- scans ----------------------------------------------------------------------------
@@ -242,12 +255,14 @@ class StoreClient:
                 reader.cancel()
 
     # -- plumbing -------------------------------------------------------------------------
-    def _action(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def _action(
+        self, name: str, body: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         import pyarrow as pa
         import pyarrow.flight as flight
 
         client = self._flight()
-        options = flight.FlightCallOptions(timeout=self.timeout_s)
+        options = flight.FlightCallOptions(timeout=timeout_s or self.timeout_s)
         try:
             results = list(client.do_action(flight.Action(name, encode_object(body)), options))
         except pa.ArrowException as exc:

@@ -10,15 +10,17 @@ process reads pinned or fresh snapshots of the store through a
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from spark_statestore.errors import StateStoreError
+from spark_statestore.position import PositionBound
 from spark_statestore.serve.errors import (
     BadRequestError,
     RemoteStoreError,
@@ -138,6 +140,7 @@ class StoreServer:
         self._requests = 0
         self._rows_examined = 0
         self._rows_returned = 0
+        self._waiting = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> str:
@@ -253,8 +256,7 @@ class StoreServer:
     def _handle_action(self, name: str, body: bytes) -> dict[str, Any]:
         self._pins.expire()
         if name == ACTION_PIN:
-            decode_object(body, f"body of action {name!r}")
-            return self._pin()
+            return self._pin(*_pin_wait(decode_object(body, f"body of action {name!r}")))
         if name == ACTION_RELEASE:
             data = decode_object(body, f"body of action {name!r}")
             snapshot_id = data.get("snapshot_id")
@@ -271,14 +273,25 @@ class StoreServer:
                     "rows_examined": self._rows_examined,
                     "rows_returned": self._rows_returned,
                     "requests": self._requests,
+                    "waiting": self._waiting,
                 }
         raise UnknownActionError(
             f"store server {self._location} has no action {name!r}; valid actions: "
             f"{', '.join(ACTIONS)}"
         )
 
-    def _pin(self) -> dict[str, Any]:
+    def _pin(self, bound: PositionBound | None = None, wait_s: float = 0.0) -> dict[str, Any]:
         store = self.store
+        if bound is not None and wait_s > 0:
+            # Wait for the commit that reaches the bound; the client checks the pinned
+            # position, so a timeout pins the latest commit and the client refuses it.
+            with self._lock:
+                self._waiting += 1
+            try:
+                store.wait_for_commit(lambda m: bound.permits(m.position), wait_s)
+            finally:
+                with self._lock:
+                    self._waiting -= 1
         snapshot = store.snapshot()
         metadata = describe_state(store.path, store.manifest, snapshot.metadata)
         snapshot_id = self._pins.pin(snapshot)
@@ -397,6 +410,29 @@ def _service_class() -> type:
             return list(_ACTION_DOCS.items())
 
     return _FlightService
+
+
+MAX_PIN_WAIT_S: Final = 600.0
+"""The longest a ``pin`` waits for its bound (a client asking for more waits this long)."""
+
+
+def _pin_wait(body: Mapping[str, Any]) -> tuple[PositionBound | None, float]:
+    """The optional ``{"position_bound": <offsets JSON object>, "wait_ms": n}`` of a pin."""
+    raw_bound = body.get("position_bound")
+    wait_ms = body.get("wait_ms", 0)
+    if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
+        raise BadRequestError(f'action "pin": wait_ms must be an int >= 0, got {wait_ms!r}')
+    if raw_bound is None:
+        return None, 0.0
+    if not isinstance(raw_bound, dict):
+        raise BadRequestError(
+            f'action "pin": position_bound must be an offsets JSON object, got {raw_bound!r}'
+        )
+    try:
+        bound = PositionBound.from_json(json.dumps(raw_bound))
+    except StateStoreError as exc:
+        raise BadRequestError(f'action "pin": bad position_bound: {exc}') from exc
+    return bound, min(wait_ms / 1000.0, MAX_PIN_WAIT_S)
 
 
 def _url_host(host: str) -> str:

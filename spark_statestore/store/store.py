@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,7 @@ class Store:
         self._db: plyvel.DB | None = db
         self._lock = lock
         self._mutex = threading.RLock()
+        self._committed = threading.Condition(self._mutex)
         self._txn: Transaction | None = None
         self._pinned: _PinnedSnapshot | None = None
         self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
@@ -190,6 +192,25 @@ class Store:
         with self._mutex:
             return self._metadata
 
+    def wait_for_commit(
+        self, predicate: Callable[[StoreMetadata], bool], timeout_s: float
+    ) -> StoreMetadata:
+        """Wait until the latest commit's metadata satisfies ``predicate``, or ``timeout_s``.
+
+        Woken by every commit of this handle (a follower's chunk, a sink's batch), so a
+        reader can wait for the write it needs (``positionBound``) instead of polling.
+        Returns the metadata it last checked: the caller tests the predicate again to tell
+        success from a timeout. A closed store ends the wait at once.
+        """
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._committed:
+            while not predicate(self._metadata) and self._db is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._committed.wait(remaining)
+            return self._metadata
+
     @property
     def owner(self) -> OwnerInfo:
         """What this process wrote into ``_owner.json``."""
@@ -251,6 +272,7 @@ class Store:
         with self._mutex:
             batch.write()
             self._metadata = new_meta
+            self._committed.notify_all()
 
     def _commit_chunked(
         self, spill: SpillArea, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
@@ -276,6 +298,7 @@ class Store:
             self._metadata = new_meta
             self._pinned = None
             pinned.release()
+            self._committed.notify_all()
 
     # -- reads ----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -319,6 +342,7 @@ class Store:
             db, self._db = self._db, None
             if db is None:
                 return
+            self._committed.notify_all()
             txn = self._txn
             views = list(self._snapshots)
         if txn is not None:

@@ -7,6 +7,7 @@ import os
 import random
 import select
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -526,3 +527,65 @@ def test_window_keys_and_headers_become_columns(
     )
     assert [(h["key"], bytes(h["value"])) for h in row["headers"]] == [("trace", b"abc")]
     assert row["position"] is None and row["op"] == "upsert"
+
+
+def test_a_bounded_read_waits_for_the_follower_to_apply_the_write(
+    spark: Any, kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    """Read-your-writes: a read bounded by a write the follower has not applied yet waits
+    (``positionBoundTimeoutMs``) on the owner for the commit that brings it, then sees it."""
+    from spark_statestore.serve import connect_to_owner
+
+    writer.transaction([(b"first", b"1")])
+    path = tmp_path / "store"
+    collector = FeedCollector(spark, path)
+    query = (
+        follow(spark, kafka_broker.bootstrap_servers, writer.topic, path)
+        .writeStream.foreachBatch(collector)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        collector.wait_for(1)
+        awaited = partition_for_key(b"awaited", 3)
+        bound = json.dumps({INPUT: {str(awaited): writer.input_offset + 1}})
+        seen: list[Any] = []
+        errors: list[BaseException] = []
+
+        def bounded_read() -> None:
+            try:
+                df = (
+                    spark.read.format(FORMAT)
+                    .option("positionBound", bound)
+                    .option("positionBoundTimeoutMs", "120000")
+                    .load(str(path))
+                )
+                seen.extend(df.collect())
+            except BaseException as exc:  # reported by the test thread
+                errors.append(exc)
+
+        reader = threading.Thread(target=bounded_read)
+        reader.start()
+        client = connect_to_owner(str(path))
+        assert client is not None
+        with client:
+            # The write is produced only once the read is waiting on the owner for it.
+            while client.stats()["waiting"] == 0:
+                assert reader.is_alive(), errors
+                time.sleep(0.05)  # polling another process's state, not waiting for time
+            writer.transaction([(b"awaited", b"yes")])
+            reader.join(120)
+        assert not reader.is_alive() and not errors, errors
+        assert {bytes(r["key"]): bytes(r["value"]) for r in seen} == writer.model
+        ahead = json.dumps({INPUT: {"0": 10**9}})
+        with pytest.raises(Exception, match=r"NOT_UP_TO_BOUND.*after waiting 0\.2 s"):
+            (
+                spark.read.format(FORMAT)
+                .option("positionBound", ahead)
+                .option("positionBoundTimeoutMs", "200")
+                .load(str(path))
+                .collect()
+            )
+    finally:
+        query.stop()
+    wait_for_owner_exit(path)

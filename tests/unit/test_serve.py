@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pyarrow.flight as flight
 import pytest
 
 from spark_statestore.errors import StateStoreError
-from spark_statestore.position import Position
+from spark_statestore.position import Position, PositionBound
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import (
     BadRequestError,
@@ -130,6 +131,44 @@ def test_a_pin_keeps_its_commit_while_the_store_moves_on(store: Store, serve: Se
     assert client.pin().position == Position.from_map({"input": {0: N_KEYS + 5}})
 
 
+def test_a_pin_with_a_bound_waits_for_the_commit_that_reaches_it(
+    store: Store, serve: Serve
+) -> None:
+    _, client = serve(store)
+    bound = PositionBound.at(Position.from_map({"input": {0: N_KEYS + 2}}))
+    pinned: list[Any] = []
+    waiting = threading.Thread(target=lambda: pinned.append(client.pin(bound, wait_s=120)))
+    waiting.start()
+    # The server counts the pins waiting for their bound: once it does, a commit must wake
+    # this one (the predicate has seen the store below the bound).
+    with StoreClient(client.location, timeout_s=10) as other:
+        while other.stats()["waiting"] == 0:
+            assert waiting.is_alive(), pinned
+            time.sleep(0.01)  # polling another thread's state, not waiting for time
+        for offset in (N_KEYS, N_KEYS + 2):
+            with store.begin() as txn:
+                txn.put(b"w%d" % offset, b"x")
+                txn.record_source("input", 0, offset)
+        waiting.join(30)
+        assert not waiting.is_alive()
+        assert bound.permits(pinned[0].position)
+        assert pinned[0].commit_seq == store.metadata.commit_seq
+        assert other.stats()["waiting"] == 0
+
+
+def test_a_pin_whose_bound_is_not_reached_in_time_pins_the_latest_commit(
+    store: Store, serve: Serve
+) -> None:
+    _, client = serve(store)
+    bound = PositionBound.at(Position.from_map({"input": {0: N_KEYS + 100}}))
+    pinned = client.pin(bound, wait_s=0.05)
+    assert pinned.commit_seq == store.metadata.commit_seq
+    assert not bound.permits(pinned.position)
+    assert client.pin(PositionBound.at(store.metadata.position), wait_s=60).commit_seq == (
+        store.metadata.commit_seq
+    )
+
+
 def test_scan_specs_travel_to_the_server(store: Store, serve: Serve) -> None:
     _, client = serve(store, batch_rows=7)
     spec = ScanSpec.with_prefix(b"k001").with_partitions([1]).with_limit(4)
@@ -205,14 +244,16 @@ def test_max_pins(store: Store, serve: Serve) -> None:
 # -- stats ---------------------------------------------------------------------------------
 def test_stats_count_rows_read_per_scan(store: Store, serve: Serve) -> None:
     _, client = serve(store)
-    assert client.stats() == {"rows_examined": 0, "rows_returned": 0, "requests": 0}
+    zero = {"rows_examined": 0, "rows_returned": 0, "requests": 0, "waiting": 0}
+    assert client.stats() == zero
     list(client.scan(ScanSpec.for_keys([_key(5), _key(500), b"absent"])))
-    assert client.stats() == {"rows_examined": 2, "rows_returned": 2, "requests": 1}
+    assert client.stats() == {**zero, "rows_examined": 2, "rows_returned": 2, "requests": 1}
     list(client.scan(ScanSpec.everything().with_partitions([0])))
     assert client.stats() == {
         "rows_examined": 2 + N_KEYS,
         "rows_returned": 2 + N_KEYS // 2,
         "requests": 2,
+        "waiting": 0,
     }
 
 
@@ -297,6 +338,24 @@ def test_unknown_actions_name_the_valid_ones(store: Store, serve: Serve) -> None
             '"snapshot_id"',
         ),
         (lambda raw: list(raw.do_action(flight.Action("pin", b"[1]"))), "JSON object"),
+        (
+            lambda raw: list(raw.do_action(flight.Action("pin", b'{"wait_ms": -1}'))),
+            "wait_ms must be an int >= 0",
+        ),
+        (
+            lambda raw: list(
+                raw.do_action(flight.Action("pin", b'{"position_bound": 3, "wait_ms": 5}'))
+            ),
+            "position_bound must be an offsets JSON object",
+        ),
+        (
+            lambda raw: list(
+                raw.do_action(
+                    flight.Action("pin", b'{"position_bound": {"t": {"x": 1}}, "wait_ms": 5}')
+                )
+            ),
+            "bad position_bound",
+        ),
     ],
 )
 def test_malformed_requests_are_bad_requests(

@@ -109,6 +109,26 @@ def test_reader_options() -> None:
         parse_reader_options({"path": "/tmp/s", "changelog": "t"})
 
 
+def test_position_bound_timeout() -> None:
+    bound = '{"orders": {"0": 4}}'
+    assert parse_reader_options({"path": "/s"}).position_bound_timeout_s == 0
+    waits = parse_reader_options(
+        {"path": "/s", "positionbound": bound, "positionboundtimeoutms": "2500"}
+    )
+    assert waits.position_bound_timeout_s == 2.5
+    for bad, match in (
+        ("-1", "'positionBoundTimeoutMs' must be"),
+        ("soon", "'positionBoundTimeoutMs' must be"),
+        ("600001", "at most 600000"),
+    ):
+        with pytest.raises(OptionError, match=match):
+            parse_reader_options(
+                {"path": "/s", "positionbound": bound, "positionboundtimeoutms": bad}
+            )
+    with pytest.raises(OptionError, match="set positionBound too"):
+        parse_reader_options({"path": "/s", "positionboundtimeoutms": "10"})
+
+
 def test_rate_limit_prorates_by_backlog_and_always_progresses() -> None:
     start = {0: 0, 1: 100, 2: 5}
     end = {0: 90, 1: 110, 2: 5}

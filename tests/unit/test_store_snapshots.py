@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -14,6 +16,7 @@ from spark_statestore.store import (
     StoreClosedError,
     StoredRecord,
     StoreError,
+    StoreOptions,
     arrow_schema,
 )
 
@@ -386,3 +389,62 @@ def test_to_batches_names_a_corrupt_envelope(store: Store, bad: bytes) -> None:
     store._check_open().put(b"d" + b"b", bad)  # behind the store's back, as a foreign writer
     with store.snapshot() as snap, pytest.raises(StoreError, match="key b'b' is not a valid"):
         list(snap.to_batches())
+
+
+# -- waiting for a commit ------------------------------------------------------------------
+def _waiter(
+    store: Store, offset: int, timeout_s: float
+) -> tuple[threading.Thread, threading.Event, list[Any]]:
+    """A thread waiting for ``store`` to reach ``input-0`` at ``offset``; ``checked`` is set
+    once it has seen a commit that does not (from then on a commit must wake it)."""
+    checked = threading.Event()
+    result: list[Any] = []
+
+    def reached(metadata: Any) -> bool:
+        done = metadata.position.to_map().get("input", {}).get(0, -1) >= offset
+        if not done:
+            checked.set()
+        return done
+
+    thread = threading.Thread(
+        target=lambda: result.append(store.wait_for_commit(reached, timeout_s)), daemon=True
+    )
+    thread.start()
+    return thread, checked, result
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_wait_for_commit_is_woken_by_the_commit_that_satisfies_it(
+    make_store: MakeStore, chunked: bool
+) -> None:
+    options = StoreOptions(uncommitted_max_bytes=1024, chunk_bytes=512) if chunked else None
+    store = make_store(options=options)
+    thread, checked, result = _waiter(store, 5, timeout_s=120)
+    assert checked.wait(30)
+    for offset in range(1, 6):
+        with store.begin() as txn:
+            txn.put(b"k%d" % offset, b"v" * 2000)
+            txn.record_source("input", 0, offset)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert result[0].position == Position.from_map({"input": {0: 5}})
+    assert result[0].commit_seq == store.metadata.commit_seq
+
+
+def test_wait_for_commit_returns_the_latest_metadata_on_timeout(make_store: MakeStore) -> None:
+    store = make_store()
+    with store.begin() as txn:
+        txn.record_source("input", 0, 1)
+    metadata = store.wait_for_commit(lambda m: False, timeout_s=0.01)
+    assert metadata == store.metadata
+    assert store.wait_for_commit(lambda m: True, timeout_s=0) == store.metadata
+
+
+def test_closing_the_store_ends_a_wait(make_store: MakeStore) -> None:
+    store = make_store()
+    thread, checked, result = _waiter(store, 5, timeout_s=600)
+    assert checked.wait(30)
+    store.close()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert result[0].position.is_empty()
