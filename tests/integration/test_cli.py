@@ -155,7 +155,8 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
             assert len(changelog_rows.findall(section)) == 4, section
             assert "equal, and at the end of the app's changelog:" in section
         # The bounded read right after the app's next write: refused clearly (or already
-        # caught up), then, once the follower's feed reached the bound, the new total.
+        # caught up), then the same read waiting for the follower (positionBoundTimeoutMs)
+        # answers with the new total.
         sale = re.search(r"record inventory-app-stock-changelog partition 3 offset (\d+)", bounded)
         assert sale, bounded
         bound = f'positionBound {{"inventory-app-stock-changelog":{{"3":{sale.group(1)}}}}}'
@@ -164,7 +165,8 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
             r"refused: NOT_UP_TO_BOUND: the store at \S+units-follower-store", bounded
         )
         assert refused or "had already gone through the leader into the follower" in bounded
-        assert "the follower reached the bound" in bounded
+        assert "now waiting for the follower: positionBoundTimeoutMs 60000" in bounded
+        assert re.search(r"answered \d+\.\d s after the write", bounded), bounded
         assert "bounded read OK: item-04 went from 759 to 747 units" in bounded, bounded
         assert "the leader and follower queries are stopped" in bounded
 
