@@ -239,7 +239,7 @@ def _publish_and_apply(
 ) -> None:
     """Publish every change in one Kafka transaction, then commit the store with the
     changelog coordinates of each record and the changelog's end offsets."""
-    from spark_statestore.changelog import partition_for_key
+    from spark_statestore.changelog import partitions_for_keys
 
     partitions = publisher.partition_count()
     absent = _absent_keys(store, staging, ordered) if batch.complete else []
@@ -248,9 +248,9 @@ def _publish_and_apply(
     position = seen if batch_position is None else seen.merge(batch_position)
     header = None if position.is_empty() else position
 
-    # murmur2 in Python costs ~2 us per key: compute each key's partition once, while
-    # publishing, and reuse it for the envelopes.
-    absent_parts = [partition_for_key(key, partitions) for key in absent]
+    # Each key's partition is computed once (column-wise in Arrow), while publishing, and
+    # reused for the envelopes.
+    absent_parts = partitions_for_keys(absent, partitions)
     batch_parts: list[list[int]] = []
     # Rows without a timestamp get the batch's commit time, chosen once, so the changelog
     # record, the leader's envelope and every follower (or a roll-forward) agree on it.
@@ -262,7 +262,7 @@ def _publish_and_apply(
         for staged in ordered:
             for records in staging.read(staged):
                 keys, values, _, _, stamps = _columns(records, now_ms)
-                parts = [partition_for_key(k, partitions) for k in keys]
+                parts = partitions_for_keys(records.column("key"), partitions)
                 batch_parts.append(parts)
                 for key, value, stamp, p in zip(keys, values, stamps, parts, strict=True):
                     yield key, value, header, stamp, p

@@ -29,7 +29,12 @@ from spark_statestore.changelog.keys import (
     encode_session_key,
     encode_window_key,
 )
-from spark_statestore.changelog.partitioner import murmur2, partition_for_key, to_positive
+from spark_statestore.changelog.partitioner import (
+    murmur2,
+    partition_for_key,
+    partitions_for_keys,
+    to_positive,
+)
 from spark_statestore.changelog.record import ChangelogRecord, TimestampType
 from spark_statestore.changelog.timestamped import (
     decode_value_and_timestamp,
@@ -58,6 +63,7 @@ __all__ = [
     "encode_window_key",
     "murmur2",
     "partition_for_key",
+    "partitions_for_keys",
     "position_from_headers",
     "position_headers",
     "read_position_headers",

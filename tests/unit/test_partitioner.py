@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from spark_statestore.changelog import (
     PartitionerError,
     murmur2,
     partition_for_key,
+    partitions_for_keys,
     to_positive,
 )
 from spark_statestore.errors import StateStoreError
@@ -119,3 +121,40 @@ def test_partition_count_must_be_a_positive_int(partitions: object) -> None:
         partition_for_key(b"k", partitions)  # type: ignore[arg-type]
     assert isinstance(info.value, ValueError)
     assert isinstance(info.value, StateStoreError)
+
+
+# -- many keys at once (Arrow) ---------------------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.binary(max_size=30), max_size=60),
+    st.integers(1, 2**31 - 1),
+    st.integers(0, 5),
+    st.integers(0, 5),
+)
+def test_partitions_for_keys_equals_the_per_key_partitioner(
+    keys: list[bytes], partitions: int, skip: int, trim: int
+) -> None:
+    """Mixed lengths, one length, empty keys, and sliced Arrow arrays (non-zero offsets)."""
+    expected = [partition_for_key(k, partitions) for k in keys]
+    assert partitions_for_keys(keys, partitions) == expected
+    padded = pa.array([b"x" * skip] * skip + keys + [b"y"] * trim, pa.binary())
+    assert partitions_for_keys(padded.slice(skip, len(keys)), partitions) == expected
+    large = pa.array(keys, pa.large_binary())
+    assert partitions_for_keys(large, partitions) == expected
+
+
+@pytest.mark.parametrize(("data", "expected"), KAFKA_VECTORS)
+def test_partitions_for_keys_matches_kafka(data: bytes, expected: int) -> None:
+    same_length = [data, data[::-1]]
+    assert partitions_for_keys(same_length, 2**31 - 1) == [
+        to_positive(expected) % (2**31 - 1),
+        partition_for_key(data[::-1], 2**31 - 1),
+    ]
+
+
+def test_partitions_for_keys_refuses_nulls_and_bad_counts() -> None:
+    with pytest.raises(PartitionerError, match="null"):
+        partitions_for_keys(pa.array([b"a", None], pa.binary()), 3)
+    with pytest.raises(PartitionerError, match=">= 1"):
+        partitions_for_keys([b"a"], 0)
+    assert partitions_for_keys([], 3) == []
