@@ -104,6 +104,10 @@ def _watermarks(
     return int(low), int(high)
 
 
+_CONSUME_BATCH = 10_000
+_CONSUME_TIMEOUT_S = 0.02
+
+
 def _read_ranges(
     consumer: Consumer,
     topic: str,
@@ -126,7 +130,11 @@ def _read_ranges(
     consumer.assign([TopicPartition(topic, p, o) for p, o in positions.items()])
     last_progress = time.monotonic()
     while positions:
-        messages = consumer.consume(10_000, timeout=0.1)
+        # consume() returns after this many messages or the timeout: never ask for more than
+        # the ranges hold, and keep the timeout short, since transaction markers take offsets
+        # but are not delivered (the consumer position shows them passed).
+        wanted = min(_CONSUME_BATCH, sum(ends[p] - o for p, o in positions.items()))
+        messages = consumer.consume(wanted, timeout=_CONSUME_TIMEOUT_S)
         reassign = False
         for message in messages:
             error = message.error()
