@@ -31,19 +31,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
+from spark_statestore.bench.broker import broker_process
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
@@ -135,7 +133,7 @@ def run_follower_suite(options: BenchOptions) -> list[Measurement]:
     records = follower_records(options)
     with (
         tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root,
-        _broker_process(root) as bootstrap,
+        broker_process(SUITE, root, [f"{TOPIC}:{PARTITIONS}"], brokers=BROKERS) as bootstrap,
     ):
         changelog = _produce_changelog(bootstrap, records, options.batch_records)
         rates = interleave(
@@ -194,43 +192,6 @@ def _parameters(changelog: _Changelog, options: BenchOptions) -> dict[str, Any]:
 
 
 # -- the broker and the changelog ---------------------------------------------------------
-@contextmanager
-def _broker_process(root: str) -> Iterator[str]:
-    """``spark-statestore broker`` as a child process; yields its bootstrap servers."""
-    log_path = Path(root) / "broker.log"
-    command = [
-        sys.executable,
-        "-m",
-        "spark_statestore.cli",
-        "broker",
-        "--brokers",
-        str(BROKERS),
-        "--topic",
-        f"{TOPIC}:{PARTITIONS}",
-    ]
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            assert proc.stdout is not None
-            first = proc.stdout.readline().strip()
-            if not first.startswith("bootstrap.servers="):
-                raise BenchError(
-                    f"bench suite {SUITE}: the embedded broker did not start (it said "
-                    f"{first!r}): {log_path.read_text().strip()[-2000:]}"
-                )
-            yield first.split("=", 1)[1]
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
-
-
 def _c_headers() -> list[Callable[[int], bytes]]:
     """Per partition, ``offset -> c header`` of ``{INPUT_TOPIC: {partition: offset}}``.
 

@@ -47,18 +47,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
+from spark_statestore.bench.broker import broker_process
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
 from spark_statestore.bench.spark import _spark_session
@@ -189,7 +185,12 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
             stream.files,
             time.perf_counter() - start,
         )
-        with _broker_process(root, topics) as bootstrap, _spark_session() as session:
+        specs = [
+            spec
+            for topic in topics
+            for spec in (f"{topic}:{CHANGELOG_PARTITIONS}", f"{topic}-progress:1")
+        ]
+        with broker_process(SUITE, root, specs) as bootstrap, _spark_session() as session:
             spark, startup_s, started = session
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
             changelogs = _Changelogs(bootstrap, topics)
@@ -507,34 +508,3 @@ def _write_empty_file(path: str) -> str:
 
     pq.write_table(_arrow_schema().empty_table(), path, compression="snappy")
     return path
-
-
-@contextmanager
-def _broker_process(root: str, changelogs: list[str]) -> Iterator[str]:
-    """``spark-statestore broker`` as a child process with every changelog (and its
-    progress topic) created; yields its bootstrap servers."""
-    log_path = Path(root) / "broker.log"
-    command = [sys.executable, "-m", "spark_statestore.cli", "broker"]
-    for topic in changelogs:
-        command += ["--topic", f"{topic}:{CHANGELOG_PARTITIONS}", "--topic", f"{topic}-progress:1"]
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            assert proc.stdout is not None
-            first = proc.stdout.readline().strip()
-            if not first.startswith("bootstrap.servers="):
-                raise BenchError(
-                    f"bench suite {SUITE}: the embedded broker did not start (it said "
-                    f"{first!r}): {log_path.read_text().strip()[-2000:]}"
-                )
-            yield first.split("=", 1)[1]
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
