@@ -21,6 +21,7 @@ from typing import Any
 from spark_statestore.errors import InvalidPositionError, OptionError
 from spark_statestore.partition_spec import parse_partitions
 from spark_statestore.position import Position, PositionBound
+from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
 
 __all__ = [
     "EARLIEST",
@@ -186,7 +187,7 @@ _SINK_OPTIONS = (
     "txnversion",
 )
 
-MAX_POSITION_BOUND_TIMEOUT_MS = 600_000
+MAX_POSITION_BOUND_TIMEOUT_MS = int(MAX_PIN_WAIT_S * 1000)  # what a store server waits at most
 
 # Spark lower-cases option names; error messages use the documented spelling.
 _SPELLING = {

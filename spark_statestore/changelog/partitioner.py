@@ -121,8 +121,6 @@ def partitions_for_keys(keys: pa.Array | Sequence[bytes], num_partitions: int) -
 
     _check_partitions(num_partitions)
     array = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
-    if isinstance(array, pa.ChunkedArray):  # pragma: no cover - callers pass arrays
-        array = array.combine_chunks()
     if array.null_count:
         raise PartitionerError("a changelog key is null: every record needs a key")
     if len(array) == 0:

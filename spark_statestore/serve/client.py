@@ -32,6 +32,7 @@ from spark_statestore.serve.protocol import (
     ACTION_PIN,
     ACTION_RELEASE,
     ACTION_STATS,
+    MAX_PIN_WAIT_S,
     ScanTicket,
     decode_error_info,
     decode_object,
@@ -164,7 +165,7 @@ class StoreClient:
                 "position_bound": json.loads(bound.position.to_json()),
                 "wait_ms": int(wait_s * 1000),
             }
-            timeout_s += min(wait_s, 600.0)
+            timeout_s += min(wait_s, MAX_PIN_WAIT_S)
         reply = self._action(ACTION_PIN, body, timeout_s=timeout_s)
         try:
             return PinnedSnapshotInfo.from_reply(reply)

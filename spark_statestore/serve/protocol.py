@@ -49,6 +49,7 @@ __all__ = [
     "ACTION_PIN",
     "ACTION_RELEASE",
     "ACTION_STATS",
+    "MAX_PIN_WAIT_S",
     "ScanTicket",
     "decode_error_info",
     "decode_object",
@@ -66,6 +67,9 @@ ACTION_RELEASE: Final = "release"
 ACTION_DESCRIBE: Final = "describe"
 ACTION_STATS: Final = "stats"
 ACTIONS: Final = (ACTION_PIN, ACTION_RELEASE, ACTION_DESCRIBE, ACTION_STATS)
+
+MAX_PIN_WAIT_S: Final = 600.0
+"""The longest a ``pin`` waits for its position bound (a longer ``wait_ms`` waits this long)."""
 
 
 @dataclass(frozen=True, slots=True)

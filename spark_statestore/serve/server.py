@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import PositionBound
@@ -35,6 +35,7 @@ from spark_statestore.serve.protocol import (
     ACTION_RELEASE,
     ACTION_STATS,
     ACTIONS,
+    MAX_PIN_WAIT_S,
     ScanTicket,
     decode_object,
     describe_state,
@@ -410,10 +411,6 @@ def _service_class() -> type:
             return list(_ACTION_DOCS.items())
 
     return _FlightService
-
-
-MAX_PIN_WAIT_S: Final = 600.0
-"""The longest a ``pin`` waits for its bound (a client asking for more waits this long)."""
 
 
 def _pin_wait(body: Mapping[str, Any]) -> tuple[PositionBound | None, float]:
