@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh machine, idempotently:
-#   1. Java 17+ (Spark needs it): detected, installed with apt when missing and we are root.
-#   2. A virtualenv in .venv/ with the project (editable) and its dev dependencies.
-# Re-running is cheap: the install step is skipped while pyproject.toml/setup.cfg are unchanged.
+#   1. Java 17+ (Spark and Kafka need it) and Maven (resolves the Kafka jars): detected,
+#      installed with apt when missing and we are root, else we say what to install.
+#   2. A virtualenv in .venv/ with the project (editable), its dev dependencies and the
+#      versions pinned in constraints.txt.
+#   3. The jars of Apache Kafka and of Spark's Kafka connector, resolved from Maven Central
+#      into ~/.cache/spark-statestore/jars (`spark-statestore jars`; nothing when cached).
+# Re-running is cheap: each step is skipped while its inputs are unchanged.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,16 +48,27 @@ elif command -v java >/dev/null 2>&1; then JAVA_BIN="$(command -v java)"; fi
 major="$( [ -n "$JAVA_BIN" ] && java_major "$JAVA_BIN" || echo 0 )"
 if [ "${major:-0}" -lt 17 ] 2>/dev/null; then
     if is_root && command -v apt-get >/dev/null 2>&1; then
-        say "Java 17+ not found (found: ${major:-none}); installing openjdk-17-jre-headless with apt"
-        apt_install openjdk-17-jre-headless
+        say "Java 17+ not found (found: ${major:-none}); installing openjdk-17-jdk-headless with apt"
+        apt_install openjdk-17-jdk-headless
         JAVA_BIN="$(command -v java)"
         major="$(java_major "$JAVA_BIN")"
-        [ "${major:-0}" -ge 17 ] || die "installed openjdk-17-jre-headless but 'java -version' still reports ${major}; set JAVA_HOME to a Java 17 install"
+        [ "${major:-0}" -ge 17 ] || die "installed openjdk-17-jdk-headless but 'java -version' still reports ${major}; set JAVA_HOME to a Java 17 install"
     else
-        die "Spark needs Java 17 or newer (found: ${major:-none}). Install it, e.g. as root on Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless ; or set JAVA_HOME to a Java 17+ installation."
+        die "Spark and Kafka need Java 17 or newer (found: ${major:-none}). Install it, e.g. as root on Debian/Ubuntu: apt-get install -y openjdk-17-jdk-headless ; or set JAVA_HOME to a Java 17+ installation."
     fi
 fi
 say "java: $JAVA_BIN (major version $major)"
+
+# --- Maven, to resolve the Kafka jars from Maven Central ---------------------------------
+if ! command -v mvn >/dev/null 2>&1; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        say "Maven not found; installing maven with apt"
+        apt_install maven
+    else
+        die "Maven (mvn) is needed once to resolve the Kafka jars. Install it, e.g. as root on Debian/Ubuntu: apt-get install -y maven ; or put a resolved jar cache in \$SPARK_STATESTORE_JARS."
+    fi
+fi
+say "maven: $(command -v mvn)"
 
 # --- virtualenv -------------------------------------------------------------------------
 if [ ! -x "$VENV/bin/python" ]; then
@@ -72,14 +87,17 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 stamp="$VENV/.spark-statestore-install"
-want="$(cat pyproject.toml setup.cfg | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml setup.cfg constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing spark-statestore and its dependencies into $VENV (first run takes a few minutes)"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip "setuptools>=77" wheel
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
     echo "$want" > "$stamp"
 else
     say "virtualenv up to date"
 fi
 "$VENV/bin/python" -c 'import spark_statestore.connectors.kafka, pyspark, pyarrow, plyvel, confluent_kafka' \
     || die "the virtualenv in $VENV is broken; delete it and run again"
+
+# --- jars: Apache Kafka and Spark's Kafka connector ---------------------------------------
+"$VENV/bin/spark-statestore" jars >&2 || die "could not resolve the Kafka jars (see above)"

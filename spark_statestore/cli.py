@@ -47,19 +47,29 @@ def _wait_for_signal() -> int:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from spark_statestore.connectors.kafka.embedded import EmbeddedBroker, create_topics
+    from spark_statestore.connectors.kafka.local import (
+        KAFKA_VERSION,
+        LocalKafkaCluster,
+        create_topics,
+    )
 
     bootstrap_file = Path(args.bootstrap_file) if args.bootstrap_file else None
-    with EmbeddedBroker(brokers=args.brokers, host=args.host) as broker:
-        created = create_topics(broker, args.topic)
+    cluster = LocalKafkaCluster(
+        brokers=args.brokers, host=args.host, data_dir=args.data_dir, heap=args.heap
+    )
+    # SIGTERM ends the run like Ctrl-C, also while the cluster is still starting.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with cluster:
+        created = create_topics(cluster, args.topic)
         if bootstrap_file is not None:
-            _write_atomically(bootstrap_file, broker.bootstrap_servers + "\n")
-        print(f"bootstrap.servers={broker.bootstrap_servers}", flush=True)
+            _write_atomically(bootstrap_file, cluster.bootstrap_servers + "\n")
+        print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
         for name, partitions in created:
             print(f"topic {name} partitions={partitions}", flush=True)
+        where = args.data_dir or f"{cluster.data_dir} (removed on exit)"
         print(
-            f"embedded Kafka broker running ({args.brokers} broker(s)); "
-            "stop with Ctrl-C or SIGTERM",
+            f"Apache Kafka {KAFKA_VERSION} running in KRaft mode ({args.brokers} node(s), "
+            f"data in {where}); stop with Ctrl-C or SIGTERM",
             file=sys.stderr,
             flush=True,
         )
@@ -67,6 +77,17 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         print(f"received {signal.Signals(signum).name}, shutting down", file=sys.stderr)
     if bootstrap_file is not None:
         bootstrap_file.unlink(missing_ok=True)
+    return 0
+
+
+def _cmd_jars(args: argparse.Namespace) -> int:
+    from spark_statestore.connectors.kafka.local import kafka_jars, resolve, spark_kafka_jars
+
+    for jar_set in (kafka_jars(), spark_kafka_jars()):
+        cached = jar_set.is_resolved() and not args.force
+        directory = resolve(jar_set, force=args.force)
+        state = "cached" if cached else "resolved"
+        print(f"{jar_set.name} {jar_set.version}: {state} in {directory}", flush=True)
     return 0
 
 
@@ -141,9 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     broker = sub.add_parser(
         "broker",
-        help="run the embedded Kafka broker (librdkafka mock cluster) until stopped",
-        description="Run the embedded Kafka broker until SIGINT/SIGTERM and print its "
-        "bootstrap servers. For tests, demos and local experiments only.",
+        help="run a local Apache Kafka cluster (KRaft, JVM processes) until stopped",
+        description="Start a real Apache Kafka cluster in KRaft mode as local JVM processes "
+        "(one combined broker+controller, or N nodes with a controller quorum), create the "
+        "topics asked for (names ending in -changelog compacted, as Kafka Streams creates "
+        "them), print the bootstrap servers and run until SIGINT/SIGTERM; then stop every "
+        "JVM and remove the data unless --data-dir was given. Needs Java 17 and the jars "
+        "of `spark-statestore jars`.",
     )
     broker.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
     broker.add_argument(
@@ -157,7 +182,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--bootstrap-file", metavar="FILE", help="also write the bootstrap servers to FILE"
     )
     broker.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    broker.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep the cluster's data in DIR (reused by the next run; default: a temporary "
+        "directory removed on exit)",
+    )
+    broker.add_argument(
+        "--heap", metavar="SIZE", help="JVM heap of each node, e.g. 1g (default 512m)"
+    )
     broker.set_defaults(func=_cmd_broker)
+
+    jars = sub.add_parser(
+        "jars",
+        help="resolve the jars of Kafka and Spark's Kafka connector with Maven (once)",
+        description="Resolve Apache Kafka's broker jars and Spark's Kafka connector (for the "
+        "installed PySpark) from Maven Central into the local cache (~/.cache/spark-statestore/"
+        "jars or $SPARK_STATESTORE_JARS). Needs Maven; nothing is downloaded when cached.",
+    )
+    jars.add_argument("--force", action="store_true", help="resolve again even when cached")
+    jars.set_defaults(func=_cmd_jars)
 
     tail = sub.add_parser(
         "tail",
@@ -232,8 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="run the end-to-end demo on the embedded broker",
-        description="Start the embedded broker, let another application write a Kafka "
+        help="run the end-to-end demo on a local Apache Kafka broker",
+        description="Start a local Apache Kafka broker, let another application write a Kafka "
         "Streams-format changelog (position headers, tombstones, an aborted transaction), "
         "follow it with a Spark query and query the live store with Spark SQL.",
     )

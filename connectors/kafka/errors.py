@@ -16,11 +16,14 @@ if TYPE_CHECKING:
     from confluent_kafka import KafkaError
 
 __all__ = [
+    "BrokerStartError",
     "DataLossError",
-    "EmbeddedBrokerError",
+    "JarsMissingError",
+    "JavaNotFoundError",
     "KafkaClientError",
-    "LibrdkafkaNotFoundError",
+    "LocalKafkaError",
     "ProducerFencedError",
+    "TransactionTimeoutError",
 ]
 
 
@@ -76,22 +79,64 @@ class ProducerFencedError(KafkaClientError):
         self.transactional_id = transactional_id
 
 
-class EmbeddedBrokerError(StateStoreError, RuntimeError):
-    """The embedded (mock) Kafka broker could not be started or controlled.
+class TransactionTimeoutError(KafkaClientError):
+    """A batch's transaction lived longer than the producer's ``transaction.timeout.ms``, so
+    the transaction coordinator aborted it. Publishing the same batch again fails the same
+    way: the timeout must be raised, or the batches made smaller.
 
     Attributes
     ----------
-    code
-        The librdkafka error code returned by the mock API when there is one.
+    batch_id
+        The micro-batch whose transaction was aborted.
+    changes
+        How many changes had been produced when the timeout was detected.
+    elapsed_s
+        How long the transaction had been open.
+    timeout_ms
+        The producer's ``transaction.timeout.ms``.
     """
 
-    def __init__(self, message: str, code: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        batch_id: int,
+        changes: int,
+        elapsed_s: float,
+        timeout_ms: int,
+        code: int | None = None,
+    ) -> None:
+        super().__init__(message, code)
+        self.batch_id = batch_id
+        self.changes = changes
+        self.elapsed_s = elapsed_s
+        self.timeout_ms = timeout_ms
+
+
+class LocalKafkaError(StateStoreError, RuntimeError):
+    """A local Kafka cluster (``spark-statestore broker``) could not be started or controlled."""
+
+
+class JarsMissingError(LocalKafkaError):
+    """The jars a JVM process needs were never resolved (``spark-statestore jars``)."""
+
+
+class JavaNotFoundError(LocalKafkaError):
+    """No Java 17+ runtime was found (``JAVA_HOME`` or ``java`` on PATH)."""
+
+
+class BrokerStartError(LocalKafkaError):
+    """A Kafka node did not start; the message says why and what to do.
+
+    Attributes
+    ----------
+    port_taken
+        True when the node could not bind its port (another process has it).
+    """
+
+    def __init__(self, message: str, *, port_taken: bool = False) -> None:
         super().__init__(message)
-        self.code = code
-
-
-class LibrdkafkaNotFoundError(EmbeddedBrokerError):
-    """The librdkafka shared library (or its mock-cluster symbols) could not be loaded."""
+        self.port_taken = port_taken
 
 
 # -- helpers for the modules that wrap client errors ---------------------------------------
@@ -104,8 +149,8 @@ def _kafka_error(exc: BaseException | None) -> KafkaError | None:
     while it serves delivery reports, which then surfaces as a ``SystemError`` whose cause is
     the ``KafkaException``; looking down the chain finds it.
     """
-    # Imported here, not at the top: this module must load without confluent-kafka, so
-    # that a missing client surfaces as LibrdkafkaNotFoundError (with its install hint).
+    # Imported here, not at the top: this module loads without confluent-kafka (the CLI's
+    # broker and jars commands, the engine's error types).
     from confluent_kafka import KafkaError, KafkaException
 
     seen = 0
@@ -115,6 +160,26 @@ def _kafka_error(exc: BaseException | None) -> KafkaError | None:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
+
+
+def _is_transient(error: KafkaError) -> bool:
+    """True for a consumer error librdkafka recovers from by itself: a broker that went
+    away (killed, restarted, paused past a timeout), a leader that moved. Reading goes on
+    once the cluster answers again; anything else (a deleted topic, a refused
+    authorization, a fatal error) is for the caller to report."""
+    from confluent_kafka import KafkaError
+
+    if error.fatal():
+        return False
+    return error.retriable() or error.code() in (
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._DESTROY_BROKER,
+        KafkaError._RESOLVE,
+        KafkaError._TIMED_OUT,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    )
 
 
 def _describe(error: KafkaError | None, exc: BaseException | None = None) -> str:
