@@ -1,16 +1,21 @@
-"""Shared fixtures: the embedded Kafka broker, topic factories, child-process helpers."""
+"""Shared fixtures: a real local Kafka cluster, topic factories, child-process helpers."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,28 +31,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[object]:
-    """One embedded 3-broker Kafka cluster for the whole test session."""
-    from spark_statestore.connectors.kafka.embedded import EmbeddedBroker
+def kafka_broker() -> Iterator[LocalKafkaCluster]:
+    """One real Apache Kafka node (KRaft, broker+controller) for the whole test session.
 
-    broker = EmbeddedBroker(brokers=3)
-    try:
-        yield broker
-    finally:
-        broker.close()
+    Tests that stop, pause or kill brokers start clusters of their own.
+    """
+    from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+
+    with LocalKafkaCluster(brokers=1) as cluster:
+        yield cluster
 
 
 _topic_counter = itertools.count()
 
 
 @pytest.fixture
-def make_topic(kafka_broker: object, request: pytest.FixtureRequest) -> Callable[..., str]:
-    """Factory: ``make_topic(partitions=1, suffix="")`` creates a fresh, uniquely named topic."""
+def make_topic(
+    kafka_broker: LocalKafkaCluster, request: pytest.FixtureRequest
+) -> Callable[..., str]:
+    """Factory: ``make_topic(partitions=1, suffix="", **create_topic_kwargs)`` creates a
+    fresh, uniquely named topic (compacted when it ends in ``-changelog``)."""
 
-    def factory(partitions: int = 1, suffix: str = "") -> str:
-        base = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")[:60]
+    def factory(partitions: int = 1, suffix: str = "", **kwargs: Any) -> str:
+        # Kafka allows ASCII letters, digits, ".", "_" and "-" in topic names.
+        base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:60]
         name = f"{base}-{next(_topic_counter)}{suffix}"
-        kafka_broker.create_topic(name, partitions)  # type: ignore[attr-defined]
+        kafka_broker.create_topic(name, partitions, **kwargs)
         return name
 
     return factory

@@ -1,1 +1,1 @@
-"""Kafka bindings: changelog reader/writer, admin helpers and the embedded broker."""
+"""Kafka bindings: changelog reader/writer, admin helpers and a local Kafka cluster."""

@@ -64,7 +64,7 @@ pytestmark = pytest.mark.integration
 APP = "sinkcrash"
 INPUT_TOPIC = "orders"
 INPUT_PARTITIONS = 2
-CHANGELOG_PARTITIONS = 8  # the embedded broker keeps ~5 MB per partition: spread the bytes
+CHANGELOG_PARTITIONS = 8
 KEYS = 1500  # later files overwrite and delete earlier files' keys
 SMALL_ROWS = 2000
 VALUE_BYTES = 100
@@ -606,8 +606,8 @@ class Pipeline:
         finally:
             consumer.close()
         assert not any(lows.values()), (
-            f"the embedded broker dropped the oldest offsets of {self.changelog} ({lows}): "
-            "write less input"
+            f"Kafka dropped the oldest offsets of {self.changelog} ({lows}): the test's "
+            "topic must keep everything"
         )
         ends_of = self.batch_ends(last)
         batch_of = {json.dumps(self.input.position(end)): b for b, end in enumerate(ends_of)}
@@ -649,11 +649,27 @@ class Pipeline:
             ends[record.partition] = record.offset + 1
         missing = [(f, r) for f in range(ends_of[-1] + 1) for r in range(len(self.input.files[f]))]
         missing = [found for found in missing if found not in seen]
-        assert not missing, f"{len(missing)} input rows are not in the changelog: {missing[:3]}"
+        assert not missing, (
+            f"{len(missing)} input rows are not in the changelog: {missing[:3]}; it holds "
+            f"{len(seen)} committed records, offsets {self.watermarks('read_committed')} "
+            f"(read_uncommitted: {self.watermarks('read_uncommitted')})"
+        )
         metadata, records = self.open_leader()
         problem = mismatch(records, fold)
         assert not problem, f"the store's envelopes differ from the changelog: {problem}"
         assert dict(metadata.changelog_offsets) == ends, (metadata.changelog_offsets, ends)
+
+    def watermarks(self, isolation: str) -> dict[int, tuple[int, int]]:
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "marks", "isolation.level": isolation}
+        )
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(self.changelog, p), 30)
+                for p in range(CHANGELOG_PARTITIONS)
+            }
+        finally:
+            consumer.close()
 
     def check_follower(self) -> None:
         """A follower of the changelog (kept across checks) converges to the leader."""
@@ -743,7 +759,12 @@ def pipeline(
     """A sink pipeline on a fresh changelog; children still running at teardown are killed."""
     name = request.node.name.replace("_", "-")[:40]
     changelog = f"{APP}-{name}-{time.monotonic_ns()}-changelog"
-    kafka_broker.create_topic(changelog, CHANGELOG_PARTITIONS)
+    # Neither compacted (unlike a production changelog) nor time-retained: the check reads
+    # every input row back exactly once, and the input's timestamps are months old, so the
+    # log cleaner would remove overwritten rows and retention would delete all of them.
+    kafka_broker.create_topic(
+        changelog, CHANGELOG_PARTITIONS, compacted=False, config={"retention.ms": "-1"}
+    )
     kafka_broker.create_topic(f"{changelog}-progress", 1)
     made = Pipeline(tmp_path, kafka_broker, changelog, SEED)
     yield made

@@ -84,7 +84,6 @@ class ChangelogProducer:
             {
                 "bootstrap.servers": bootstrap,
                 "transactional.id": f"crash-writer-{topic}",
-                # The embedded broker keeps ~5 MB per partition: compress, batch big.
                 "compression.type": "lz4",
                 "linger.ms": 20,
                 "batch.num.messages": 10_000,
@@ -200,8 +199,8 @@ def changelog_end_offsets(kafka_broker: Any, topic: str) -> dict[int, int]:
         consumer.close()
     lost = {p: low for p, (low, _) in marks.items() if low != 0}
     assert not lost, (
-        f"the embedded broker dropped the oldest offsets of {topic} ({lost}): the changelog "
-        "is bigger than it keeps per partition; produce fewer or smaller records"
+        f"Kafka dropped the oldest offsets of {topic} ({lost}): the test's topic must keep "
+        "everything"
     )
     return {p: high for p, (_, high) in marks.items()}
 

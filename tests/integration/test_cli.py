@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 from spark_statestore import Position
 from spark_statestore.changelog import encode_position, partition_for_key
-from spark_statestore.connectors.kafka.embedded import EmbeddedBroker
+from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 
 def test_tail_prints_committed_records_with_positions(
-    kafka_broker: EmbeddedBroker, make_topic: Callable[..., str]
+    kafka_broker: LocalKafkaCluster, make_topic: Callable[..., str]
 ) -> None:
     topic = make_topic(partitions=2)
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
@@ -55,7 +55,7 @@ def test_tail_prints_committed_records_with_positions(
 
 
 def test_tail_reports_a_truncated_position_header_with_its_location(
-    kafka_broker: EmbeddedBroker, make_topic: Callable[..., str]
+    kafka_broker: LocalKafkaCluster, make_topic: Callable[..., str]
 ) -> None:
     topic = make_topic()
     good = encode_position(Position.from_map({"input": {0: 1}}))
@@ -87,7 +87,7 @@ def test_tail_reports_a_truncated_position_header_with_its_location(
     assert "key=bad value=2" in lenient.stdout and "position=-" in lenient.stdout
 
 
-def test_tail_names_a_missing_topic(kafka_broker: EmbeddedBroker) -> None:
+def test_tail_names_a_missing_topic(kafka_broker: LocalKafkaCluster) -> None:
     result = cli(
         "tail",
         "--bootstrap-servers",

@@ -1,4 +1,4 @@
-"""``spark-statestore follow`` as a real process against the embedded broker, and a quick
+"""``spark-statestore follow`` as a real process against a real Kafka broker, and a quick
 run of the ``follower`` bench suite."""
 
 from __future__ import annotations

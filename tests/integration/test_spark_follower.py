@@ -1,4 +1,4 @@
-"""The follower source and the snapshot reader in a local Spark against the embedded broker."""
+"""The follower source and the snapshot reader in a local Spark against a real Kafka broker."""
 
 from __future__ import annotations
 
