@@ -26,6 +26,7 @@ from spark_statestore.connectors.kafka.errors import (
     _describe,
     _kafka_error,
 )
+from spark_statestore.connectors.kafka.offsets import watermarks
 
 __all__ = ["ChangelogEntry", "read_changelog_range"]
 
@@ -89,21 +90,6 @@ class ChangelogEntry(NamedTuple):
     timestamp: int | None
 
 
-def _watermarks(
-    consumer: Consumer, topic: str, partition: int, timeout_s: float
-) -> tuple[int, int]:
-    """``(earliest, end)`` of a partition; ``end`` is the last stable offset (read_committed)."""
-    try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s
-        )
-    except KafkaException as exc:
-        raise KafkaClientError(
-            f"cannot read the offsets of {topic}-{partition}: {_describe(_kafka_error(exc), exc)}"
-        ) from exc
-    return int(low), int(high)
-
-
 _CONSUME_BATCH = 10_000
 _CONSUME_TIMEOUT_S = 0.02
 
@@ -153,7 +139,7 @@ def _read_ranges(
                     topic,
                     partition,
                     positions[partition],
-                    _watermarks(consumer, topic, partition, timeout_s),
+                    watermarks(consumer, topic, partition, timeout_s),
                     fail_on_data_loss=fail_on_data_loss,
                 )
                 reassign = True  # seek() refuses a partition in this state
@@ -228,7 +214,7 @@ def read_changelog_range(
             if end <= start:
                 continue
             # A range past the committed end would wait forever: its records are gone.
-            marks = _watermarks(consumer, topic, partition, timeout_s)
+            marks = watermarks(consumer, topic, partition, timeout_s)
             if end > marks[1]:
                 raise DataLossError(
                     f"changelog {topic}-{partition} ends at offset {marks[1]} (committed) "

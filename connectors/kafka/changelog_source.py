@@ -14,7 +14,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spark_statestore.changelog.headers import OnMissing, PositionMerger
-from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
+from spark_statestore.connectors.kafka.errors import (
+    DataLossError,
+    KafkaClientError,
+    _is_transient,
+)
+from spark_statestore.connectors.kafka.offsets import watermarks
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.follower import PollResult, Row
 
@@ -124,18 +129,11 @@ class KafkaChangelogSource:
 
     def watermarks(self, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
         """``{partition: (earliest offset, end offset)}``."""
-        marks = {}
-        for partition in partitions:
-            try:
-                with self._offsets_lock:
-                    marks[partition] = self._offsets_client.get_watermark_offsets(
-                        TopicPartition(self._topic, partition), timeout=self._timeout_s
-                    )
-            except KafkaException as exc:
-                raise KafkaClientError(
-                    f"cannot read the offsets of {self._topic}-{partition}: {exc}"
-                ) from exc
-        return marks
+        with self._offsets_lock:
+            return {
+                p: watermarks(self._offsets_client, self._topic, p, self._timeout_s)
+                for p in partitions
+            }
 
     def assign(self, starts: Mapping[int, int]) -> None:
         self._assigned = sorted(starts)
@@ -192,6 +190,11 @@ class KafkaChangelogSource:
                 )
                 self.lost_offsets[partition] = self.lost_offsets.get(partition, 0) + low - wanted
                 resets[partition] = low
+                continue
+            if _is_transient(error):
+                # The client reconnects and fetches again by itself; the follower's lag
+                # shows the outage meanwhile.
+                _log.warning("changelog %s: %s; still reading", self._topic, error.str())
                 continue
             raise KafkaClientError(
                 f"reading changelog {self._topic}-{message.partition()} at offset "

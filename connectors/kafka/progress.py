@@ -26,9 +26,9 @@ from spark_statestore.connectors.kafka.changelog_ranges import (
     _consumer,
     _read_ranges,
     _topic_partitions,
-    _watermarks,
 )
 from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.offsets import watermarks
 
 __all__ = [
     "PROGRESS_SUFFIX",
@@ -248,7 +248,7 @@ def read_last_progress(
     consumer = _consumer(bootstrap_servers, config, "progress")
     try:
         _require_progress_topic(consumer, topic, timeout_s)
-        low, end = _watermarks(consumer, topic, 0, timeout_s)
+        low, end = watermarks(consumer, topic, 0, timeout_s)
         window = _PROGRESS_WINDOW
         while end > low:
             start = max(low, end - window)

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from spark_statestore.changelog import ChangelogRecord
 from spark_statestore.changelog.headers import OnMissing
 from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.offsets import watermarks
 
 __all__ = ["format_record", "message_to_record", "tail_changelog"]
 
@@ -88,9 +89,7 @@ def tail_changelog(
         ends: dict[int, int] = {}
         starts: dict[int, int] = {}
         for partition in partitions:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s
-            )
+            low, high = watermarks(consumer, topic, partition, timeout_s)
             starts[partition], ends[partition] = low, high
         pending = {p for p in partitions if ends[p] > starts[p]}
         consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(pending)])
