@@ -42,6 +42,7 @@ from spark_statestore.connectors.kafka.changelog_ranges import (
 from spark_statestore.connectors.kafka.errors import (
     KafkaClientError,
     ProducerFencedError,
+    TransactionTimeoutError,
     _describe,
     _kafka_error,
 )
@@ -55,6 +56,7 @@ from spark_statestore.connectors.kafka.progress import (
 from spark_statestore.position import Position
 
 __all__ = [
+    "DEFAULT_TRANSACTION_TIMEOUT_MS",
     "PROGRESS_SUFFIX",
     "Change",
     "ChangelogEntry",
@@ -75,6 +77,15 @@ _FENCED_CODES = frozenset(
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 # Settings the writer decides: exactly-once needs them, whatever kafka.* options say.
 _OWNED = ("transactional.id", "enable.idempotence", "allow.auto.create.topics")
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 300_000
+"""The sink's ``transaction.timeout.ms`` unless ``kafka.transaction.timeout.ms`` says
+otherwise: 5 minutes of publishing per batch (librdkafka's default is 60 s, about 5.8M
+changes at the sink's rate), well within a broker's default ``transaction.max.timeout.ms``
+(15 minutes). It is also how long a sink that dies mid-publish and is never restarted holds
+back its changelog's readers (a restart fences it at once)."""
+
+_TIMEOUT_CHECK_EVERY = 4096  # changes between two looks at the transaction's age
 
 Change = (
     tuple[bytes, bytes | None, Position | None, int | None]
@@ -174,8 +185,16 @@ class ChangelogWriter:
             "acks": "all",
             "compression.type": "lz4",
             "linger.ms": 20,
+            "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
         }
         settings.update(user)
+        try:
+            self._txn_timeout_ms = int(settings["transaction.timeout.ms"])
+        except (TypeError, ValueError):
+            raise KafkaClientError(
+                f"kafka.transaction.timeout.ms={settings['transaction.timeout.ms']!r} is not a "
+                "number of milliseconds"
+            ) from None
         settings.update(
             {
                 "bootstrap.servers": bootstrap_servers,
@@ -252,9 +271,20 @@ class ChangelogWriter:
             )
         self._partitions = self.partition_count()
         _require_progress_topic(self._producer, self.progress_topic, self._timeout_s)
-        self._retrying(
-            "initialize transactions", self._producer.init_transactions, in_transaction=False
-        )
+        try:
+            self._retrying(
+                "initialize transactions", self._producer.init_transactions, in_transaction=False
+            )
+        except KafkaClientError as exc:
+            if exc.code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+                raise KafkaClientError(
+                    f"changelog writer {self._transactional_id!r}: the brokers refuse "
+                    f"transaction.timeout.ms={self._txn_timeout_ms}, more than their "
+                    "transaction.max.timeout.ms: set kafka.transaction.timeout.ms to at most "
+                    "that (or raise it on the brokers)",
+                    exc.code,
+                ) from exc
+            raise
         self._state = _State.READY
         _log.info(
             "changelog writer %r ready: %s (%d partitions)",
@@ -338,11 +368,16 @@ class ChangelogWriter:
             producer.begin_transaction()
         except KafkaException as exc:
             raise self._failure(exc, "begin a transaction", aborted=False) from exc
+        began = time.monotonic()
+        produced = 0
         try:
             last_position: Position | None = None
             headers: list[tuple[str, str | bytes | None]] | None = None
             produce = producer.produce
             for index, change in enumerate(changes):
+                if index % _TIMEOUT_CHECK_EVERY == 0:
+                    produced = index
+                    self._check_age(began, produced, progress.batch_id)
                 key, value, position, timestamp = change[0], change[1], change[2], change[3]
                 if not isinstance(key, (bytes, bytearray)):
                     raise ChangelogFormatError(
@@ -370,6 +405,7 @@ class ChangelogWriter:
                         break
                     except BufferError:
                         self._wait_for_room()  # the local queue is full
+                produced = index + 1
             self._flush()
             ends = {p: o + 1 for p, o in sorted(self._ends.items())}
             record = replace(progress, changelog_end_offsets=ends)
@@ -381,18 +417,22 @@ class ChangelogWriter:
                 on_delivery=self._on_progress_delivery,
             )
             self._flush()
+            self._check_age(began, produced, progress.batch_id)
             self._retrying("commit the transaction", producer.commit_transaction)
-        except BaseException as exc:
-            abort_error = self._abort(exc)
-            if not isinstance(exc, (KafkaClientError, KafkaException, SystemError)):
+        except BaseException as raised:
+            failure = self._timed_out(raised, began, produced, progress.batch_id)
+            abort_error = self._abort(failure)
+            if not isinstance(failure, (KafkaClientError, KafkaException, SystemError)):
                 raise  # the caller's own failure (reading its changes), after the abort
-            if isinstance(exc, ProducerFencedError) or (
-                isinstance(exc, KafkaClientError) and self._state is not _State.FENCED
+            if isinstance(failure, (ProducerFencedError, TransactionTimeoutError)) or (
+                isinstance(failure, KafkaClientError) and self._state is not _State.FENCED
             ):
-                raise
+                if failure is raised:
+                    raise
+                raise failure from raised
             # A fatal error can surface from flush() as a bare SystemError (confluent-kafka
             # raises it from inside its callbacks); the failed abort then names it.
-            raise self._failure(exc, "publish a batch", fallback=abort_error) from exc
+            raise self._failure(failure, "publish a batch", fallback=abort_error) from failure
         _log.debug(
             "changelog writer %r committed batch %d: %s",
             self._transactional_id,
@@ -402,6 +442,47 @@ class ChangelogWriter:
         return ends
 
     # -- internals ------------------------------------------------------------------------
+    def _timeout_error(
+        self, batch_id: int, changes: int, elapsed_s: float, code: int | None = None
+    ) -> TransactionTimeoutError:
+        return TransactionTimeoutError(
+            f"batch {batch_id}: its Kafka transaction on changelog {self._topic!r} was open "
+            f"{elapsed_s:.1f} s ({changes:,} changes produced), longer than the producer's "
+            f"transaction.timeout.ms ({self._txn_timeout_ms} ms), so the transaction "
+            "coordinator aborts it; nothing of this batch is visible. Publishing the same "
+            "batch again would fail the same way: raise kafka.transaction.timeout.ms (up to "
+            "the brokers' transaction.max.timeout.ms, 900000 by default) or make the batches "
+            "smaller (maxOffsetsPerTrigger on a Kafka source, a shorter trigger interval)",
+            batch_id=batch_id,
+            changes=changes,
+            elapsed_s=elapsed_s,
+            timeout_ms=self._txn_timeout_ms,
+            code=code,
+        )
+
+    def _check_age(self, began: float, changes: int, batch_id: int) -> None:
+        """Give up on a transaction the coordinator aborts anyway (it outlived its timeout)."""
+        elapsed = time.monotonic() - began
+        if elapsed * 1000 >= self._txn_timeout_ms:
+            raise self._timeout_error(batch_id, changes, elapsed)
+
+    def _timed_out(
+        self, exc: BaseException, began: float, changes: int, batch_id: int
+    ) -> BaseException:
+        """A fence that arrives after the transaction outlived ``transaction.timeout.ms`` is
+        the coordinator aborting it (it bumps the producer's epoch), not another sink:
+        name it so, since a restart of the same batch would meet it again."""
+        if isinstance(exc, TransactionTimeoutError):
+            return exc
+        elapsed = time.monotonic() - began
+        error = _kafka_error(exc)
+        fenced = _is_fenced(error) or isinstance(exc, ProducerFencedError)
+        if fenced and elapsed * 1000 >= self._txn_timeout_ms:
+            return self._timeout_error(
+                batch_id, changes, elapsed, error.code() if error is not None else None
+            )
+        return exc
+
     def _check_ready(self, action: str) -> None:
         if self._state is _State.READY:
             return

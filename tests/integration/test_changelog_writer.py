@@ -1,10 +1,11 @@
-"""The transactional changelog writer against the embedded broker: one batch per transaction."""
+"""The transactional changelog writer against a real Kafka broker: one batch per transaction."""
 
 from __future__ import annotations
 
 import itertools
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -12,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from spark_statestore.changelog.partitioner import partition_for_key
 from spark_statestore.connectors.kafka import progress as kafka_progress
 from spark_statestore.connectors.kafka.changelog_writer import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
     Change,
     ChangelogWriter,
     ProducerFencedError,
@@ -21,10 +23,15 @@ from spark_statestore.connectors.kafka.changelog_writer import (
     read_last_progress,
     transactional_id_for,
 )
-from spark_statestore.connectors.kafka.embedded import ApiKey, EmbeddedBroker
-from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
+from spark_statestore.connectors.kafka.errors import (
+    DataLossError,
+    KafkaClientError,
+    TransactionTimeoutError,
+)
+from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.connectors.kafka.tail import tail_changelog
 from spark_statestore.position import Position
+from tests.kafka_util import wait_until_readable, wait_until_settled
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +41,7 @@ _ids = itertools.count()
 
 @pytest.fixture
 def make_changelog(
-    make_topic: Callable[..., str], kafka_broker: EmbeddedBroker
+    make_topic: Callable[..., str], kafka_broker: LocalKafkaCluster
 ) -> Callable[..., str]:
     """Factory: a changelog with ``partitions`` partitions and its 1-partition progress topic."""
 
@@ -48,16 +55,19 @@ def make_changelog(
 
 
 @pytest.fixture
-def make_writer(kafka_broker: EmbeddedBroker) -> Iterator[Callable[..., ChangelogWriter]]:
+def make_writer(kafka_broker: LocalKafkaCluster) -> Iterator[Callable[..., ChangelogWriter]]:
     """Factory: an initialized writer (closed at the end of the test)."""
     writers: list[ChangelogWriter] = []
 
-    def factory(topic: str, txn_id: str | None = None, init: bool = True) -> ChangelogWriter:
+    def factory(
+        topic: str, txn_id: str | None = None, init: bool = True, **config: Any
+    ) -> ChangelogWriter:
         writer = ChangelogWriter(
             kafka_broker.bootstrap_servers,
             topic,
             transactional_id=txn_id or f"{topic}-txn-{next(_ids)}",
-            config={"log_level": 0},  # fencing tests make librdkafka log fatal errors
+            # Fencing tests make librdkafka log fatal errors.
+            config={"log_level": 0, **config},
             timeout_s=10,
         )
         writers.append(writer)
@@ -85,7 +95,8 @@ def read_log(
     bootstrap: str, topic: str, isolation: str = "read_committed"
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of the data records of every partition, read with a
-    plain consumer (not the module under test)."""
+    plain consumer (not the module under test), once every transaction is decided."""
+    wait_until_settled(bootstrap, topic)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -142,7 +153,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
 
 
 def test_published_batch_reads_back_with_read_committed(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -200,7 +211,7 @@ def test_published_batch_reads_back_with_read_committed(
 
 
 def test_next_batch_range_starts_after_the_commit_marker(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -224,7 +235,7 @@ def test_next_batch_range_starts_after_the_commit_marker(
 
 
 def test_batch_larger_than_the_producer_queue(
-    kafka_broker: EmbeddedBroker, make_changelog: Callable[..., str]
+    kafka_broker: LocalKafkaCluster, make_changelog: Callable[..., str]
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     topic = make_changelog()
@@ -247,7 +258,7 @@ def test_batch_larger_than_the_producer_queue(
 
 
 def test_empty_batch_still_commits_its_progress(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -267,7 +278,7 @@ class StagingReadError(Exception):
 
 
 def test_failure_mid_batch_aborts_everything_and_the_writer_goes_on(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -292,34 +303,60 @@ def test_failure_mid_batch_aborts_everything_and_the_writer_goes_on(
     assert progress is not None and progress.changelog_end_offsets == ends
 
 
-def test_failed_commit_aborts_records_already_in_the_log(
-    kafka_broker: EmbeddedBroker,
+def test_a_batch_that_outlives_its_transaction_timeout_fails_clearly(
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
+    """The coordinator aborts a transaction older than transaction.timeout.ms (a real broker
+    event); the writer names the batch, its size and the setting instead of blaming a
+    duplicate sink, and a retry of the same batch would meet the same end."""
     bootstrap = kafka_broker.bootstrap_servers
-    topic = make_changelog()
-    writer = make_writer(topic)
-    # The records and the progress record are acknowledged; then EndTxn(commit) fails with an
-    # abortable error.
-    kafka_broker.push_request_errors(ApiKey.END_TXN, [KafkaError.UNKNOWN_PRODUCER_ID])
-    try:
-        with pytest.raises(KafkaClientError, match="could not commit the transaction") as failed:
-            writer.publish(batch_of(0, 40), progress=ProgressRecord.for_batch("s", "q", 0))
-    finally:
-        kafka_broker.clear_request_errors(ApiKey.END_TXN)
-    assert not isinstance(failed.value, ProducerFencedError)
-    assert failed.value.code == KafkaError.UNKNOWN_PRODUCER_ID
-    assert uncommitted_count(bootstrap, topic) == 40  # written, then aborted
+    topic = make_changelog(partitions=1)
+    writer = make_writer(topic, **{"transaction.timeout.ms": 1000})
+
+    def slow_batch() -> Iterator[Change]:
+        yield from batch_of(0, 40)
+        # The 40 records reach the broker (linger 20 ms); then this batch takes longer than
+        # its transaction may: wait for the coordinator's abort marker, which moves the last
+        # stable offset past them.
+        wait_until_readable(bootstrap, topic, {0: 39}, timeout_s=60)
+        yield from batch_of(1, 10)
+
+    with pytest.raises(TransactionTimeoutError) as failed:
+        writer.publish(slow_batch(), progress=ProgressRecord.for_batch("s", "q", 7))
+    error = failed.value
+    assert error.batch_id == 7 and error.timeout_ms == 1000 and error.elapsed_s >= 1.0
+    assert 40 <= error.changes <= 50
+    for part in ("batch 7", topic, "transaction.timeout.ms (1000 ms)", "kafka.transaction"):
+        assert part in str(error)
+    assert not isinstance(error, ProducerFencedError)
+    assert uncommitted_count(bootstrap, topic) >= 40  # written, then aborted
     assert committed(bootstrap, topic) == []
     assert read_last_progress(bootstrap, topic, "s") is None
 
-    writer.publish(batch_of(1, 10), progress=ProgressRecord.for_batch("s", "q", 0))
+    # A batch that fits in the timeout goes through (a new writer: the abort bumped the
+    # producer's epoch, which fences the old one).
+    make_writer(topic, txn_id=writer.transactional_id).publish(
+        batch_of(2, 10), progress=ProgressRecord.for_batch("s", "q", 7)
+    )
     assert len(committed(bootstrap, topic)) == 10
 
 
+def test_the_default_transaction_timeout_is_raised_within_the_brokers_limit(
+    make_changelog: Callable[..., str], make_writer: Callable[..., ChangelogWriter]
+) -> None:
+    topic = make_changelog(partitions=1)
+    writer = make_writer(topic, init=False)
+    assert writer._txn_timeout_ms == DEFAULT_TRANSACTION_TIMEOUT_MS == 300_000
+    writer.init()  # the broker accepts it (its transaction.max.timeout.ms is 15 min)
+    too_long = make_writer(topic, init=False, **{"transaction.timeout.ms": 3_600_000})
+    with pytest.raises(KafkaClientError, match=r"kafka\.transaction\.timeout\.ms to at most"):
+        too_long.init()
+
+
 def test_second_writer_fences_the_first(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -342,7 +379,7 @@ def test_second_writer_fences_the_first(
 
 
 def test_writer_fenced_in_the_middle_of_a_transaction(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -369,7 +406,7 @@ def test_writer_fenced_in_the_middle_of_a_transaction(
 
 
 def test_records_in_flight_when_fenced_never_become_visible(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -403,7 +440,7 @@ def test_records_in_flight_when_fenced_never_become_visible(
 
 @pytest.mark.parametrize("window", [1024, 2], ids=["one-window", "backward-steps"])
 def test_last_progress_per_store_on_a_shared_progress_topic(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
     monkeypatch: pytest.MonkeyPatch,
@@ -432,7 +469,7 @@ def test_last_progress_per_store_on_a_shared_progress_topic(
 
 
 def test_malformed_progress_record_in_the_topic_names_its_offset(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -451,7 +488,7 @@ def test_malformed_progress_record_in_the_topic_names_its_offset(
 
 
 def test_missing_changelog_is_a_clear_error_and_never_created(
-    kafka_broker: EmbeddedBroker, make_writer: Callable[..., ChangelogWriter]
+    kafka_broker: LocalKafkaCluster, make_writer: Callable[..., ChangelogWriter]
 ) -> None:
     topic = f"absent-changelog-{next(_ids)}"
     writer = make_writer(topic, init=False)
@@ -465,7 +502,7 @@ def test_missing_changelog_is_a_clear_error_and_never_created(
 
 @pytest.mark.parametrize("progress_partitions", [None, 2], ids=["missing", "two-partitions"])
 def test_progress_topic_must_exist_with_one_partition(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
     progress_partitions: int | None,
@@ -480,7 +517,7 @@ def test_progress_topic_must_exist_with_one_partition(
 
 
 def test_range_past_the_committed_end_is_data_loss(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
     make_writer: Callable[..., ChangelogWriter],
 ) -> None:
@@ -498,7 +535,7 @@ def test_range_past_the_committed_end_is_data_loss(
     assert lost.value.partition == partition
 
 
-def test_writer_owns_its_transactional_settings(kafka_broker: EmbeddedBroker) -> None:
+def test_writer_owns_its_transactional_settings(kafka_broker: LocalKafkaCluster) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     for name, value in [
         ("transactional.id", "someone-else"),
