@@ -104,8 +104,13 @@ class ChangelogSource(Protocol):
         """Start reading each partition at ``starts[partition]``."""
         ...
 
-    def poll(self, max_records: int, timeout_s: float) -> PollResult:
-        """Up to ``max_records`` committed records, waiting at most ``timeout_s``."""
+    def poll(self, max_records: int, timeout_s: float, *, fill: bool = True) -> PollResult:
+        """Up to ``max_records`` committed records, waiting at most ``timeout_s``.
+
+        ``fill``: wait (up to ``timeout_s``) for a whole ``max_records`` chunk, as a restore
+        wants; otherwise return as soon as anything has arrived, with what has, as a caught-up
+        follower wants (each change visible without waiting for more).
+        """
         ...
 
     def close(self) -> None:
@@ -129,7 +134,9 @@ class Follower:
     chunk_records
         Records per store commit.
     poll_timeout_s
-        How long one poll waits for records.
+        How long one poll waits for records. While RESTORING a poll waits for a whole chunk
+        (large atomic commits); once RUNNING it returns with the first records that arrive,
+        so a change is in the store as soon as the changelog has it.
     """
 
     def __init__(
@@ -212,7 +219,11 @@ class Follower:
             self.start_restore()
         if self.state not in (FollowerState.RESTORING, FollowerState.RUNNING):
             raise FollowerError(f"follower of {self.source.topic!r} is {self.state.value}")
-        polled = self.source.poll(self.chunk_records, self.poll_timeout_s)
+        polled = self.source.poll(
+            self.chunk_records,
+            self.poll_timeout_s,
+            fill=self.state is FollowerState.RESTORING,
+        )
         current = self.store.metadata.changelog_offsets
         moved = {
             p: o

@@ -23,11 +23,17 @@ from spark_statestore.connectors.kafka.offsets import watermarks
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.follower import PollResult, Row
 
-__all__ = ["KafkaChangelogSource", "handle_out_of_range"]
+__all__ = ["READ_AHEAD_BYTES", "KafkaChangelogSource", "handle_out_of_range", "read_ahead_settings"]
 
 _log = logging.getLogger(__name__)
 
 _INVALID_OFFSET = -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID
+
+READ_AHEAD_BYTES = 64 * 1024 * 1024
+"""What the consumer may buffer ahead of the follower, over all its partitions together.
+librdkafka's limits are per partition (64 MiB each by default), so they are this budget
+divided by the partitions read; ``kafka.queued.max.messages.kbytes`` overrides it."""
+_MIN_PARTITION_KIB = 1024
 
 
 class KafkaChangelogSource:
@@ -70,10 +76,10 @@ class KafkaChangelogSource:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",  # a lost offset is data loss, not a silent reset
             "enable.partition.eof": True,
-            "queued.min.messages": 500_000,
-            "fetch.max.bytes": 64 * 1024 * 1024,
+            "fetch.max.bytes": 32 * 1024 * 1024,
         }
-        settings.update(config or {})
+        user = dict(config or {})
+        settings.update(user)
         if settings.get("isolation.level", "read_committed") != "read_committed":
             raise KafkaClientError(
                 f"changelog {topic!r} must be read with isolation.level=read_committed "
@@ -83,10 +89,14 @@ class KafkaChangelogSource:
         self._topic = topic
         self._timeout_s = timeout_s
         self._on_missing: OnMissing = on_missing_position
+        self._settings = settings
+        self._user = user
+        # The reading consumer is made by assign(), which knows how many partitions share
+        # the read-ahead budget.
+        self._consumer: Consumer | None = None
         try:
-            self._consumer = Consumer(settings)
-            # Offset queries come from other threads (lag, Spark's latestOffset) while the
-            # follower thread blocks in consume(): they get their own client.
+            # Metadata and offset queries come from other threads (lag, Spark's
+            # latestOffset) while the follower thread blocks in consume(): their own client.
             self._offsets_client = Consumer(
                 dict(settings, **{"group.id": f"{settings['group.id']}-offsets"})
             )
@@ -110,7 +120,8 @@ class KafkaChangelogSource:
 
     def partition_count(self) -> int:
         try:
-            metadata = self._consumer.list_topics(self._topic, timeout=self._timeout_s)
+            with self._offsets_lock:
+                metadata = self._offsets_client.list_topics(self._topic, timeout=self._timeout_s)
         except KafkaException as exc:
             raise KafkaClientError(
                 f"cannot read the metadata of changelog {self._topic!r}: {exc}"
@@ -138,10 +149,39 @@ class KafkaChangelogSource:
     def assign(self, starts: Mapping[int, int]) -> None:
         self._assigned = sorted(starts)
         self._positions = dict(starts)
+        if self._consumer is None:
+            self._consumer = self._reading_consumer(len(starts))
         self._consumer.assign([TopicPartition(self._topic, p, o) for p, o in starts.items()])
 
-    def poll(self, max_records: int, timeout_s: float) -> PollResult:
-        messages = self._consumer.consume(min(max_records, 1_000_000), timeout=timeout_s)
+    def _reading_consumer(self, partitions: int) -> Consumer:
+        """The consumer that reads the records, its read-ahead bounded in total."""
+        try:
+            return Consumer(read_ahead_settings(self._settings, self._user, partitions))
+        except KafkaException as exc:
+            raise KafkaClientError(
+                f"the Kafka client refused the consumer settings for changelog "
+                f"{self._topic!r}: {exc.args[0].str() if exc.args else exc}; check the "
+                "kafka.* options",
+                exc.args[0].code() if exc.args else None,
+            ) from exc
+
+    def _reader(self) -> Consumer:
+        if self._consumer is None:
+            raise KafkaClientError(f"changelog {self._topic!r} is read before assign()")
+        return self._consumer
+
+    def poll(self, max_records: int, timeout_s: float, *, fill: bool = True) -> PollResult:
+        consumer = self._reader()
+        limit = min(max_records, 1_000_000)
+        if fill:
+            messages = consumer.consume(limit, timeout=timeout_s)
+        else:
+            # consume() waits for all ``limit`` records or the timeout; a caught-up reader
+            # wants the first arrival at once, plus whatever came with it.
+            first = consumer.poll(timeout_s)
+            messages = [] if first is None else [first]
+            if first is not None and limit > 1:
+                messages += consumer.consume(limit - 1, timeout=0)
         rows: list[Row] = []
         append = rows.append
         merger = PositionMerger(self._on_missing)
@@ -204,7 +244,7 @@ class KafkaChangelogSource:
         # skipped), so it covers the records above without a per-record loop.
         if self._assigned:
             tps = [TopicPartition(self._topic, p) for p in self._assigned]
-            for tp in self._consumer.position(tps):
+            for tp in consumer.position(tps):
                 if tp.offset != _INVALID_OFFSET and tp.offset > self._positions.get(
                     tp.partition, 0
                 ):
@@ -213,7 +253,7 @@ class KafkaChangelogSource:
             # A partition whose offset was reset is in an error state that seek() refuses:
             # assign everything again, at the positions of the records returned so far.
             self._positions.update(resets)
-            self._consumer.assign(
+            consumer.assign(
                 [TopicPartition(self._topic, p, self._positions[p]) for p in self._assigned]
             )
         merger.add_all(all_headers, topic, rows)
@@ -226,8 +266,25 @@ class KafkaChangelogSource:
         )
 
     def close(self) -> None:
-        self._consumer.close()
+        if self._consumer is not None:
+            self._consumer.close()
         self._offsets_client.close()
+
+
+def read_ahead_settings(
+    settings: Mapping[str, Any], user: Mapping[str, Any], partitions: int
+) -> dict[str, Any]:
+    """``settings`` with librdkafka's per-partition read-ahead set so that ``partitions``
+    partitions together buffer at most :data:`READ_AHEAD_BYTES` (1 MiB each at least),
+    unless the user's own ``queued.max.messages.kbytes`` says otherwise."""
+    out = dict(settings)
+    if "queued.max.messages.kbytes" in user:
+        return out
+    share = max(_MIN_PARTITION_KIB, READ_AHEAD_BYTES // 1024 // max(1, partitions))
+    out["queued.max.messages.kbytes"] = share
+    # A fetch never asks for more than the budget leaves room for.
+    out["fetch.max.bytes"] = min(int(out.get("fetch.max.bytes", share * 1024)), share * 1024)
+    return out
 
 
 def handle_out_of_range(

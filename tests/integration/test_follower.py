@@ -137,6 +137,26 @@ def test_restore_then_follow_live(
             follower.stop()
 
 
+def test_a_caught_up_follower_applies_a_change_without_waiting_to_fill_a_chunk(
+    kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    """While restoring, a poll waits for a whole chunk; once RUNNING, a single change is
+    applied as soon as it arrives, not after the poll's timeout."""
+    writer.transaction(random_changes(random.Random(1), 30))
+    with open_follower_store(tmp_path / "s", writer.topic) as store:
+        source = KafkaChangelogSource(kafka_broker.bootstrap_servers, writer.topic)
+        # A poll that waited to fill its chunk would hold this change for 10 s.
+        follower = Follower(store, source, chunk_records=50_000, poll_timeout_s=10)
+        follower.start()
+        try:
+            assert follower.wait_running(60)
+            writer.transaction([(b"one-change", b"1")])
+            assert follower.wait_until({p: o + 1 for p, o in writer.last_offsets.items()}, 5)
+            assert store_content(store)[b"one-change"] == b"1"
+        finally:
+            follower.stop(timeout_s=30)
+
+
 def test_restart_resumes_from_store_offsets(
     kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
 ) -> None:
