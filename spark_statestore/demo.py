@@ -1,6 +1,6 @@
 """The end-to-end demo behind the README's first command (``make demo``).
 
-1. Start the embedded Kafka broker in its own process (``spark-statestore broker``) with the
+1. Start a local Apache Kafka broker (KRaft, a JVM) through ``spark-statestore broker``, with the
    changelog topic ``inventory-app-stock-changelog`` (4 partitions) and the topics the Spark
    job of step 5 publishes to.
 2. Start "another application" in its own process (:mod:`spark_statestore.demo_app`): a
@@ -118,7 +118,8 @@ def _stop(proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
 def _broker_process(workdir: Path) -> Iterator[str]:
     """Run ``spark-statestore broker`` as a child; yields its bootstrap servers.
 
-    Its own log lines (librdkafka's mock cluster) go to ``broker.log``, not to the demo's output.
+    Its own output (the launcher's; each Kafka node logs to its own data directory) goes to
+    ``broker.log``, not to the demo's output.
     """
     cmd = [
         sys.executable,
@@ -126,7 +127,7 @@ def _broker_process(workdir: Path) -> Iterator[str]:
         "spark_statestore.cli",
         "broker",
         "--brokers",
-        "3",
+        "1",
         "--topic",
         f"{CHANGELOG}:{PARTITIONS}",
         *(arg for topic in demo_loop.TOPICS for arg in ("--topic", topic)),
@@ -310,7 +311,8 @@ def _start_spark(workdir: Path) -> Any:
             "--conf spark.ui.showConsoleProgress=false pyspark-shell"
         )
     try:
-        spark = local_session("spark-statestore-demo")
+        # Spark's own Kafka source reads the leader's input (demo_loop).
+        spark = local_session("spark-statestore-demo", kafka_source=True)
     finally:
         if submit_args is None:
             del os.environ["PYSPARK_SUBMIT_ARGS"]
@@ -410,7 +412,7 @@ def run_demo(workdir: Path | None = None) -> int:
     problems: list[str] = []
     with _workdir(workdir or DEFAULT_WORKDIR) as root:
         store, checkpoint = root / _STORE_DIR, root / _CHECKPOINT_DIR
-        banner("1. the embedded Kafka broker (a separate process)")
+        banner("1. a local Apache Kafka broker (KRaft, a separate JVM process)")
         with _broker_process(root) as bootstrap:
             say(f"bootstrap.servers = {bootstrap}")
             say(f"changelog topic {CHANGELOG} ({PARTITIONS} partitions)")

@@ -3,11 +3,11 @@
 :func:`run_loop` runs inside the demo (:mod:`spark_statestore.demo`) once its first follower
 query has stopped, with the broker, the inventory app and Spark still up:
 
-6. The *leader* query (application ``stock-report``) reads the inventory changelog's change
-   feed with the follower source (Spark's Kafka source is not available; the feed has the
-   same columns), computes the units in stock per item category (``item-04`` = items
-   ``item-040`` to ``item-049``) and writes them in complete mode through the transactional
-   sink into the store it leads, publishing every batch to its changelog
+6. The *leader* query (application ``stock-report``) reads the inventory changelog with
+   Spark's own Kafka source (``format("kafka")``, read_committed), computes the units in
+   stock per item category (``item-04`` = items ``item-040`` to ``item-049``) and writes
+   them in complete mode through the transactional sink into the store it leads,
+   publishing every batch to its changelog
    ``stock-report-units-changelog``. The *follower* query follows that changelog into another
    store. Spark SQL shows both stores side by side: same rows, same changelog coordinates,
    same position.
@@ -18,9 +18,9 @@ query has stopped, with the broker, the inventory app and Spark still up:
    reaches the bound, and answers with the new total.
 
 Why complete mode through ``writeStream`` (and not ``foreachBatch`` with the batch writer):
-the sink reads each batch's source offsets from Spark's offset log, and the follower source
-logs them Kafka-style (``{"inventory-app-stock-changelog": {"3": next offset}}``), so the
-leader's position says exactly how far into the app's changelog its totals are. Complete mode
+the sink reads each batch's source offsets from Spark's offset log, where the Kafka source
+logs them (``{"inventory-app-stock-changelog": {"3": next offset}}``), so the leader's
+position says exactly how far into the app's changelog its input records went. Complete mode
 republishes every category with that position in each batch, so the follower's position
 equals the leader's, even after a batch that only moved past a transaction marker. The batch
 writer has no offset log: its position would come from the rows' own ``topic``/``partition``/
@@ -66,12 +66,11 @@ _REPORT_PARTITIONS = 2
 TOPICS = (f"{REPORT_CHANGELOG}:{_REPORT_PARTITIONS}", f"{REPORT_CHANGELOG}-progress:1")
 """The topics the broker must create for the leader's sink (``name:partitions``)."""
 
-_INPUT_STORE = "report-input-store"
 _LEADER_STORE = "units-store"
 _FOLLOWER_STORE = "units-follower-store"
 _LEADER_CHECKPOINT = "units-checkpoint"
 _FOLLOWER_CHECKPOINT = "units-follower-checkpoint"
-OWNED = (_INPUT_STORE, _LEADER_STORE, _FOLLOWER_STORE, _LEADER_CHECKPOINT, _FOLLOWER_CHECKPOINT)
+OWNED = (_LEADER_STORE, _FOLLOWER_STORE, _LEADER_CHECKPOINT, _FOLLOWER_CHECKPOINT)
 """What this part writes in the demo's work directory (removed when the demo starts)."""
 
 _STRING_LONG = {"keyFormat": "string", "valueFormat": "long"}
@@ -104,10 +103,6 @@ class _Paths:
     root: Path
 
     @property
-    def input_store(self) -> Path:
-        return self.root / _INPUT_STORE
-
-    @property
     def leader_store(self) -> Path:
         return self.root / _LEADER_STORE
 
@@ -120,14 +115,22 @@ class _Paths:
 def _start_leader(spark: Any, bootstrap: str, paths: _Paths) -> Any:
     from pyspark.sql import functions as F
 
-    changes = (
-        spark.readStream.format(FORMAT)
+    records = (
+        spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("changelog", CHANGELOG)
-        .options(**_STRING_LONG)
-        .load(str(paths.input_store))
+        .option("subscribe", CHANGELOG)
+        .option("startingOffsets", "earliest")
+        # The app writes in transactions: never read what it aborts.
+        .option("kafka.isolation.level", "read_committed")
+        .load()
     )
-    # The feed carries new values only, so a total needs each item's latest value: the
+    # Keys are UTF-8, values 8-byte big-endian longs (Kafka's LongSerializer), deletes null.
+    changes = records.select(
+        F.col("key").cast("string").alias("key"),
+        F.conv(F.hex("value"), 16, 10).cast("bigint").alias("value"),
+        "offset",
+    )
+    # The changelog carries new values only, so a total needs each item's latest value: the
     # aggregation keeps its category's changes and sums the latest one of each item (all
     # changes of a key are in one changelog partition, so their offsets order them). Its
     # state grows with the changes; a per-item stateful operator would not, but Python's
@@ -178,8 +181,9 @@ def _start_follower(spark: Any, bootstrap: str, paths: _Paths, feed: FeedPrinter
 
 
 def _describe(paths: _Paths) -> None:
-    say(f'leader ({REPORT_APP!r}): spark.readStream.format("{FORMAT}")')
-    say(f'    .option("changelog", "{CHANGELOG}").load("{paths.input_store}")')
+    say(f'leader ({REPORT_APP!r}): spark.readStream.format("kafka")   -- Spark\'s own source')
+    say(f'    .option("subscribe", "{CHANGELOG}")')
+    say('    .option("kafka.isolation.level", "read_committed").load()')
     say("    .groupBy(substring(key, 1, 7) AS category)   -- item-04: item-040 .. item-049")
     say("    .agg(<the latest stock of each item, summed>)   -- units in stock")
     say(f'    .writeStream.outputMode("complete").format("{FORMAT}")')
@@ -195,8 +199,9 @@ def _describe(paths: _Paths) -> None:
 def _input_end(bootstrap: str) -> Position:
     """Where the leader's position ends up once it has read all of the app's changelog.
 
-    The follower source logs the next offset past a transaction's commit marker, so the
-    position is the end offset - 1 (the marker), not the last record's offset.
+    Spark's Kafka source logs the next offset past a transaction's commit marker (the last
+    stable offset), so the position is the end offset - 1 (the marker), not the last
+    record's offset.
     """
     from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 
@@ -349,7 +354,7 @@ def run_loop(
         finally:
             stop_query(follower, [paths.follower_store], problems)
     finally:
-        stop_query(leader, [paths.input_store, paths.leader_store], problems)
+        stop_query(leader, [paths.leader_store], problems)
     say("the leader and follower queries are stopped")
 
 

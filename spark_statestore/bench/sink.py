@@ -6,9 +6,9 @@ from a key space of a quarter of the rows, so three rows in four are upserts of 
 before), ``value`` STRING (32 characters), and the input record's ``topic``, ``partition``
 and ``offset``. Every side reads it with ``spark.readStream.schema(...).parquet(dir)`` and
 ``maxFilesPerTrigger = FILES_PER_BATCH``: :data:`BATCHES` micro-batches of
-:data:`FILES_PER_BATCH` tasks each (one per core of ``local[2]``). The embedded Kafka broker
-runs in a child process (``spark-statestore broker``), so its transaction proxy, which is
-Python, does not share a GIL or a JVM with Spark; it is started with a fresh changelog
+:data:`FILES_PER_BATCH` tasks each (one per core of ``local[2]``). A real Apache Kafka
+broker (KRaft, a JVM) runs through ``spark-statestore broker`` in a child process; it is
+started with a fresh changelog
 (:data:`CHANGELOG_PARTITIONS` partitions) and progress topic for every changelog run. A local
 ``local[2]`` SparkSession is started (or the active one reused); its start-up time is the
 parameter ``spark_startup_s``, never inside a rate.
@@ -258,7 +258,7 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                 "changelog_partitions": CHANGELOG_PARTITIONS,
                 "compression": "lz4 (the changelog writer's default)",
                 "transactions": "one Kafka transaction per micro-batch",
-                "broker": "embedded (librdkafka mock + transaction proxy), child process",
+                "broker": "Apache Kafka (KRaft, one local node), child process",
             },
         ),
         Measurement(
