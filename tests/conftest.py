@@ -34,11 +34,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def kafka_broker() -> Iterator[LocalKafkaCluster]:
     """One real Apache Kafka node (KRaft, broker+controller) for the whole test session.
 
-    Tests that stop, pause or kill brokers start clusters of their own.
+    Its topics keep every record however old its timestamp (tests write fixed timestamps
+    from years ago, which the default 7-day retention would delete at once). Tests that
+    stop, pause or kill brokers start clusters of their own.
     """
     from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 
-    with LocalKafkaCluster(brokers=1) as cluster:
+    with LocalKafkaCluster(brokers=1, config={"log.retention.ms": "-1"}) as cluster:
         yield cluster
 
 
@@ -50,9 +52,15 @@ def make_topic(
     kafka_broker: LocalKafkaCluster, request: pytest.FixtureRequest
 ) -> Callable[..., str]:
     """Factory: ``make_topic(partitions=1, suffix="", **create_topic_kwargs)`` creates a
-    fresh, uniquely named topic (compacted when it ends in ``-changelog``)."""
+    fresh, uniquely named topic.
+
+    Not compacted unless asked for (``compacted=True``): tests read back exactly what they
+    wrote, and with old record timestamps a real broker rolls segments at every append,
+    so its log cleaner would soon remove overwritten records.
+    """
 
     def factory(partitions: int = 1, suffix: str = "", **kwargs: Any) -> str:
+        kwargs.setdefault("compacted", False)
         # Kafka allows ASCII letters, digits, ".", "_" and "-" in topic names.
         base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:60]
         name = f"{base}-{next(_topic_counter)}{suffix}"

@@ -11,8 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+
+from spark_statestore.changelog import ChangelogRecord
 
 
 def wait_until_readable(
@@ -124,3 +127,12 @@ def wait_until_settled(bootstrap: str, topic: str, timeout_s: float = 30.0) -> d
     finally:
         committed.close()
         uncommitted.close()
+
+
+def settled_changelog(bootstrap: str, topic: str, **kwargs: Any) -> list[ChangelogRecord]:
+    """Every committed record of ``topic`` (``tail_changelog``), read once the transactions
+    already committed or aborted have their markers, so a commit that just returned is in."""
+    from spark_statestore.connectors.kafka.tail import tail_changelog
+
+    wait_until_settled(bootstrap, topic)
+    return list(tail_changelog(bootstrap, topic, **kwargs))

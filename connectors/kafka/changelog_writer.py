@@ -420,8 +420,8 @@ class ChangelogWriter:
             self._check_age(began, produced, progress.batch_id)
             self._retrying("commit the transaction", producer.commit_transaction)
         except BaseException as raised:
-            failure = self._timed_out(raised, began, produced, progress.batch_id)
-            abort_error = self._abort(failure)
+            abort_error = self._abort(raised)
+            failure = self._timed_out(raised, abort_error, began, produced, progress.batch_id)
             if not isinstance(failure, (KafkaClientError, KafkaException, SystemError)):
                 raise  # the caller's own failure (reading its changes), after the abort
             if isinstance(failure, (ProducerFencedError, TransactionTimeoutError)) or (
@@ -467,16 +467,28 @@ class ChangelogWriter:
             raise self._timeout_error(batch_id, changes, elapsed)
 
     def _timed_out(
-        self, exc: BaseException, began: float, changes: int, batch_id: int
+        self,
+        exc: BaseException,
+        abort_error: KafkaError | None,
+        began: float,
+        changes: int,
+        batch_id: int,
     ) -> BaseException:
         """A fence that arrives after the transaction outlived ``transaction.timeout.ms`` is
         the coordinator aborting it (it bumps the producer's epoch), not another sink:
-        name it so, since a restart of the same batch would meet it again."""
+        name it so, since a restart of the same batch would meet it again.
+
+        The fence can surface from a flush as a bare ``SystemError``; the failed abort
+        (``abort_error``) then names it."""
         if isinstance(exc, TransactionTimeoutError):
             return exc
         elapsed = time.monotonic() - began
-        error = _kafka_error(exc)
-        fenced = _is_fenced(error) or isinstance(exc, ProducerFencedError)
+        error = _kafka_error(exc) or abort_error
+        fenced = (
+            _is_fenced(error)
+            or isinstance(exc, ProducerFencedError)
+            or self._state is _State.FENCED
+        )
         if fenced and elapsed * 1000 >= self._txn_timeout_ms:
             return self._timeout_error(
                 batch_id, changes, elapsed, error.code() if error is not None else None

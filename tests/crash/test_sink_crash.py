@@ -48,7 +48,6 @@ from confluent_kafka import Consumer, TopicPartition
 from spark_statestore.changelog import partition_for_key
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.progress import read_last_progress
-from spark_statestore.connectors.kafka.tail import tail_changelog
 from spark_statestore.faults import CRASH_AT, CRASH_PGID
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.staging import STAGING_DIR
@@ -58,6 +57,7 @@ from spark_statestore.store.ownership import read_owner
 from spark_statestore.store.redo import REDO_DIR
 from spark_statestore.store.store import DB_DIR
 from tests.conftest import REPO_ROOT
+from tests.kafka_util import settled_changelog
 
 pytestmark = pytest.mark.integration
 
@@ -619,7 +619,8 @@ class Pipeline:
         fold: dict[bytes, Envelope] = {}
         ends: dict[int, int] = {}
         for record in sorted(
-            tail_changelog(self.bootstrap, self.changelog), key=lambda r: (r.partition, r.offset)
+            settled_changelog(self.bootstrap, self.changelog),
+            key=lambda r: (r.partition, r.offset),
         ):
             where = f"{self.changelog}-{record.partition}@{record.offset}"
             found = self.input.row_of(record.timestamp)

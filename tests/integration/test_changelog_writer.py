@@ -29,9 +29,8 @@ from spark_statestore.connectors.kafka.errors import (
     TransactionTimeoutError,
 )
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
-from spark_statestore.connectors.kafka.tail import tail_changelog
 from spark_statestore.position import Position
-from tests.kafka_util import wait_until_readable, wait_until_settled
+from tests.kafka_util import settled_changelog, wait_until_readable, wait_until_settled
 
 pytestmark = pytest.mark.integration
 
@@ -95,8 +94,10 @@ def read_log(
     bootstrap: str, topic: str, isolation: str = "read_committed"
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(partition, offset, key, value) of the data records of every partition, read with a
-    plain consumer (not the module under test), once every transaction is decided."""
-    wait_until_settled(bootstrap, topic)
+    plain consumer (not the module under test); read_committed waits until every
+    transaction is decided."""
+    if isolation == "read_committed":
+        wait_until_settled(bootstrap, topic)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -171,7 +172,7 @@ def test_published_batch_reads_back_with_read_committed(
         progress=ProgressRecord.for_batch("store-a", "query-1", 0, {"input": {"0": 42}}),
     )
 
-    records = list(tail_changelog(bootstrap, topic, timeout_s=10))
+    records = settled_changelog(bootstrap, topic, timeout_s=10)
     assert len(records) == len(changes)
     by_key = {r.key: r for r in records}
     for key, value, position, timestamp in changes:

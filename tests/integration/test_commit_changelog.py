@@ -14,10 +14,10 @@ from spark_statestore.changelog import partition_for_key
 from spark_statestore.commit import BatchToCommit, CommitOutcome, commit_batch
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.publisher import KafkaChangelogPublisher
-from spark_statestore.connectors.kafka.tail import tail_changelog
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.staging import StagedFile, StagingArea, staged_schema
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
+from tests.kafka_util import settled_changelog
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def staged(
 @pytest.fixture
 def changelog(kafka_broker: Any, make_topic: Callable[..., str]) -> str:
     topic = f"{APP}-{make_topic(partitions=3, suffix='-changelog')}"
-    kafka_broker.create_topic(topic, 3)
+    kafka_broker.create_topic(topic, 3, compacted=False)  # read back record for record
     kafka_broker.create_topic(f"{topic}-progress", 1)
     return topic
 
@@ -85,7 +85,7 @@ def test_publish_once_then_roll_forward_after_a_crash(
         with KafkaChangelogPublisher(bootstrap, changelog, application_id=APP) as publisher:
             assert commit_batch(store, staging, first, publisher) is CommitOutcome.COMMITTED
         # The envelope of each key names the changelog record that wrote it.
-        records = {r.key: r for r in tail_changelog(bootstrap, changelog)}
+        records = {r.key: r for r in settled_changelog(bootstrap, changelog)}
         with store.snapshot() as snapshot:
             for key in (b"a", b"b"):
                 stored = snapshot.get_record(key)
@@ -119,7 +119,7 @@ def test_publish_once_then_roll_forward_after_a_crash(
         leader_position = store.metadata.position
 
     # Each change is in the changelog exactly once (read_committed).
-    keys = [r.key for r in tail_changelog(bootstrap, changelog)]
+    keys = [r.key for r in settled_changelog(bootstrap, changelog)]
     assert sorted(keys) == sorted([b"a", b"b", b"a", b"b", b"c"])
 
     # A follower of the changelog converges to the leader, positions included.
@@ -162,7 +162,7 @@ def test_rows_without_a_timestamp_get_one_that_leader_and_follower_share(
             assert commit_batch(store, staging, second, restarted) is CommitOutcome.ROLLED_FORWARD
         with store.snapshot() as snapshot:
             leader = {k: snapshot.get_record(k).timestamp for k in (b"a", b"b")}  # type: ignore[union-attr]
-    changelog_stamps = {r.key: r.timestamp for r in tail_changelog(bootstrap, changelog)}
+    changelog_stamps = {r.key: r.timestamp for r in settled_changelog(bootstrap, changelog)}
     assert leader == changelog_stamps and all(t is not None and t > 0 for t in leader.values())
     with Store.open(tmp_path / "follower", StoreSpec(Role.FOLLOWER, changelog, 3)) as replica:
         follower = Follower(replica, KafkaChangelogSource(bootstrap, changelog))
@@ -186,7 +186,7 @@ def test_a_rolled_forward_empty_batch_keeps_its_source_position(
         path = tmp_path / name
         topic = changelog if not crash else f"{changelog}-b"
         if crash:
-            kafka_broker.create_topic(topic, 3)
+            kafka_broker.create_topic(topic, 3, compacted=False)
             kafka_broker.create_topic(f"{topic}-progress", 1)
         staging = StagingArea(path)
         with Store.open(path, StoreSpec(Role.LEADER, topic, 3)) as store:

@@ -13,6 +13,7 @@ import pytest
 
 from spark_statestore.store import Role, Store, StoreSpec
 from tests.integration.test_spark_follower import wait_for_owner_exit
+from tests.kafka_util import settled_changelog
 
 pytestmark = pytest.mark.integration
 
@@ -185,12 +186,11 @@ def test_the_sink_publishes_a_changelog_that_a_follower_converges_to(
     spark: Any, kafka_broker: Any, make_topic: Any, tmp_path: Path
 ) -> None:
     from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
-    from spark_statestore.connectors.kafka.tail import tail_changelog
     from spark_statestore.follower import Follower, FollowerState
 
     bootstrap = kafka_broker.bootstrap_servers
     changelog = f"orders-app-{make_topic(partitions=1)}-changelog"
-    kafka_broker.create_topic(changelog, 4)
+    kafka_broker.create_topic(changelog, 4, compacted=False)  # read back record for record
     kafka_broker.create_topic(f"{changelog}-progress", 1)
     source, store, checkpoint = tmp_path / "in", tmp_path / "store", tmp_path / "cp"
 
@@ -217,7 +217,7 @@ def test_the_sink_publishes_a_changelog_that_a_follower_converges_to(
     leader = store_content(store)
     assert leader[b"k2"] == b"changed" and b"k1" not in leader and len(leader) == 19
     # Each batch is in the changelog exactly once.
-    assert len(list(tail_changelog(bootstrap, changelog))) == 22
+    assert len(settled_changelog(bootstrap, changelog)) == 22
 
     with Store.open(tmp_path / "replica", StoreSpec(Role.FOLLOWER, changelog, 4)) as replica:
         follower = Follower(replica, KafkaChangelogSource(bootstrap, changelog))

@@ -311,6 +311,8 @@ class LocalKafkaCluster:
                 break
             except BrokerStartError as exc:
                 self._kill_all()
+                with self._lock:
+                    self._admin = None  # it knows the old ports
                 if not exc.port_taken or attempt == _START_ATTEMPTS:
                     self.close()
                     raise
