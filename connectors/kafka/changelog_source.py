@@ -17,7 +17,6 @@ from spark_statestore.changelog.headers import OnMissing, PositionMerger
 from spark_statestore.connectors.kafka.errors import (
     DataLossError,
     KafkaClientError,
-    _is_transient,
 )
 from spark_statestore.connectors.kafka.offsets import watermarks
 from spark_statestore.connectors.kafka.tail import message_to_record
@@ -230,11 +229,6 @@ class KafkaChangelogSource:
                 )
                 self.lost_offsets[partition] = self.lost_offsets.get(partition, 0) + low - wanted
                 resets[partition] = low
-                continue
-            if _is_transient(error):
-                # The client reconnects and fetches again by itself; the follower's lag
-                # shows the outage meanwhile.
-                _log.warning("changelog %s: %s; still reading", self._topic, error.str())
                 continue
             raise KafkaClientError(
                 f"reading changelog {self._topic}-{message.partition()} at offset "

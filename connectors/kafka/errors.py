@@ -163,9 +163,9 @@ def _kafka_error(exc: BaseException | None) -> KafkaError | None:
 
 
 def _is_transient(error: KafkaError) -> bool:
-    """True for a consumer error librdkafka recovers from by itself: a broker that went
-    away (killed, restarted, paused past a timeout), a leader that moved. Reading goes on
-    once the cluster answers again; anything else (a deleted topic, a refused
+    """True for a request error that a broker coming back or a leader moving ends: a
+    broker that went away (killed, restarted, paused past a timeout), a leader that moved.
+    Worth asking again after a metadata refresh; anything else (a deleted topic, a refused
     authorization, a fatal error) is for the caller to report."""
     from confluent_kafka import KafkaError
 

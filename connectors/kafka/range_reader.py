@@ -14,18 +14,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from spark_statestore.connectors.kafka.changelog_source import handle_out_of_range
-from spark_statestore.connectors.kafka.errors import KafkaClientError, _is_transient
+from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.connectors.kafka.offsets import watermarks
 
 __all__ = ["read_range"]
 
 _INVALID_OFFSET = -1001
-
-
-def _is_error(message: Message) -> bool:
-    """A client error event (an EOF is news from the broker, not an error)."""
-    error = message.error()
-    return error is not None and error.code() != KafkaError._PARTITION_EOF
 
 
 def read_range(
@@ -98,8 +92,6 @@ def read_range(
                     position = low
                     consumer.assign([TopicPartition(topic, partition, low)])  # seek() refuses here
                     continue
-                if _is_transient(error):
-                    continue  # the client reconnects; the stall timeout bounds the wait
                 raise KafkaClientError(f"reading changelog {where} failed: {error.str()}")
             if out:
                 yield out
@@ -107,7 +99,7 @@ def read_range(
             current = consumer.position([tp])[0].offset
             if current != _INVALID_OFFSET:
                 position = max(position, current)
-            if out or any(not _is_error(m) for m in messages):
+            if out or messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
                 raise KafkaClientError(
