@@ -303,8 +303,11 @@ def _check_nothing_dropped(bootstrap: str) -> dict[int, int]:
 
 
 def _consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
-    # KafkaChangelogSource's tuning, so the bare loop reads the way the follower does.
-    return {
+    # KafkaChangelogSource's tuning (its read-ahead budget over the changelog's partitions),
+    # so the bare loop reads the way the follower does.
+    from spark_statestore.connectors.kafka.changelog_source import read_ahead_settings
+
+    settings = {
         "bootstrap.servers": bootstrap,
         "group.id": f"spark-statestore-bench-{purpose}",  # never committed
         "enable.auto.commit": False,
@@ -312,9 +315,9 @@ def _consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
         "auto.offset.reset": "error",
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
-        "queued.min.messages": 500_000,
-        "fetch.max.bytes": 64 * 1024 * 1024,
+        "fetch.max.bytes": 32 * 1024 * 1024,
     }
+    return read_ahead_settings(settings, {}, PARTITIONS)
 
 
 # -- the timed runs -----------------------------------------------------------------------
