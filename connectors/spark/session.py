@@ -47,6 +47,9 @@ def local_session(
     ------
     JarsMissingError
         ``kafka_source`` is asked for and the connector's jars were never resolved.
+    StateStoreError
+        ``kafka_source`` is asked for, but this process already runs a Spark driver started
+        without the connector (a driver's classpath is fixed when it starts).
     """
     from pyspark.sql import SparkSession
 
@@ -55,8 +58,35 @@ def local_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in LOCAL_CONF.items():
         builder = builder.config(key, value)
-    if kafka_source:
-        from spark_statestore.connectors.kafka.local.jars import spark_kafka_jars
+    if not kafka_source:
+        return builder.getOrCreate()
+    from spark_statestore.connectors.kafka.local.jars import spark_kafka_jars
 
-        builder = builder.config("spark.jars", ",".join(map(str, spark_kafka_jars().jars())))
-    return builder.getOrCreate()
+    jars = [str(p) for p in spark_kafka_jars().jars()]
+    session = builder.config("spark.jars", ",".join(jars)).getOrCreate()
+    if not _loads(session, _KAFKA_PROVIDER):
+        from spark_statestore.errors import StateStoreError
+
+        raise StateStoreError(
+            "Spark's Kafka connector is not on this process's Spark driver: the driver JVM "
+            "was started earlier without it, and a JVM's classpath is fixed when it starts "
+            "(stopping the session does not help). Ask for kafka_source=True in the first "
+            "session of a fresh process."
+        )
+    return session
+
+
+_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+def _loads(session: SparkSession, class_name: str) -> bool:
+    """Whether the driver can load ``class_name``."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = session.sparkContext._jvm
+    assert jvm is not None  # a running session has its gateway
+    try:
+        jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(class_name)
+    except Py4JJavaError:
+        return False
+    return True

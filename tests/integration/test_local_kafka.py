@@ -216,3 +216,31 @@ def test_the_jar_cache_refuses_an_incomplete_set(
     (jars.directory / "jars.txt").write_text("kafka_2.13-4.3.1.jar\n")
     with pytest.raises(JarsMissingError, match=r"incomplete .*kafka_2\.13-4\.3\.1\.jar"):
         jars.jars()
+
+
+def test_a_kafka_source_session_needs_a_fresh_driver() -> None:
+    """Spark's Kafka connector reaches a driver JVM only when it starts: a later ask in the
+    same process is a clear error, even after stop(); a fresh process gets the source."""
+    done = run_python(
+        """
+        from spark_statestore.connectors.spark.session import local_session
+        from spark_statestore.errors import StateStoreError
+        local_session("plain").stop()
+        try:
+            local_session("late", kafka_source=True)
+        except StateStoreError as exc:
+            print("refused:", exc)
+        """,
+        timeout=300,
+    )
+    assert "refused: Spark's Kafka connector is not on this process's Spark driver" in done.stdout
+    fresh = run_python(
+        """
+        from spark_statestore.connectors.spark.session import local_session
+        spark = local_session("kafka", kafka_source=True)
+        reader = spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
+        print(reader.option("subscribe", "t").load().columns)
+        """,
+        timeout=300,
+    )
+    assert "'key', 'value', 'topic', 'partition', 'offset'" in fresh.stdout
