@@ -2,8 +2,7 @@
 
 A suite is a function ``(BenchOptions) -> list[Measurement]`` that sets up what it needs,
 measures each of its paths against the raw limit of the same machine and cleans up. To add
-one (follower, Flight, Spark SQL, sink), write it in its own module and register it in
-:data:`SUITES`.
+one, write it in its own module and register it in :data:`SUITES`.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 
 from spark_statestore.bench.follower import run_follower_suite
+from spark_statestore.bench.latency import run_latency_suite
 from spark_statestore.bench.measure import BenchOptions, BenchRun, Measurement
+from spark_statestore.bench.peers import run_peers_suite
 from spark_statestore.bench.report import machine_facts
 from spark_statestore.bench.sink import run_sink_suite
 from spark_statestore.bench.spark import run_spark_suite
@@ -32,6 +33,8 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
         "follower": run_follower_suite,
         "spark": run_spark_suite,
         "sink": run_sink_suite,
+        "peers": run_peers_suite,
+        "latency": run_latency_suite,
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""
