@@ -91,13 +91,15 @@ SOAK_ROWS = 800
 # it has committed everything. (point, whether the phase's first file is a big batch)
 CI_PHASES = [
     ("sink.before_publish", False),  # in the very first commit: the store is brand new
-    ("sink.staged", False),
     ("sink.after_publish", False),  # the restart rolls the store forward from the changelog
     ("redo.after_chunk.1", True),  # the restart completes the store commit from its redo file
     ("sink.after_store_commit", False),  # Spark replays the batch: the sink skips it
 ]
 SOAK_PHASES = [
     *CI_PHASES,
+    # Killed while staging, before anything is published: the restart discards the staged
+    # files of the dead attempt (in soak only, to keep CI within its time on real Kafka).
+    ("sink.staged", False),
     ("redo.sealed", False),  # redo file durable, no marker: rolled forward from Kafka
     ("redo.marked", False),
     ("redo.before_metadata", True),
@@ -790,7 +792,7 @@ def run_phase(pipeline: Pipeline, point: str, big: bool) -> None:
 def test_kills_at_each_commit_step_and_at_random_moments(pipeline: Pipeline) -> None:
     for point, big in CI_PHASES:
         run_phase(pipeline, point, big)
-    assert len(pipeline.kills) >= 10, pipeline.kills
+    assert len(pipeline.kills) >= 8, pipeline.kills
 
 
 @pytest.mark.soak
