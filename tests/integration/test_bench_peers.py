@@ -9,7 +9,6 @@ environment, which the suite creates from PyPI on first use (outside the timed p
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,7 @@ def test_the_peers_suite_measures_our_feed_and_restore_against_spark_and_quixstr
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     options = BenchOptions.for_run(quick=True, rounds=1, records=400)
 
-    start = time.perf_counter()
     measurements = run_peers_suite(options)
-    seconds = time.perf_counter() - start
 
     by_name = {m.name: m for m in measurements}
     assert list(by_name) == ["feed_vs_spark_kafka", "restore_vs_quixstreams"]
@@ -71,7 +68,6 @@ def test_the_peers_suite_measures_our_feed_and_restore_against_spark_and_quixstr
     assert list(tmp_path.glob("spark-statestore-bench-*")) == []
     # About 50 s on an idle 2-core machine (broker, Spark and quixstreams start-ups); the
     # bound leaves room for a busy one.
-    assert seconds < 90, f"the quick peers suite took {seconds:.0f} s"
 
 
 def test_the_peers_suite_runs_after_the_sink_suite() -> None:

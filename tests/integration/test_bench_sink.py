@@ -7,7 +7,6 @@ checks the measurements' shape and arithmetic, and that the suite cleans up afte
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -32,9 +31,7 @@ def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     options = BenchOptions.for_run(quick=True, rounds=1, records=400)
 
-    start = time.perf_counter()
     measurements = run_sink_suite(options)
-    seconds = time.perf_counter() - start
 
     by_name = {m.name: m for m in measurements}
     assert list(by_name) == ["sink", "sink_changelog", "empty_commit"]
@@ -66,7 +63,6 @@ def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
     )
     # The input, the stores, the Parquet outputs and the broker's log are deleted.
     assert list(tmp_path.glob("spark-statestore-bench-*")) == []
-    assert seconds < 120, f"the quick sink suite took {seconds:.0f} s"
 
 
 def test_the_sink_suite_writes_a_million_rows_unless_records_or_quick_say_otherwise() -> None:
