@@ -14,10 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spark_statestore.changelog.headers import OnMissing, PositionMerger
-from spark_statestore.connectors.kafka.errors import (
-    DataLossError,
-    KafkaClientError,
-)
+from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.offsets import watermarks
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.follower import PollResult, Row
@@ -93,18 +90,11 @@ class KafkaChangelogSource:
         # The reading consumer is made by assign(), which knows how many partitions share
         # the read-ahead budget.
         self._consumer: Consumer | None = None
-        try:
-            # Metadata and offset queries come from other threads (lag, Spark's
-            # latestOffset) while the follower thread blocks in consume(): their own client.
-            self._offsets_client = Consumer(
-                dict(settings, **{"group.id": f"{settings['group.id']}-offsets"})
-            )
-        except KafkaException as exc:
-            raise KafkaClientError(
-                f"the Kafka client refused the consumer settings for changelog {topic!r}: "
-                f"{exc.args[0].str() if exc.args else exc}; check the kafka.* options",
-                exc.args[0].code() if exc.args else None,
-            ) from exc
+        # Metadata and offset queries come from other threads (lag, Spark's latestOffset)
+        # while the follower thread blocks in consume(): they get their own client.
+        self._offsets_client = self._client(
+            dict(settings, **{"group.id": f"{settings['group.id']}-offsets"})
+        )
         self._offsets_lock = threading.Lock()
         self._assigned: list[int] = []
         self._positions: dict[int, int] = {}
@@ -154,8 +144,12 @@ class KafkaChangelogSource:
 
     def _reading_consumer(self, partitions: int) -> Consumer:
         """The consumer that reads the records, its read-ahead bounded in total."""
+        return self._client(read_ahead_settings(self._settings, self._user, partitions))
+
+    def _client(self, settings: Mapping[str, Any]) -> Consumer:
+        """A consumer with ``settings``; librdkafka's refusal names the changelog."""
         try:
-            return Consumer(read_ahead_settings(self._settings, self._user, partitions))
+            return Consumer(dict(settings))
         except KafkaException as exc:
             raise KafkaClientError(
                 f"the Kafka client refused the consumer settings for changelog "
