@@ -10,12 +10,38 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, TopicPartition
 
 from spark_statestore.changelog import ChangelogRecord
+
+T = TypeVar("T")
+
+
+def poll_until(
+    check: Callable[[], T | None],
+    *,
+    timeout_s: float,
+    interval_s: float,
+    failure: Callable[[], str],
+) -> T:
+    """Ask ``check`` again every ``interval_s`` until it returns a value (not None), and
+    return that; after ``timeout_s`` fail with ``failure()``.
+
+    For states that a Kafka cluster reaches on its own (markers landing, retention,
+    compaction, metadata spreading to every broker): there is nothing to wait on but the
+    cluster's own answer, so the test asks again.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(failure())
+        threading.Event().wait(interval_s)
 
 
 def wait_until_readable(
@@ -32,25 +58,37 @@ def wait_until_readable(
         }
     )
     deadline = time.monotonic() + timeout_s
-    stable: dict[int, int] = {}
     try:
-        for partition, offset in last_offsets.items():
-            tp = TopicPartition(topic, partition)
-            while True:
-                _low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-                if high > offset:
-                    stable[partition] = high
-                    break
-                if time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"{topic}-{partition}: offset {offset} not readable under "
-                        f"read_committed after {timeout_s} s (last stable offset {high})"
-                    )
-                # The markers are on their way; ask again in a moment.
-                threading.Event().wait(0.005)
+        return {
+            partition: _stable_past(
+                consumer, TopicPartition(topic, partition), offset, deadline, timeout_s
+            )
+            for partition, offset in last_offsets.items()
+        }
     finally:
         consumer.close()
-    return stable
+
+
+def _stable_past(
+    consumer: Consumer, tp: TopicPartition, offset: int, deadline: float, timeout_s: float
+) -> int:
+    """The partition's last stable offset once it is past ``offset`` (by ``deadline``, the
+    end of the caller's ``timeout_s``)."""
+    seen = {"high": -1}
+
+    def readable() -> int | None:
+        seen["high"] = consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        return seen["high"] if seen["high"] > offset else None
+
+    return poll_until(
+        readable,
+        timeout_s=max(0.0, deadline - time.monotonic()),
+        interval_s=0.005,  # the markers are on their way
+        failure=lambda: (
+            f"{tp.topic}-{tp.partition}: offset {offset} not readable under read_committed "
+            f"after {timeout_s} s (last stable offset {seen['high']})"
+        ),
+    )
 
 
 RETENTION_CONFIG = {
@@ -69,17 +107,19 @@ def wait_for_retention(
     """Wait until retention has deleted the first offsets of ``topic``-``partition``
     (its log start offset is above 0); returns its ``(low, high)`` watermarks."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-retention"})
-    deadline = time.monotonic() + timeout_s
+    tp = TopicPartition(topic, partition)
+
+    def deleted() -> tuple[int, int] | None:
+        low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        return (int(low), int(high)) if low > 0 else None
+
     try:
-        tp = TopicPartition(topic, partition)
-        while True:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-            if low > 0:
-                return low, high
-            if time.monotonic() > deadline:
-                raise AssertionError(f"retention deleted nothing of {topic}-{partition} yet")
-            # The broker's retention check runs every second.
-            threading.Event().wait(0.1)
+        return poll_until(
+            deleted,
+            timeout_s=timeout_s,
+            interval_s=0.1,  # the broker's retention check runs every second
+            failure=lambda: f"retention deleted nothing of {topic}-{partition} yet",
+        )
     finally:
         consumer.close()
 
@@ -108,22 +148,10 @@ def wait_until_settled(bootstrap: str, topic: str, timeout_s: float = 30.0) -> d
     deadline = time.monotonic() + timeout_s
     try:
         partitions = committed.list_topics(topic, timeout=10).topics[topic].partitions
-        ends: dict[int, int] = {}
-        for partition in sorted(partitions):
-            tp = TopicPartition(topic, partition)
-            while True:
-                stable = committed.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-                high = uncommitted.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-                if stable == high:
-                    ends[partition] = high
-                    break
-                if time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"{topic}-{partition}: a transaction is still undecided after "
-                        f"{timeout_s} s (last stable offset {stable}, high watermark {high})"
-                    )
-                threading.Event().wait(0.005)
-        return ends
+        return {
+            p: _decided(committed, uncommitted, TopicPartition(topic, p), deadline, timeout_s)
+            for p in sorted(partitions)
+        }
     finally:
         committed.close()
         uncommitted.close()
@@ -136,3 +164,30 @@ def settled_changelog(bootstrap: str, topic: str, **kwargs: Any) -> list[Changel
 
     wait_until_settled(bootstrap, topic)
     return list(tail_changelog(bootstrap, topic, **kwargs))
+
+
+def _decided(
+    committed: Consumer,
+    uncommitted: Consumer,
+    tp: TopicPartition,
+    deadline: float,
+    timeout_s: float,
+) -> int:
+    """The partition's end once its last stable offset reaches its high watermark (by
+    ``deadline``, the end of the caller's ``timeout_s``)."""
+    seen = {"stable": -1, "high": -1}
+
+    def settled() -> int | None:
+        seen["stable"] = committed.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        seen["high"] = uncommitted.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        return seen["high"] if seen["stable"] == seen["high"] else None
+
+    return poll_until(
+        settled,
+        timeout_s=max(0.0, deadline - time.monotonic()),
+        interval_s=0.005,
+        failure=lambda: (
+            f"{tp.topic}-{tp.partition}: a transaction is still undecided after {timeout_s} s "
+            f"(last stable offset {seen['stable']}, high watermark {seen['high']})"
+        ),
+    )

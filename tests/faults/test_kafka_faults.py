@@ -16,7 +16,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,12 @@ from spark_statestore.staging import StagingArea
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 from tests.integration.test_commit_changelog import staged
 from tests.integration.test_follower import ChangelogWriter, random_changes, store_content
-from tests.kafka_util import RETENTION_CONFIG, wait_for_retention, wait_until_settled
+from tests.kafka_util import (
+    RETENTION_CONFIG,
+    poll_until,
+    wait_for_retention,
+    wait_until_settled,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -167,10 +171,12 @@ def preferred_replica(cluster: LocalKafkaCluster, topic: str, partition: int) ->
 
 def wait_for_leader(cluster: LocalKafkaCluster, topic: str, partition: int, node: int) -> None:
     """Wait until the cluster's metadata names ``node`` as the partition's leader."""
-    deadline = time.monotonic() + 60
-    while cluster.leader(topic, partition) != node:
-        assert time.monotonic() < deadline, f"{topic}-{partition} is not led by node {node}"
-        threading.Event().wait(0.1)  # metadata reaches every broker a moment later
+    poll_until(
+        lambda: True if cluster.leader(topic, partition) == node else None,
+        timeout_s=60,
+        interval_s=0.1,  # metadata reaches every broker a moment later
+        failure=lambda: f"{topic}-{partition} is not led by node {node}",
+    )
 
 
 def elect_preferred_leaders(cluster: LocalKafkaCluster, topic: str, partitions: int) -> None:
@@ -179,19 +185,23 @@ def elect_preferred_leaders(cluster: LocalKafkaCluster, topic: str, partitions: 
 
     admin: AdminClient = cluster.admin()
     wanted = [TopicPartition(topic, p) for p in range(partitions)]
-    deadline = time.monotonic() + 60
-    while True:
+    pending: list[TopicPartition] = []
+
+    def elected() -> bool | None:
         result = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(timeout=30)
-        pending = [
+        pending[:] = [
             tp
             for tp, error in result.items()
             if error is not None and error.code() != KafkaError.ELECTION_NOT_NEEDED
         ]
-        if not pending:
-            return
-        assert time.monotonic() < deadline, f"preferred leaders not elected: {pending}"
-        # The returning broker is not back in sync yet; ask again in a moment.
-        threading.Event().wait(0.2)
+        return True if not pending else None
+
+    poll_until(
+        elected,
+        timeout_s=60,
+        interval_s=0.2,  # the returning broker is not back in sync yet
+        failure=lambda: f"preferred leaders not elected: {pending}",
+    )
 
 
 # -- offsets that go away -------------------------------------------------------------------
@@ -253,8 +263,9 @@ COMPACTION_CONFIG = {
 def wait_for_compaction_gaps(bootstrap: str, topic: str, timeout_s: float = 90) -> int:
     """Wait until the log cleaner has removed records from ``topic``-0 (its offsets have
     gaps); returns how many offsets below the end hold no record any more."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    seen = {"records": 0, "offsets": 0}
+
+    def compacted() -> int | None:
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -265,24 +276,29 @@ def wait_for_compaction_gaps(bootstrap: str, topic: str, timeout_s: float = 90) 
         )
         try:
             tp = TopicPartition(topic, 0)
-            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            _low, seen["offsets"] = consumer.get_watermark_offsets(tp, timeout=10)
             consumer.assign([TopicPartition(topic, 0, 0)])
-            seen = 0
+            seen["records"] = 0
             while True:
                 batch = consumer.consume(10_000, 5)
                 if not batch:
                     break
-                seen += sum(1 for m in batch if m.error() is None)
+                seen["records"] += sum(1 for m in batch if m.error() is None)
                 if any(m.error() is not None for m in batch):
                     break
         finally:
             consumer.close()
         # Transaction markers take offsets too; far fewer records than offsets means the
         # cleaner has run over the closed segments.
-        if seen < high // 2:
-            return high - seen
-        assert time.monotonic() < deadline, f"no compaction of {topic} ({seen} of {high})"
-        threading.Event().wait(0.5)
+        high, records = seen["offsets"], seen["records"]
+        return high - records if records < high // 2 else None
+
+    return poll_until(
+        compacted,
+        timeout_s=timeout_s,
+        interval_s=0.5,
+        failure=lambda: f"no compaction of {topic} ({seen['records']} of {seen['offsets']})",
+    )
 
 
 def test_a_compacted_changelog_with_offset_gaps(
@@ -433,18 +449,19 @@ def wait_for_uncommitted_records(bootstrap: str, topic: str, timeout_s: float = 
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "tests", "isolation.level": "read_uncommitted"}
     )
-    deadline = time.monotonic() + timeout_s
     try:
-        while True:
-            if any(
-                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] > 0
-                for p in range(3)
-            ):
-                return
-            assert time.monotonic() < deadline, f"nothing was produced to {topic}"
-            threading.Event().wait(0.01)
+        poll_until(
+            lambda: (
+                True
+                if any(
+                    consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] > 0
+                    for p in range(3)
+                )
+                else None
+            ),
+            timeout_s=timeout_s,
+            interval_s=0.01,
+            failure=lambda: f"nothing was produced to {topic}",
+        )
     finally:
         consumer.close()
-
-
-_ = Callable  # typing only
