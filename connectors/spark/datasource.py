@@ -64,9 +64,16 @@ class StateStoreDataSource(DataSource):
                 "'changelog' option (the store knows its changelog): remove it, or use "
                 "spark.readStream to follow the changelog"
             )
-        from spark_statestore.connectors.spark.snapshot_reader import SnapshotReader
+        from spark_statestore.connectors.spark.lookup import spark_scopes_pushdown_per_scan
+        from spark_statestore.connectors.spark.snapshot_reader import (
+            PushdownSnapshotReader,
+            SnapshotReader,
+        )
 
-        return SnapshotReader(parse_reader_options(self.options), schema)
+        options = parse_reader_options(self.options)
+        if spark_scopes_pushdown_per_scan():
+            return PushdownSnapshotReader(options, schema)
+        return SnapshotReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         if not self._is_feed():

@@ -22,6 +22,7 @@ from spark_statestore.errors import InvalidPositionError, OptionError
 from spark_statestore.partition_spec import parse_partitions
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
+from spark_statestore.store.scan import ScanSpec
 
 __all__ = [
     "EARLIEST",
@@ -132,6 +133,9 @@ class ReaderOptions:
     kafka: Mapping[str, str]
     position_bound_timeout_s: float = 0.0
     """How long planning waits for the store to reach ``position_bound`` (0: fail at once)."""
+    lookup: ScanSpec = field(default_factory=ScanSpec.everything)
+    """The rows the lookup options (``keys``, ``keyPrefix``, ``keyFrom``, ``keyTo``,
+    ``partitions``) select; every row by default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +177,11 @@ _READER_OPTIONS = (
     "positionbound",
     "positionboundtimeoutms",
     "maxlag",
+    "keys",
+    "keyprefix",
+    "keyfrom",
+    "keyto",
+    "partitions",
     *_FORMAT_OPTIONS,
 )
 _SINK_OPTIONS = (
@@ -214,6 +223,9 @@ _SPELLING = {
         "positionBound",
         "positionBoundTimeoutMs",
         "maxLag",
+        "keys",
+        "keyFrom",
+        "keyTo",
         "kafka.bootstrap.servers",
         "checkpointLocation",
         "application.id",
@@ -486,15 +498,37 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
             "or drop positionBoundTimeoutMs"
         )
     kafka = options.kafka()
+    view = options.choice("view", View, View.DATA)
+    formats = _formats(options)
+    lookup_text = {
+        name: options.text(name) for name in ("keys", "keyprefix", "keyfrom", "keyto", "partitions")
+    }
+    given = [spelling(name) for name, text in lookup_text.items() if text is not None]
+    if given and view is not View.DATA:
+        raise OptionError(
+            f"option {given[0]!r} selects rows of the data view; view {view.value!r} has no "
+            "keys: drop the option or read view 'data'"
+        )
+    from spark_statestore.connectors.spark.lookup import parse_lookup
+
+    lookup = parse_lookup(
+        keys=lookup_text["keys"],
+        prefix=lookup_text["keyprefix"],
+        key_from=lookup_text["keyfrom"],
+        key_to=lookup_text["keyto"],
+        partitions=lookup_text["partitions"],
+        key_codec=codecs_for(formats)[0],
+    )
     return ReaderOptions(
         path=path,
-        view=options.choice("view", View, View.DATA),
-        formats=_formats(options),
+        view=view,
+        formats=formats,
         position_bound=bound,
         max_lag=options.integer("maxlag", 0),
         bootstrap_servers=kafka.pop("bootstrap.servers", None),
         kafka=kafka,
         position_bound_timeout_s=timeout_ms / 1000.0,
+        lookup=lookup,
     )
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
@@ -32,7 +32,13 @@ if TYPE_CHECKING:
 
     from spark_statestore.store.scan import ScanSpec
 
-__all__ = ["NotUpToBoundError", "SnapshotReader", "StaleSnapshotError", "reader_ddl"]
+__all__ = [
+    "NotUpToBoundError",
+    "PushdownSnapshotReader",
+    "SnapshotReader",
+    "StaleSnapshotError",
+    "reader_ddl",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -111,25 +117,13 @@ class SnapshotReader(DataSourceReader):
         self._scan_json: str | None = None
         self._pushed: list[str] = []
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        if self._options.view is not View.DATA:
-            yield from filters
-            return
-        from spark_statestore.connectors.spark.pushdown import push_filters
-
-        key_codec, _ = codecs_for(self._options.formats)
-        pushdown, rest = push_filters(filters, key_codec)
-        self._scan_json = pushdown.spec().to_json()
-        self._pushed = pushdown.pushed
-        _log.info("pushed to store %s: %s", self._options.path, pushdown.pushed)
-        yield from rest
-
     def _spec(self) -> ScanSpec:
+        """The lookup options' scan, narrowed by the pushed filters."""
         from spark_statestore.store.scan import ScanSpec
 
         if self._scan_json is None:
-            return ScanSpec.everything()
-        return ScanSpec.from_json(self._scan_json)
+            return self._options.lookup
+        return self._options.lookup.intersect(ScanSpec.from_json(self._scan_json))
 
     # -- planning (driver) -------------------------------------------------------------------
     def partitions(self) -> list[InputPartition]:
@@ -322,12 +316,19 @@ class SnapshotReader(DataSourceReader):
 
         spec = ScanSpec.from_json(partition.scan)
         if partition.location is not None:
-            yield from self._read_remote(partition, spec)
-        else:
-            yield from self._read_local(partition, spec)
+            done = yield from self._read_planned_owner(partition, spec)
+            if done:
+                return
+        # Spark replays a relation's planned partitions for later queries of the same
+        # DataFrame or view, so the store's owner may have changed since planning: route
+        # again, to whoever serves the store now, or to the store itself.
+        yield from self._read_current(partition, spec)
 
-    def _read_remote(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
-        from spark_statestore.serve import SnapshotExpiredError, StoreClient
+    def _read_planned_owner(
+        self, partition: _Scan, spec: ScanSpec
+    ) -> Generator[pa.RecordBatch, None, bool]:
+        """Read through the owner that planned the read; False if it is gone (nothing read)."""
+        from spark_statestore.serve import ServerUnavailableError, SnapshotExpiredError, StoreClient
 
         assert partition.location is not None
         with StoreClient(partition.location) as client:
@@ -342,14 +343,50 @@ class SnapshotReader(DataSourceReader):
                     partition.snapshot_id,
                     self._options.path,
                 )
-                batches = client.scan(spec, None)
-                first = next(batches, None)
+                yield from self._read_pinned(client, spec)
+                return True
+            except ServerUnavailableError as exc:
+                # Nothing was read yet, so routing again is safe. (A failure mid-stream
+                # propagates: Spark retries the task, which routes from the start.)
+                _log.info(
+                    "the owner of %s that planned this read is gone (%s): routing again",
+                    self._options.path,
+                    exc,
+                )
+                return False
             if first is not None:
                 yield self._convert(first)
             for batch in batches:
                 yield self._convert(batch)
             if partition.snapshot_id is not None:
                 client.release(partition.snapshot_id)
+        return True
+
+    def _read_pinned(self, client: Any, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
+        """Read the owner's current snapshot, pinned so its position can be checked."""
+        pinned = client.pin(None)
+        try:
+            self._check_bound(pinned.position)
+            for batch in client.scan(spec, pinned.snapshot_id):
+                yield self._convert(batch)
+        finally:
+            client.release(pinned.snapshot_id)
+
+    def _read_current(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
+        from spark_statestore.serve import connect_to_owner
+
+        client = connect_to_owner(self._options.path)
+        if client is None:
+            yield from self._read_local(partition, spec)
+            return
+        with client:
+            _log.info(
+                "reading %s through its current owner %s (the plan was made %s)",
+                self._options.path,
+                client.location,
+                "without one" if partition.location is None else f"by {partition.location}",
+            )
+            yield from self._read_pinned(client, spec)
 
     def _read_local(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
         from spark_statestore.store import Store, StoreOptions
@@ -405,6 +442,31 @@ class SnapshotReader(DataSourceReader):
         columns = [key_array, value_array, partitions, offsets, batch.column(4)]
         arrays = [c.cast(f.type) for c, f in zip(columns, arrow, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+
+class PushdownSnapshotReader(SnapshotReader):
+    """The snapshot reader that also pushes key and partition filters into the store.
+
+    Used only where Spark scopes a pushed-down plan to its one scan
+    (:func:`~spark_statestore.connectors.spark.lookup.spark_scopes_pushdown_per_scan`):
+    PySpark 4.x replays a relation's pushed plan for the later scans of the same DataFrame
+    or temp view, where a pushed filter would return the previous query's rows. There the
+    plain :class:`SnapshotReader` reads every row for Spark to filter, and the lookup
+    options (``keys``, ``keyPrefix``, ``keyFrom``/``keyTo``, ``partitions``) are the fast path.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        if self._options.view is not View.DATA:
+            yield from filters
+            return
+        from spark_statestore.connectors.spark.pushdown import push_filters
+
+        key_codec, _ = codecs_for(self._options.formats)
+        pushdown, rest = push_filters(filters, key_codec)
+        self._scan_json = pushdown.spec().to_json()
+        self._pushed = pushdown.pushed
+        _log.info("pushed to store %s: %s", self._options.path, pushdown.pushed)
+        yield from rest
 
 
 def _lags_from(described: Mapping[str, Any]) -> dict[int, tuple[int, int | None]] | None:

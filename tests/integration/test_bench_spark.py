@@ -26,12 +26,12 @@ def test_the_spark_suite_measures_scans_and_lookups_against_their_baselines(
 
     measurements = run_spark_suite(options)
 
-    by_name = one_round_each(measurements, SUITE, ["scan_owner", "lookup_pushdown", "scan_local"])
+    by_name = one_round_each(measurements, SUITE, ["scan_owner", "lookup_keys", "scan_local"])
     for m in measurements:
         assert m.parameters["records"] == 300
         assert m.parameters["spark_startup_s"] >= 0
     assert {m.unit for m in measurements} == {"rows/s", "queries/s"}
-    lookup = by_name["lookup_pushdown"]
+    lookup = by_name["lookup_keys"]
     assert lookup.parameters["candidate_latency_ms"] == pytest.approx(
         1000 / lookup.candidate_rate, abs=0.1
     )
