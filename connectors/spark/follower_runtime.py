@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions
+from spark_statestore.errors import OptionError
 from spark_statestore.follower import Follower, FollowerError, FollowerState
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
@@ -67,6 +68,7 @@ class FollowerRuntime:
                 host=options.serve_host,
                 port=options.serve_port,
                 lag_provider=self._lags,
+                tls_certificates=_tls_files(options),
             )
             location = self.server.start()
             closers.insert(0, self.server.close)
@@ -111,3 +113,20 @@ class FollowerRuntime:
         self.server.close()
         self.follower.stop()
         self.store.close()
+
+
+def _tls_files(options: SourceOptions) -> tuple[bytes, bytes] | None:
+    """The ``serveTlsCert`` / ``serveTlsKey`` PEM files' contents, or None (no TLS)."""
+    if options.serve_tls_cert is None or options.serve_tls_key is None:
+        return None
+    contents = []
+    for option, path in (
+        ("serveTlsCert", options.serve_tls_cert),
+        ("serveTlsKey", options.serve_tls_key),
+    ):
+        try:
+            with open(path, "rb") as handle:
+                contents.append(handle.read())
+        except OSError as exc:
+            raise OptionError(f"option {option!r}: cannot read {path}: {exc}") from exc
+    return contents[0], contents[1]

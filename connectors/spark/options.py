@@ -118,6 +118,10 @@ class SourceOptions:
     skip_missing_positions: bool
     serve_host: str
     serve_port: int
+    serve_tls_cert: str | None = None
+    """PEM certificate chain file of the owner's Flight server (TLS); with serve_tls_key."""
+    serve_tls_key: str | None = None
+    """PEM private key file of the owner's Flight server (TLS); with serve_tls_cert."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,8 @@ _SOURCE_OPTIONS = (
     "onmissingposition",
     "servehost",
     "serveport",
+    "servetlscert",
+    "servetlskey",
     *_FORMAT_OPTIONS,
 )
 _READER_OPTIONS = (
@@ -214,6 +220,8 @@ _SPELLING = {
         "onMissingPosition",
         "serveHost",
         "servePort",
+        "serveTlsCert",
+        "serveTlsKey",
         "keyFormat",
         "valueFormat",
         "keySchema",
@@ -440,6 +448,21 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
     if partitions_text is not None:
         partitions = tuple(parse_partitions(partitions_text, option="partitions"))
     serve_port = options.integer("serveport", 0)
+    serve_host = options.text("servehost", "127.0.0.1") or "127.0.0.1"
+    tls_cert, tls_key = options.text("servetlscert"), options.text("servetlskey")
+    if (tls_cert is None) != (tls_key is None):
+        raise OptionError(
+            "options 'serveTlsCert' and 'serveTlsKey' go together: the PEM certificate chain "
+            "file and the PEM private key file of the store's Flight server"
+        )
+    from spark_statestore.serve.auth import is_loopback
+
+    if tls_cert is None and not is_loopback(serve_host):
+        raise OptionError(
+            f"option 'serveHost' {serve_host!r} is beyond loopback, so the store's Flight "
+            "server must use TLS: set 'serveTlsCert' and 'serveTlsKey' (PEM files), or serve "
+            "on 127.0.0.1"
+        )
     return SourceOptions(
         path=path,
         bootstrap_servers=bootstrap,
@@ -454,8 +477,10 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         store_type=options.choice("storetype", StoreType, StoreType.KEY_VALUE),
         formats=_formats(options),
         skip_missing_positions=_on_missing_position(options.text("onmissingposition")),
-        serve_host=options.text("servehost", "127.0.0.1") or "127.0.0.1",
+        serve_host=serve_host,
         serve_port=0 if serve_port is None else serve_port,
+        serve_tls_cert=tls_cert,
+        serve_tls_key=tls_key,
     )
 
 

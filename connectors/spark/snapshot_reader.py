@@ -328,10 +328,22 @@ class SnapshotReader(DataSourceReader):
         self, partition: _Scan, spec: ScanSpec
     ) -> Generator[pa.RecordBatch, None, bool]:
         """Read through the owner that planned the read; False if it is gone (nothing read)."""
-        from spark_statestore.serve import ServerUnavailableError, SnapshotExpiredError, StoreClient
+        from spark_statestore.serve import (
+            AuthenticationError,
+            ServerUnavailableError,
+            SnapshotExpiredError,
+            client_for_store,
+        )
 
         assert partition.location is not None
-        with StoreClient(partition.location) as client:
+        try:
+            client = client_for_store(self._options.path, partition.location)
+        except AuthenticationError as exc:  # that owner stopped and took its credentials
+            _log.info(
+                "the owner of %s that planned this read is gone (%s)", self._options.path, exc
+            )
+            return False
+        with client:
             batches = client.scan(spec, partition.snapshot_id)
             try:
                 first = next(batches, None)
@@ -345,8 +357,9 @@ class SnapshotReader(DataSourceReader):
                 )
                 yield from self._read_pinned(client, spec)
                 return True
-            except ServerUnavailableError as exc:
-                # Nothing was read yet, so routing again is safe. (A failure mid-stream
+            except (ServerUnavailableError, AuthenticationError) as exc:
+                # The server is gone, or the store has another owner now (its credentials
+                # changed). Nothing was read yet, so routing again is safe. (A failure mid-stream
                 # propagates: Spark retries the task, which routes from the start.)
                 _log.info(
                     "the owner of %s that planned this read is gone (%s): routing again",

@@ -157,7 +157,7 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
             store = _open_store(data.store_path, "spark-statestore bench (live owner)")
             try:
                 with StoreServer(store) as server:
-                    owner = _Owner(server.location)
+                    owner = _Owner(server.location, server.token)
                     scan = partial(_scan_run, spark, data, "store", owner)
                     owner_rates = _interleave({"store": scan, "parquet": parquet}, rounds)
                     keys = data.lookup_keys(rounds + 1, options.seed)
@@ -256,14 +256,15 @@ def _interleave(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str, 
 # -- timed paths ----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class _Owner:
-    """The live owner's Flight location, for its scan counters."""
+    """The live owner's Flight location and token, for its scan counters."""
 
     location: str
+    token: str
 
     def rows_examined(self) -> int:
         from spark_statestore.serve import StoreClient
 
-        with StoreClient(self.location) as client:
+        with StoreClient(self.location, token=self.token) as client:
             return client.stats()["rows_examined"]
 
 

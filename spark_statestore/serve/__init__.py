@@ -1,15 +1,22 @@
 """Serving a live store to other processes over Arrow Flight (DESIGN.md §7).
 
 LevelDB lets one process open a store. That owner runs a :class:`StoreServer`; other
-processes find it through the store's ``_owner.json`` (:func:`connect_to_owner`) and read
-pinned or fresh snapshots with a :class:`StoreClient`, described by a
-:class:`~spark_statestore.store.scan.ScanSpec`.
+processes find it through the store's ``_owner.json`` (:func:`connect_to_owner`, which reads
+the server's token from the owner-only ``_serve.json``: see
+:mod:`~spark_statestore.serve.auth`) and read pinned or fresh snapshots with a
+:class:`StoreClient`, described by a :class:`~spark_statestore.store.scan.ScanSpec`.
 
 Importing this package loads neither pyarrow nor LevelDB.
 """
 
-from spark_statestore.serve.client import PinnedSnapshotInfo, StoreClient, connect_to_owner
+from spark_statestore.serve.client import (
+    PinnedSnapshotInfo,
+    StoreClient,
+    client_for_store,
+    connect_to_owner,
+)
 from spark_statestore.serve.errors import (
+    AuthenticationError,
     BadRequestError,
     RemoteStoreError,
     ServeError,
@@ -18,10 +25,12 @@ from spark_statestore.serve.errors import (
     SnapshotExpiredError,
     TooManyPinsError,
     UnknownActionError,
+    WrongStoreError,
 )
 from spark_statestore.serve.server import StoreServer
 
 __all__ = [
+    "AuthenticationError",
     "BadRequestError",
     "PinnedSnapshotInfo",
     "RemoteStoreError",
@@ -33,5 +42,7 @@ __all__ = [
     "StoreServer",
     "TooManyPinsError",
     "UnknownActionError",
+    "WrongStoreError",
+    "client_for_store",
     "connect_to_owner",
 ]

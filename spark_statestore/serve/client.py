@@ -13,6 +13,8 @@ import json
 import logging
 import os
 import threading
+import time
+import uuid
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -20,11 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import InvalidPositionError
 from spark_statestore.position import Position, PositionBound
+from spark_statestore.serve.auth import (
+    AUTH_HEADER,
+    CLIENT_HEADER,
+    CREDENTIALS_FILE,
+    bearer,
+    check_token,
+    read_credentials,
+)
 from spark_statestore.serve.errors import (
+    AuthenticationError,
     BadRequestError,
     ServeError,
     ServerConfigError,
     ServerUnavailableError,
+    WrongStoreError,
     error_class_for,
 )
 from spark_statestore.serve.protocol import (
@@ -49,9 +61,18 @@ if TYPE_CHECKING:
 
     from spark_statestore.query import LagInfo
 
-__all__ = ["PinnedSnapshotInfo", "StoreClient", "connect_to_owner"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "PinnedSnapshotInfo",
+    "StoreClient",
+    "client_for_store",
+    "connect_to_owner",
+]
 
 _log = logging.getLogger(__name__)
+
+DEFAULT_IDLE_TIMEOUT_S = 120.0
+"""How long a scan waits by default for the server's next batch before failing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +138,19 @@ class StoreClient:
     scan_timeout_s
         Deadline of a whole scan stream; None (default) lets large scans run as long as they
         take.
+    idle_timeout_s
+        The longest a scan waits for the server's next batch (time the caller spends on a
+        batch does not count): a wedged server fails the scan with
+        :class:`~spark_statestore.serve.errors.ServerUnavailableError` instead of hanging.
+        None: no limit.
+    token
+        The server's bearer token (see :mod:`~spark_statestore.serve.auth`); a server
+        refuses every call without it.
+    tls_root_certs
+        PEM certificates to trust for a ``grpc+tls`` location (None: the system's roots).
+    store_id
+        The id of the store the caller means: a pin or describe answered by a server of
+        another store raises :class:`~spark_statestore.serve.errors.WrongStoreError`.
 
     Raises
     ------
@@ -125,20 +159,38 @@ class StoreClient:
     """
 
     def __init__(
-        self, location: str, *, timeout_s: float = 30.0, scan_timeout_s: float | None = None
+        self,
+        location: str,
+        *,
+        timeout_s: float = 30.0,
+        scan_timeout_s: float | None = None,
+        idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
+        token: str | None = None,
+        tls_root_certs: bytes | None = None,
+        store_id: str | None = None,
     ) -> None:
         if not isinstance(location, str) or "://" not in location:
             raise ServerConfigError(
                 f"a store server location looks like grpc+tcp://host:port, got {location!r}"
             )
-        for name, value in (("timeout_s", timeout_s), ("scan_timeout_s", scan_timeout_s)):
-            if value is None and name == "scan_timeout_s":
+        for name, value in (
+            ("timeout_s", timeout_s),
+            ("scan_timeout_s", scan_timeout_s),
+            ("idle_timeout_s", idle_timeout_s),
+        ):
+            if value is None and name != "timeout_s":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ServerConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
         self.location = location
         self.timeout_s = timeout_s
         self.scan_timeout_s = scan_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.store_id = store_id
+        self._headers = [(CLIENT_HEADER.encode(), uuid.uuid4().hex.encode())]
+        if token is not None:
+            self._headers.append((AUTH_HEADER.encode(), bearer(check_token(token))))
+        self._tls_root_certs = tls_root_certs
         self._lock = threading.Lock()
         self._client: Any = None
         self._closed = False
@@ -168,11 +220,17 @@ class StoreClient:
             timeout_s += min(wait_s, MAX_PIN_WAIT_S)
         reply = self._action(ACTION_PIN, body, timeout_s=timeout_s)
         try:
-            return PinnedSnapshotInfo.from_reply(reply)
+            pinned = PinnedSnapshotInfo.from_reply(reply)
         except BadRequestError as exc:
             raise ServeError(
                 f"store server {self.location} sent an unexpected pin reply: {exc}", self.location
             ) from exc
+        try:
+            self._check_store(pinned.metadata)
+        except WrongStoreError:
+            self.release(pinned.snapshot_id)
+            raise
+        return pinned
 
     def release(self, snapshot_id: str) -> bool:
         """Release a pinned snapshot (idempotent); False when it was no longer pinned."""
@@ -182,7 +240,19 @@ class StoreClient:
     def describe(self) -> dict[str, Any]:
         """The store's latest commit (name, topic, position, offsets...), its ``lags``
         (``{"0": {...}}`` or None), its ``owner`` and the number of live ``pins``."""
-        return self._action(ACTION_DESCRIBE, {})
+        return self._check_store(self._action(ACTION_DESCRIBE, {}))
+
+    def _check_store(self, description: Mapping[str, Any]) -> dict[str, Any]:
+        served = description.get("store_id")
+        if self.store_id is not None and served != self.store_id:
+            raise WrongStoreError(
+                f"store server {self.location} serves store {served!r} at "
+                f"{description.get('path')!r}, not store {self.store_id!r}: the owner file "
+                "that pointed here is stale or was edited; re-run the query (it finds the "
+                "store's real owner), and check who can write the store directory",
+                self.location,
+            )
+        return dict(description)
 
     def lags(self) -> dict[int, LagInfo] | None:
         """``{partition: LagInfo}`` from :meth:`describe`; None when the server knows none."""
@@ -239,18 +309,40 @@ class StoreClient:
         import pyarrow.flight as flight
 
         client = self._flight()
-        options = flight.FlightCallOptions(timeout=self.scan_timeout_s)
+        options = flight.FlightCallOptions(timeout=self.scan_timeout_s, headers=self._headers)
         reader = None
         finished = False
+        watch = None
         try:
             reader = client.do_get(flight.Ticket(ticket), options)
-            for chunk in reader:
+            if self.idle_timeout_s is not None:
+                watch = IdleWatch(reader.cancel, self.idle_timeout_s)
+            while True:
+                if watch is not None:
+                    watch.arm()
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    break
+                finally:
+                    if watch is not None:
+                        watch.disarm()
                 yield chunk.data
             finished = True
         except pa.ArrowException as exc:
             finished = True
+            if watch is not None and watch.fired:
+                raise ServerUnavailableError(
+                    f"store server {self.location} sent nothing for {self.idle_timeout_s:g} s "
+                    "in the middle of a scan: its owner may be wedged or overloaded. Retry; if "
+                    "it persists, check the owning process (its pid is in the store's "
+                    "_owner.json)",
+                    self.location,
+                ) from exc
             raise self._translate(exc) from exc
         finally:
+            if watch is not None:
+                watch.close()
             if reader is not None and not finished:
                 # The caller stopped early: let the server end the stream now.
                 reader.cancel()
@@ -263,7 +355,9 @@ class StoreClient:
         import pyarrow.flight as flight
 
         client = self._flight()
-        options = flight.FlightCallOptions(timeout=timeout_s or self.timeout_s)
+        options = flight.FlightCallOptions(
+            timeout=timeout_s or self.timeout_s, headers=self._headers
+        )
         try:
             results = list(client.do_action(flight.Action(name, encode_object(body)), options))
         except pa.ArrowException as exc:
@@ -294,7 +388,9 @@ class StoreClient:
                 import pyarrow.flight as flight
 
                 try:
-                    self._client = flight.FlightClient(self.location)
+                    self._client = flight.FlightClient(
+                        self.location, tls_root_certs=self._tls_root_certs
+                    )
                 except pa.ArrowException as exc:
                     raise ServerConfigError(
                         f"cannot connect to store server location {self.location!r}: {exc}; "
@@ -312,6 +408,13 @@ class StoreClient:
             kind, message = decoded
             return error_class_for(kind)(message, self.location)
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, flight.FlightUnauthenticatedError):
+            return AuthenticationError(
+                f"store server {self.location} refused this client's credentials ({detail}): "
+                "pass the server's token (its owner writes it, readable by the store's owner "
+                "user only, to <store>/_serve.json; connect_to_owner() reads it)",
+                self.location,
+            )
         if isinstance(exc, flight.FlightUnavailableError):
             return ServerUnavailableError(
                 f"no store server at {self.location}: the query or process that owns the "
@@ -358,9 +461,95 @@ def connect_to_owner(
     """A client of the server of the live owner of store ``path``, or None when no live
     process owns the store or its owner serves no Flight endpoint (then the caller may open
     the store itself).
+
+    Raises
+    ------
+    AuthenticationError
+        If an owner serves the store but its credentials file cannot be read (another
+        user's store, or a server of an older version).
     """
-    owner = live_owner(os.path.abspath(os.fspath(path)))
+    store_path = os.path.abspath(os.fspath(path))
+    owner = live_owner(store_path)
     if owner is None or not owner.flight_location:
         return None
     _log.debug("store %s: reading through its owner %s", path, owner.describe())
-    return StoreClient(owner.flight_location, timeout_s=timeout_s)
+    return client_for_store(store_path, owner.flight_location, timeout_s=timeout_s)
+
+
+def client_for_store(
+    path: str | os.PathLike[str], location: str, *, timeout_s: float = 30.0
+) -> StoreClient:
+    """A client of the server at ``location`` for store ``path``, with the credentials its
+    owner wrote next to the store (token, store id, TLS certificate).
+
+    Raises
+    ------
+    AuthenticationError
+        If the store's credentials file cannot be read.
+    """
+    store_path = os.path.abspath(os.fspath(path))
+    credentials = read_credentials(store_path)
+    if credentials is None:
+        raise AuthenticationError(
+            f"store {store_path} is served at {location}, but its credentials file "
+            f"{os.path.join(store_path, CREDENTIALS_FILE)} is missing or unreadable: read the "
+            "store as the user that owns it, or ask its owner for the token "
+            "(StoreClient(location, token=...))",
+            location,
+        )
+    return StoreClient(
+        location,
+        timeout_s=timeout_s,
+        token=credentials.token,
+        tls_root_certs=credentials.tls_root_certs,
+        store_id=credentials.store_id,
+    )
+
+
+class IdleWatch:
+    """Calls ``cancel`` when the watch stays armed for ``timeout_s`` seconds.
+
+    A scan arms it around each wait for the server's next batch, so only time spent
+    waiting on the server counts. One daemon thread per watch, woken by arm/disarm/close.
+    """
+
+    def __init__(self, cancel: Any, timeout_s: float) -> None:
+        self._cancel = cancel
+        self._timeout_s = timeout_s
+        self._cond = threading.Condition()
+        self._armed_at: float | None = None
+        self._closed = False
+        self.fired = False
+        self._thread = threading.Thread(target=self._run, name="scan-idle-watch", daemon=True)
+        self._thread.start()
+
+    def arm(self) -> None:
+        with self._cond:
+            self._armed_at = time.monotonic()
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._armed_at = None
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._armed_at is None:
+                    self._cond.wait()
+                    continue
+                remaining = self._armed_at + self._timeout_s - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                self.fired = True
+                self._armed_at = None
+                break
+        if self.fired:
+            self._cancel()

@@ -14,6 +14,7 @@ from typing import ClassVar
 from spark_statestore.errors import StateStoreError
 
 __all__ = [
+    "AuthenticationError",
     "BadRequestError",
     "RemoteStoreError",
     "ServeError",
@@ -22,6 +23,7 @@ __all__ = [
     "SnapshotExpiredError",
     "TooManyPinsError",
     "UnknownActionError",
+    "WrongStoreError",
     "error_class_for",
 ]
 
@@ -77,6 +79,19 @@ class UnknownActionError(BadRequestError):
     kind = "unknown_action"
 
 
+class AuthenticationError(ServeError, PermissionError):
+    """The server refused the call's credentials (no token, or the wrong one)."""
+
+    kind = "unauthenticated"
+
+
+class WrongStoreError(ServeError):
+    """The server reached serves another store than the one the caller meant (its
+    ``_owner.json`` points elsewhere)."""
+
+    kind = "wrong_store"
+
+
 class RemoteStoreError(ServeError):
     """The store failed on the server side (closed, corrupted, ...); the message says how."""
 
@@ -94,6 +109,8 @@ _KINDS: dict[str, type[ServeError]] = {
         BadRequestError,
         UnknownActionError,
         RemoteStoreError,
+        AuthenticationError,
+        WrongStoreError,
     )
 }
 

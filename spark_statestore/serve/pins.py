@@ -30,6 +30,7 @@ _FORGOTTEN_MAX = 4096  # ids of dropped pins remembered to say why they are gone
 class _Pin:
     snapshot: Snapshot
     last_used: float
+    client: str = ""
     leases: int = 0
     dropped: bool = False
 
@@ -53,6 +54,8 @@ class PinRegistry:
         Seconds without use after which a pin expires.
     max_pins
         The most pins alive at once.
+    max_pins_per_client
+        The most pins alive at once for one client id (None: only ``max_pins``).
     clock
         Monotonic seconds (injectable for tests).
     where
@@ -60,10 +63,18 @@ class PinRegistry:
     """
 
     def __init__(
-        self, *, ttl_s: float, max_pins: int, clock: Callable[[], float], where: str
+        self,
+        *,
+        ttl_s: float,
+        max_pins: int,
+        clock: Callable[[], float],
+        where: str,
+        max_pins_per_client: int | None = None,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_pins = max_pins
+        self.max_pins_per_client = max_pins_per_client
+        self._by_client: dict[str, int] = {}
         self.where = where
         self._clock = clock
         self._lock = threading.Lock()
@@ -75,13 +86,15 @@ class PinRegistry:
         with self._lock:
             return len(self._pins)
 
-    def pin(self, snapshot: Snapshot) -> str:
-        """Register ``snapshot`` and return its new id; the registry closes it from now on.
+    def pin(self, snapshot: Snapshot, *, client: str = "") -> str:
+        """Register ``snapshot`` for ``client`` and return its new id; the registry closes
+        it from now on.
 
         Raises
         ------
         TooManyPinsError
-            If ``max_pins`` pins are alive (``snapshot`` is closed then).
+            If ``max_pins`` pins are alive, or ``max_pins_per_client`` of ``client``
+            (``snapshot`` is closed then).
         SnapshotExpiredError
             If the registry is closed (the server is shutting down).
         """
@@ -99,9 +112,21 @@ class PinRegistry:
                     "use), or start the server with a larger max_pins",
                     self.where,
                 )
+            elif (
+                self.max_pins_per_client is not None
+                and self._by_client.get(client, 0) >= self.max_pins_per_client
+            ):
+                error = TooManyPinsError(
+                    f"this client already holds {self._by_client[client]} pinned snapshots on "
+                    f"store server {self.where} (max_pins_per_client="
+                    f"{self.max_pins_per_client}); release snapshots when their query is done, "
+                    f"or wait for idle pins to expire ({self.ttl_s:g} s without use)",
+                    self.where,
+                )
             else:
                 error = None
-                self._pins[snapshot_id] = _Pin(snapshot, self._clock())
+                self._pins[snapshot_id] = _Pin(snapshot, self._clock(), client)
+                self._by_client[client] = self._by_client.get(client, 0) + 1
         if error is not None:
             snapshot.close()
             raise error
@@ -157,6 +182,7 @@ class PinRegistry:
             pin = self._pins.pop(snapshot_id, None)
             if pin is None:
                 return False
+            self._uncount(pin)
             self._forget(snapshot_id, "was released")
             pin.dropped = True
             close = pin.leases == 0
@@ -175,6 +201,7 @@ class PinRegistry:
             ]
             for snapshot_id, pin in idle:
                 del self._pins[snapshot_id]
+                self._uncount(pin)
                 pin.dropped = True
                 self._forget(snapshot_id, f"expired after {self.ttl_s:g} s without use")
         for _, pin in idle:
@@ -187,6 +214,7 @@ class PinRegistry:
             self._closed = True
             pins = list(self._pins.items())
             self._pins.clear()
+            self._by_client.clear()
             for snapshot_id, pin in pins:
                 pin.dropped = True
                 self._forget(snapshot_id, "was dropped when the server closed")
@@ -195,6 +223,13 @@ class PinRegistry:
                 pin.snapshot.close()
 
     # -- internals ------------------------------------------------------------------------
+    def _uncount(self, pin: _Pin) -> None:
+        left = self._by_client[pin.client] - 1
+        if left:
+            self._by_client[pin.client] = left
+        else:
+            del self._by_client[pin.client]
+
     def _forget(self, snapshot_id: str, why: str) -> None:
         self._forgotten[snapshot_id] = why
         while len(self._forgotten) > _FORGOTTEN_MAX:

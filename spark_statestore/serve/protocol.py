@@ -50,6 +50,7 @@ __all__ = [
     "ACTION_RELEASE",
     "ACTION_STATS",
     "MAX_PIN_WAIT_S",
+    "MAX_REQUEST_BYTES",
     "ScanTicket",
     "decode_error_info",
     "decode_object",
@@ -70,6 +71,9 @@ ACTIONS: Final = (ACTION_PIN, ACTION_RELEASE, ACTION_DESCRIBE, ACTION_STATS)
 
 MAX_PIN_WAIT_S: Final = 600.0
 """The longest a ``pin`` waits for its position bound (a longer ``wait_ms`` waits this long)."""
+MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
+"""The largest ticket or action body a server accepts by default (a ``keys`` lookup of
+100,000 keys of 100 bytes is about 14 MB of base64 JSON)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,22 @@ from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import PositionBound
+from spark_statestore.serve.auth import (
+    CLIENT_HEADER,
+    ServeCredentials,
+    check_token,
+    new_token,
+    remove_credentials,
+    require_tls_beyond_loopback,
+    token_matches,
+    write_credentials,
+)
 from spark_statestore.serve.errors import (
     BadRequestError,
     RemoteStoreError,
     ServeError,
     ServerConfigError,
+    TooManyPinsError,
     UnknownActionError,
 )
 from spark_statestore.serve.pins import PinRegistry
@@ -36,6 +47,7 @@ from spark_statestore.serve.protocol import (
     ACTION_STATS,
     ACTIONS,
     MAX_PIN_WAIT_S,
+    MAX_REQUEST_BYTES,
     ScanTicket,
     decode_object,
     describe_state,
@@ -51,6 +63,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from spark_statestore.query import LagInfo
+    from spark_statestore.serve.client import StoreClient
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.store import Store
 
@@ -90,11 +103,25 @@ class StoreServer:
         :func:`~spark_statestore.serve.client.connect_to_owner`.
     batch_rows
         The most rows per streamed record batch.
+    token
+        The bearer token every call must carry (``authorization: Bearer <token>``); None
+        draws a random one (:attr:`token`). With ``advertise``, it is written owner-only to
+        the store's credentials file ``_serve.json`` for local readers.
+    tls_certificates
+        ``(certificate chain PEM, private key PEM)`` to serve ``grpc+tls``; required on a
+        ``host`` beyond loopback.
+    max_pins_per_client
+        The most pins one client (its ``x-spark-statestore-client`` id) holds at once.
+    max_waiting, max_waiting_per_client
+        The most ``pin`` calls waiting for a position bound at once (each holds a server
+        thread), in all and per client.
+    max_request_bytes
+        The largest ticket or action body accepted.
 
     Examples
     --------
-    >>> with StoreServer(store) as server:  # doctest: +SKIP
-    ...     client = StoreClient(server.location)
+    >>> with StoreServer(store) as server, server.client() as client:  # doctest: +SKIP
+    ...     client.read_table(ScanSpec.everything())
     """
 
     def __init__(
@@ -109,6 +136,12 @@ class StoreServer:
         clock: Callable[[], float] = time.monotonic,
         advertise: bool = True,
         batch_rows: int = DEFAULT_BATCH_ROWS,
+        token: str | None = None,
+        tls_certificates: tuple[bytes, bytes] | None = None,
+        max_pins_per_client: int = 16,
+        max_waiting: int = 16,
+        max_waiting_per_client: int = 4,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
         if not isinstance(host, str) or not host.strip():
             raise ServerConfigError(f"host must be a non-empty str, got {host!r}")
@@ -122,8 +155,36 @@ class StoreServer:
             raise ServerConfigError(f"pin_ttl_s must be a number of seconds > 0, got {pin_ttl_s!r}")
         if isinstance(max_pins, bool) or not isinstance(max_pins, int) or max_pins < 1:
             raise ServerConfigError(f"max_pins must be an int >= 1, got {max_pins!r}")
-        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-            raise ServerConfigError(f"batch_rows must be an int >= 1, got {batch_rows!r}")
+        for name, value in (
+            ("batch_rows", batch_rows),
+            ("max_pins_per_client", max_pins_per_client),
+            ("max_waiting", max_waiting),
+            ("max_waiting_per_client", max_waiting_per_client),
+            ("max_request_bytes", max_request_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ServerConfigError(f"{name} must be an int >= 1, got {value!r}")
+        if tls_certificates is not None and (
+            not isinstance(tls_certificates, tuple)
+            or len(tls_certificates) != 2
+            or not all(isinstance(part, bytes) and part for part in tls_certificates)
+        ):
+            raise ServerConfigError(
+                "tls_certificates must be a (certificate chain PEM, private key PEM) tuple of "
+                "non-empty bytes"
+            )
+        require_tls_beyond_loopback(
+            host,
+            tls_certificates is not None,
+            names="StoreServer(tls_certificates=...), or the follower source's serveTlsCert "
+            "and serveTlsKey options",
+        )
+        self.token = new_token() if token is None else check_token(token)
+        self._tls = tls_certificates
+        self._max_request_bytes = max_request_bytes
+        self._max_waiting = max_waiting
+        self._max_waiting_per_client = max_waiting_per_client
+        self._waiting_by_client: dict[str, int] = {}
         self.store = store
         self.host = host
         self._port = port
@@ -131,7 +192,11 @@ class StoreServer:
         self._advertise = advertise
         self._batch_rows = batch_rows
         self._pins = PinRegistry(
-            ttl_s=float(pin_ttl_s), max_pins=max_pins, clock=clock, where=f"of store {store.path}"
+            ttl_s=float(pin_ttl_s),
+            max_pins=max_pins,
+            max_pins_per_client=max_pins_per_client,
+            clock=clock,
+            where=f"of store {store.path}",
         )
         self._lock = threading.Lock()
         self._service: Any = None
@@ -160,15 +225,16 @@ class StoreServer:
                 )
             if self._location is not None:
                 return self._location
-            bind = f"grpc+tcp://{_url_host(self.host)}:{self._port}"
+            scheme = "grpc+tcp" if self._tls is None else "grpc+tls"
+            bind = f"{scheme}://{_url_host(self.host)}:{self._port}"
             try:
-                service = _service_class()(bind, self)
+                service = _service_class()(bind, self, self._tls)
             except Exception as exc:  # pyarrow raises ArrowException / OSError subclasses
                 raise ServeError(
                     f"cannot serve store {self.store.path} on {bind}: {exc}; choose another "
                     "host or port"
                 ) from exc
-            location = f"grpc+tcp://{_advertised_host(self.host)}:{service.port}"
+            location = f"{scheme}://{_advertised_host(self.host)}:{service.port}"
             self._service = service
             self._location = location
             self._pins.where = location
@@ -178,6 +244,15 @@ class StoreServer:
             )
             self._thread.start()
         if self._advertise:
+            # Credentials first: a reader that finds the location can then authenticate.
+            write_credentials(
+                self.store.path,
+                ServeCredentials(
+                    self.token,
+                    self.store.manifest.store_id,
+                    None if self._tls is None else self._tls[0],
+                ),
+            )
             self.store.update_owner(flight_location=location)
         _log.info("serving store %s at %s", self.store.path, location)
         return location
@@ -197,6 +272,19 @@ class StoreServer:
                 f"the store server of {self.store.path} is not started; call start() first"
             )
         return location
+
+    def client(self, **kwargs: Any) -> StoreClient:
+        """A :class:`~spark_statestore.serve.client.StoreClient` of this server, with its
+        token, TLS certificate and store id (``kwargs``: the client's other settings)."""
+        from spark_statestore.serve.client import StoreClient
+
+        return StoreClient(
+            self.location,
+            token=self.token,
+            tls_root_certs=None if self._tls is None else self._tls[0],
+            store_id=self.store.manifest.store_id,
+            **kwargs,
+        )
 
     @property
     def running(self) -> bool:
@@ -235,6 +323,8 @@ class StoreServer:
                     self.store.update_owner(flight_location=None)
             except StoreError:  # the store was closed meanwhile: nothing to withdraw
                 pass
+        if self._advertise and location is not None:
+            remove_credentials(self.store.path, self.token)
         _log.info("stopped serving store %s at %s", self.store.path, location)
 
     def __enter__(self) -> StoreServer:
@@ -254,10 +344,12 @@ class StoreServer:
         return f"StoreServer({self.store.path!r}, {state})"
 
     # -- request handlers (called by the Flight service, on gRPC threads) -----------------
-    def _handle_action(self, name: str, body: bytes) -> dict[str, Any]:
+    def _handle_action(self, name: str, body: bytes, client: str = "") -> dict[str, Any]:
         self._pins.expire()
+        self._check_size(len(body), f"body of action {name!r}")
         if name == ACTION_PIN:
-            return self._pin(*_pin_wait(decode_object(body, f"body of action {name!r}")))
+            bound, wait_s = _pin_wait(decode_object(body, f"body of action {name!r}"))
+            return self._pin(bound, wait_s, client=client)
         if name == ACTION_RELEASE:
             data = decode_object(body, f"body of action {name!r}")
             snapshot_id = data.get("snapshot_id")
@@ -281,22 +373,55 @@ class StoreServer:
             f"{', '.join(ACTIONS)}"
         )
 
-    def _pin(self, bound: PositionBound | None = None, wait_s: float = 0.0) -> dict[str, Any]:
+    def _pin(
+        self, bound: PositionBound | None = None, wait_s: float = 0.0, *, client: str = ""
+    ) -> dict[str, Any]:
         store = self.store
-        if bound is not None and wait_s > 0:
+        if bound is not None and wait_s > 0 and not bound.permits(store.metadata.position):
             # Wait for the commit that reaches the bound; the client checks the pinned
             # position, so a timeout pins the latest commit and the client refuses it.
-            with self._lock:
-                self._waiting += 1
+            self._start_waiting(client)
             try:
                 store.wait_for_commit(lambda m: bound.permits(m.position), wait_s)
             finally:
                 with self._lock:
                     self._waiting -= 1
+                    left = self._waiting_by_client[client] - 1
+                    if left:
+                        self._waiting_by_client[client] = left
+                    else:
+                        del self._waiting_by_client[client]
         snapshot = store.snapshot()
         metadata = describe_state(store.path, store.manifest, snapshot.metadata)
-        snapshot_id = self._pins.pin(snapshot)
+        snapshot_id = self._pins.pin(snapshot, client=client)
         return {"snapshot_id": snapshot_id, "metadata": metadata}
+
+    def _start_waiting(self, client: str) -> None:
+        """Count one more pin waiting for its bound, within the caps."""
+        with self._lock:
+            mine = self._waiting_by_client.get(client, 0)
+            if self._waiting >= self._max_waiting or mine >= self._max_waiting_per_client:
+                limit = (
+                    f"max_waiting_per_client={self._max_waiting_per_client}"
+                    if mine >= self._max_waiting_per_client
+                    else f"max_waiting={self._max_waiting}"
+                )
+                raise TooManyPinsError(
+                    f"store server {self._location} already has {self._waiting} pins waiting "
+                    f"for a position bound ({mine} of them from this client; {limit}); "
+                    "retry later or wait for fewer bounds at once",
+                    self._location,
+                )
+            self._waiting += 1
+            self._waiting_by_client[client] = mine + 1
+
+    def _check_size(self, size: int, what: str) -> None:
+        if size > self._max_request_bytes:
+            raise BadRequestError(
+                f"the {what} has {size:,} bytes, more than this server accepts "
+                f"({self._max_request_bytes:,}); ask for fewer keys per read",
+                self._location,
+            )
 
     def _describe(self) -> dict[str, Any]:
         store = self.store
@@ -317,6 +442,7 @@ class StoreServer:
 
     def _handle_get(self, raw: bytes) -> Iterator[pa.RecordBatch]:
         self._pins.expire()
+        self._check_size(len(raw), "ticket")
         ticket = ScanTicket.from_bytes(raw)
         if ticket.snapshot_id is not None:
             # Fail now rather than mid-stream when the pin is already gone.
@@ -387,15 +513,45 @@ def _service_class() -> type:
         except Exception as exc:
             raise to_flight_error(server, exc) from exc
 
+    class _Caller(flight.ServerMiddleware):  # type: ignore[misc]
+        """An authenticated call and the client id it declared."""
+
+        def __init__(self, client: str) -> None:
+            self.client = client
+
+    class _Authenticate(flight.ServerMiddlewareFactory):  # type: ignore[misc]
+        def __init__(self, server: StoreServer) -> None:
+            self._server = server
+
+        def start_call(self, info: Any, headers: dict[str, Any]) -> _Caller:
+            if not token_matches(headers, self._server.token):
+                raise flight.FlightUnauthenticatedError(
+                    f"store server {self._server._location} refused the call: no valid "
+                    "authorization token"
+                )
+            declared = headers.get(CLIENT_HEADER) or [""]
+            client = declared[0] if isinstance(declared[0], str) else ""
+            return _Caller(client[:64])
+
+    def caller(context: Any) -> str:
+        middleware = context.get_middleware("auth")
+        return "" if middleware is None else str(middleware.client)
+
     class _FlightService(flight.FlightServerBase):  # type: ignore[misc]
-        def __init__(self, location: str, server: StoreServer) -> None:
-            super().__init__(location)
+        def __init__(
+            self, location: str, server: StoreServer, tls: tuple[bytes, bytes] | None
+        ) -> None:
+            super().__init__(
+                location,
+                tls_certificates=None if tls is None else [flight.CertKeyPair(*tls)],
+                middleware={"auth": _Authenticate(server)},
+            )
             self._server = server
 
         def do_action(self, context: Any, action: Any) -> list[Any]:
             try:
                 body = action.body.to_pybytes() if action.body is not None else b""
-                result = self._server._handle_action(action.type, body)
+                result = self._server._handle_action(action.type, body, caller(context))
             except Exception as exc:
                 raise to_flight_error(self._server, exc) from exc
             return [flight.Result(encode_object(result))]

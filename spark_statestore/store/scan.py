@@ -46,6 +46,7 @@ _FIELDS = (
     "limit",
 )
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 class InvalidScanError(StoreError, ValueError):
@@ -126,8 +127,10 @@ class ScanSpec:
         limit = self.limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InvalidScanError(f"ScanSpec limit must be an int >= 0 or None, got {limit!r}")
-        if limit is not None and limit < 0:
-            raise InvalidScanError(f"ScanSpec limit must be >= 0 (or None), got {limit}")
+        if limit is not None and not 0 <= limit <= _INT64_MAX:
+            raise InvalidScanError(
+                f"ScanSpec limit must be in [0, 2**63-1] (or None), got {limit}"
+            )
 
     # -- named constructors ---------------------------------------------------------------
     @classmethod

@@ -42,7 +42,7 @@ def live_owner(path: str) -> Iterator[StoreClient]:
     with (
         Store.open(path, purpose="test owner") as store,
         StoreServer(store) as server,
-        StoreClient(server.location) as client,
+        server.client() as client,
     ):
         yield client
 

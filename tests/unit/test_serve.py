@@ -20,6 +20,7 @@ from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import (
+    AuthenticationError,
     BadRequestError,
     RemoteStoreError,
     ServeError,
@@ -81,7 +82,8 @@ def serve(make_store: MakeStore) -> Iterator[Serve]:
 
     def factory(store: Store, **kwargs: Any) -> tuple[StoreServer, StoreClient]:
         server = StoreServer(store, **kwargs)
-        client = StoreClient(server.start(), timeout_s=10)
+        server.start()
+        client = server.client(timeout_s=10)
         opened.append((server, client))
         return server, client
 
@@ -134,14 +136,14 @@ def test_a_pin_keeps_its_commit_while_the_store_moves_on(store: Store, serve: Se
 def test_a_pin_with_a_bound_waits_for_the_commit_that_reaches_it(
     store: Store, serve: Serve
 ) -> None:
-    _, client = serve(store)
+    server, client = serve(store)
     bound = PositionBound.at(Position.from_map({"input": {0: N_KEYS + 2}}))
     pinned: list[Any] = []
     waiting = threading.Thread(target=lambda: pinned.append(client.pin(bound, wait_s=120)))
     waiting.start()
     # The server counts the pins waiting for their bound: once it does, a commit must wake
     # this one (the predicate has seen the store below the bound).
-    with StoreClient(client.location, timeout_s=10) as other:
+    with server.client(timeout_s=10) as other:
         while other.stats()["waiting"] == 0:
             assert waiting.is_alive(), pinned
             time.sleep(0.01)  # polling another thread's state, not waiting for time
@@ -259,14 +261,14 @@ def test_stats_count_rows_read_per_scan(store: Store, serve: Serve) -> None:
 
 # -- concurrency ---------------------------------------------------------------------------
 def test_concurrent_scans_while_the_store_is_written(store: Store, serve: Serve) -> None:
-    _, client = serve(store, batch_rows=50)
+    server, client = serve(store, batch_rows=50)
     pinned = client.pin()
     start = threading.Barrier(3)
     results: dict[str, object] = {}
 
     def read(name: str, snapshot_id: str | None) -> None:
         try:
-            with StoreClient(client.location) as own:
+            with server.client() as own:
                 start.wait(timeout=10)
                 results[name] = [_values(own, ScanSpec.everything(), snapshot_id) for _ in range(3)]
         except BaseException as exc:  # reported below
@@ -297,8 +299,29 @@ def test_concurrent_scans_while_the_store_is_written(store: Store, serve: Serve)
 
 
 # -- errors --------------------------------------------------------------------------------
-def _raw_error(location: str, call: Callable[[Any], object]) -> tuple[str, str]:
-    raw = flight.FlightClient(location)
+class _Headers(flight.ClientMiddlewareFactory):  # type: ignore[misc]
+    """Sends a StoreClient's headers (its token) from a raw Flight client."""
+
+    def __init__(self, client: StoreClient) -> None:
+        self._headers = {k.decode(): [v.decode()] for k, v in client._headers}
+
+    def start_call(self, info: Any) -> Any:
+        headers = self._headers
+
+        class _Send(flight.ClientMiddleware):  # type: ignore[misc]
+            def sending_headers(self) -> dict[str, list[str]]:
+                return headers
+
+        return _Send()
+
+
+def _raw_client(client: StoreClient) -> Any:
+    """A bare Flight client with ``client``'s credentials, to send malformed requests."""
+    return flight.FlightClient(client.location, middleware=[_Headers(client)])
+
+
+def _raw_error(client: StoreClient, call: Callable[[Any], object]) -> tuple[str, str]:
+    raw = _raw_client(client)
     try:
         with pytest.raises(flight.FlightError) as err:
             call(raw)
@@ -312,7 +335,7 @@ def _raw_error(location: str, call: Callable[[Any], object]) -> tuple[str, str]:
 def test_unknown_actions_name_the_valid_ones(store: Store, serve: Serve) -> None:
     _, client = serve(store)
     kind, message = _raw_error(
-        client.location, lambda raw: list(raw.do_action(flight.Action("compact", b"{}")))
+        client, lambda raw: list(raw.do_action(flight.Action("compact", b"{}")))
     )
     assert kind == UnknownActionError.kind
     assert "'compact'" in message
@@ -320,7 +343,7 @@ def test_unknown_actions_name_the_valid_ones(store: Store, serve: Serve) -> None
     with pytest.raises(UnknownActionError, match="no action 'compact'") as err:
         client._action("compact", {})
     assert isinstance(err.value, BadRequestError) and isinstance(err.value, ValueError)
-    actions = flight.FlightClient(client.location).list_actions()
+    actions = _raw_client(client).list_actions()
     assert [action.type for action in actions] == list(ACTIONS)
 
 
@@ -362,7 +385,7 @@ def test_malformed_requests_are_bad_requests(
     store: Store, serve: Serve, call: Callable[[Any], object], match: str
 ) -> None:
     _, client = serve(store)
-    kind, message = _raw_error(client.location, call)
+    kind, message = _raw_error(client, call)
     assert kind == BadRequestError.kind
     assert match in message
 
@@ -465,6 +488,11 @@ def test_connect_to_owner(make_store: MakeStore, serve: Serve, tmp_path: Path) -
     server, _ = serve(store, advertise=False)
     assert connect_to_owner(store.path) is None
     store.update_owner(flight_location=server.location)
+    # Served, but the server wrote no credentials (advertise=False): refused clearly.
+    with pytest.raises(AuthenticationError, match=r"_serve\.json is missing or unreadable"):
+        connect_to_owner(store.path)
+    server.close()
+    server, _ = serve(store)
     with connect_to_owner(store.path) as client:  # type: ignore[union-attr]
         assert client.location == server.location
         assert len(_values(client, ScanSpec.everything())) == 10

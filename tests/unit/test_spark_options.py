@@ -146,3 +146,13 @@ def test_the_sink_accepts_the_options_spark_passes_itself() -> None:
         {"path": "/tmp/s", "checkpointlocation": "/tmp/cp", "queryname": "orders"}, streaming=True
     )
     assert options.path == "/tmp/s" and options.checkpoint_location == "/tmp/cp"
+
+
+def test_serving_beyond_loopback_needs_tls() -> None:
+    assert source(serveHost="127.0.0.1").serve_tls_cert is None
+    with pytest.raises(OptionError, match="'serveHost' '0.0.0.0' is beyond loopback"):
+        source(serveHost="0.0.0.0")
+    with pytest.raises(OptionError, match="'serveTlsCert' and 'serveTlsKey' go together"):
+        source(serveTlsCert="/c.pem")
+    options = source(serveHost="0.0.0.0", serveTlsCert="/c.pem", serveTlsKey="/k.pem")
+    assert (options.serve_tls_cert, options.serve_tls_key) == ("/c.pem", "/k.pem")

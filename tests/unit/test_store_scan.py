@@ -325,7 +325,8 @@ def test_key_lookups_read_only_their_keys_on_a_large_store(make_store: MakeStore
         (lambda: ScanSpec.for_keys(["a"]), "encode it"),  # type: ignore[list-item]
         (lambda: ScanSpec.between("a", None), "lower must be bytes"),  # type: ignore[arg-type]
         (lambda: ScanSpec.with_prefix(1), "prefix must be bytes"),  # type: ignore[arg-type]
-        (lambda: ScanSpec.everything().with_limit(-1), "limit must be >= 0"),
+        (lambda: ScanSpec.everything().with_limit(-1), r"limit must be in \[0, 2\*\*63-1\]"),
+        (lambda: ScanSpec.everything().with_limit(2**63), r"limit must be in \[0, 2\*\*63-1\]"),
         (lambda: ScanSpec.everything().with_limit(True), "limit must be an int"),
         (lambda: ScanSpec.everything().with_partitions([-1]), "partitions must be ints"),
         (lambda: ScanSpec.everything().with_partitions([True]), "partitions must be ints"),
