@@ -3,7 +3,9 @@
 Rates are machine-dependent, so nothing here asserts a ratio; the test checks the
 measurements' shape and arithmetic, that each peer really read or recovered every record,
 and that the suite cleans up after itself. quixstreams runs from the peers' own virtual
-environment, which the suite creates from PyPI on first use (outside the timed part here).
+environment, which the suite creates from the package index on first use (outside the timed
+part here). It is a soak variant (``make soak``): on a fresh machine that environment costs CI
+a minute before the suite even starts, and ``spark-statestore bench`` runs it in full.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from spark_statestore.bench.peers import (
 )
 from tests.integration.bench_checks import one_round_each
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 
 def test_the_peers_suite_measures_our_feed_and_restore_against_spark_and_quixstreams(
