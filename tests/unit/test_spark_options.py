@@ -150,7 +150,7 @@ def test_the_sink_accepts_the_options_spark_passes_itself() -> None:
 
 def test_serving_beyond_loopback_needs_tls() -> None:
     assert source(serveHost="127.0.0.1").serve_tls_cert is None
-    with pytest.raises(OptionError, match="'serveHost' '0.0.0.0' is beyond loopback"):
+    with pytest.raises(OptionError, match=r"'serveHost' '0\.0\.0\.0' is beyond loopback"):
         source(serveHost="0.0.0.0")
     with pytest.raises(OptionError, match="'serveTlsCert' and 'serveTlsKey' go together"):
         source(serveTlsCert="/c.pem")
