@@ -29,6 +29,7 @@ writer has no offset log: its position would come from the rows' own ``topic``/`
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -276,9 +277,10 @@ def _bounded_read(
         store,
         positionBound=bound.to_json(),
         positionBoundTimeoutMs=str(wait_ms),
+        keys=json.dumps([key]),
         **_STRING_LONG,
     )
-    sql = f"SELECT key AS category, value AS units FROM units_bounded WHERE key = '{key}'"
+    sql = "SELECT key AS category, value AS units FROM units_bounded"
     try:
         rows = run_sql(spark, sql)
     except PySparkException as exc:

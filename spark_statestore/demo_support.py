@@ -74,8 +74,9 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 def create_view(spark: Any, name: str, store: Path, **options: str) -> None:
     """``CREATE OR REPLACE TEMPORARY VIEW name USING spark_statestore OPTIONS (...)``.
 
-    Spark 4.3 replays a view's last pushed-down plan for later queries of the same view, so
-    the demo re-creates a view right before each query that uses it.
+    PySpark 4.x replays a view's planned read for later queries of the same view (the reader
+    copes: it reads the current snapshot); the demo re-creates a view right before each query
+    anyway, so each printed query shows the options it runs with.
     """
     settings = {"path": str(store), **options}
     rendered = ", ".join(f"{k} '{v}'" for k, v in settings.items())
