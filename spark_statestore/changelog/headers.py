@@ -500,8 +500,19 @@ def position_headers(position: Position) -> list[tuple[str, bytes]]:
 
 _ONE = b"\x00\x00\x00\x01"  # an int32 count of 1, big-endian
 _SINGLE_TOPIC = bytes([_POSITION_SERDE_VERSION]) + _ONE  # serde version 0, one topic
+_NAME_LENGTH_END = len(_SINGLE_TOPIC) + _INT32.size  # the first topic's name length ends here
 _SINGLE_LAYOUTS: dict[int, struct.Struct] = {}  # name length -> name, count, partition, offset
 _MAX_CACHED_NAME = 249  # Kafka topic names have at most 249 characters
+
+
+def _single_topic_name_length(data: bytes) -> int:
+    """The first topic's name length in a ``c`` value that starts with serde version 0 and a
+    topic count of 1; -1 for any other value, or one too short to hold that length (the full
+    decoder names what is wrong with it)."""
+    if len(data) < _NAME_LENGTH_END or data[: len(_SINGLE_TOPIC)] != _SINGLE_TOPIC:
+        return -1
+    length: int = _INT32.unpack_from(data, len(_SINGLE_TOPIC))[0]
+    return length
 
 
 class PositionMerger:
@@ -563,7 +574,7 @@ class PositionMerger:
             return
         entries = None
         if version_value and version_value[0] == CONSISTENCY_VERSION and position_value:
-            if position_value[:5] == _SINGLE_TOPIC and self._add_single(position_value):
+            if self._add_single(position_value):
                 return
             if position_value == self._last_raw:
                 entries = self._last_entries
@@ -634,8 +645,8 @@ class PositionMerger:
                                 offsets[seen] = offset
                             continue
                 # Prime the layout for this record's name length (add() checks the record).
-                if position_value and position_value[:5] == _SINGLE_TOPIC:
-                    (length,) = _INT32.unpack_from(position_value, 5)
+                if position_value:
+                    length = _single_topic_name_length(position_value)
                     if 0 < length <= _MAX_CACHED_NAME and length != name_length:
                         name_length, minimum = length, 25 + length
                         layout = struct.Struct(f">i{length}siiq")
@@ -651,7 +662,7 @@ class PositionMerger:
         name and partition are checked by the full decoder once per distinct value (cached),
         only the offset per record. False: use the full decoder.
         """
-        (name_length,) = _INT32.unpack_from(data, 5)
+        name_length = _single_topic_name_length(data)
         if name_length <= 0 or len(data) < 25 + name_length:
             return False
         layout = _SINGLE_LAYOUTS.get(name_length)

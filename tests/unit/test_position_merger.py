@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_statestore.changelog.errors import ChangelogFormatError
+from spark_statestore.changelog.errors import ChangelogFormatError, PositionHeaderError
 from spark_statestore.changelog.headers import (
     HeaderStatus,
+    OnMissing,
     PositionMerger,
     encode_position,
     read_position_headers,
 )
+from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
 
 positions = st.dictionaries(
@@ -109,3 +113,126 @@ def test_the_single_topic_fast_path_checks_what_it_skips() -> None:
     assert merger.skipped == 2 and merger.position() == Position.from_map({"orders": {1: 7}})
     with pytest.raises(ChangelogFormatError, match="offset 1"):
         PositionMerger("error").add([("v", b"\x00"), ("c", b"\x01" + good[1:])], "t", 0, 1)
+
+
+# -- any header bytes: the fast paths agree with the reference decoder ---------------------
+
+_ONE_TOPIC = encode_position(Position.from_map({"orders": {3: 41}}), pad_like_kafka_streams=True)
+
+
+@st.composite
+def c_values(draw: st.DrawFn) -> bytes | None:
+    """A ``c`` value: a valid encoding (often one topic and one partition, the fast path's
+    case), then truncated, overwritten, extended or left alone; sometimes raw bytes."""
+    base = draw(
+        st.one_of(
+            st.just(_ONE_TOPIC),
+            positions.map(lambda p: encode_position(p, pad_like_kafka_streams=True)),
+            positions.map(encode_position),
+            st.binary(max_size=40),
+        )
+    )
+    data = bytearray(base)
+    mutation = draw(st.sampled_from(["keep", "truncate", "overwrite", "extend", "int32"]))
+    if mutation == "truncate":
+        del data[draw(st.integers(0, len(data))) :]
+    elif mutation == "overwrite" and data:
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    elif mutation == "extend":
+        data += draw(st.binary(min_size=1, max_size=16))
+    elif mutation == "int32" and len(data) >= 4:
+        at = draw(st.integers(0, len(data) - 4))
+        value = draw(st.sampled_from([-1, 0, 1, 2, 6, 250, 2**31 - 1, -(2**31)]))
+        data[at : at + 4] = value.to_bytes(4, "big", signed=True)
+    return draw(st.one_of(st.just(bytes(data)), st.none())) if not data else bytes(data)
+
+
+record_headers = st.one_of(
+    st.none(),
+    st.builds(lambda c: [("v", b"\x00"), ("c", c)], c_values()),  # Kafka Streams' layout
+    st.lists(
+        st.tuples(
+            st.sampled_from(["v", "c", "other"]),
+            st.one_of(st.sampled_from([b"\x00", b"\x01", b"", b"\x00\x07", None]), c_values()),
+        ),
+        max_size=4,
+    ),
+)
+
+
+def _outcome(add: Callable[[], None], merger: PositionMerger) -> tuple[object, ...]:
+    """What merging did: the merged position and counts, or the error and its location."""
+    try:
+        add()
+    except StateStoreError as exc:
+        assert isinstance(exc, ChangelogFormatError), exc
+        return (type(exc), exc.reason, exc.topic, exc.partition, exc.offset)
+    return (merger.position(), merger.skipped, merger.without)
+
+
+@pytest.mark.parametrize("on_missing", ["error", "skip"])
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(record_headers, max_size=8))
+def test_bulk_and_single_merges_agree_with_the_reference_on_any_header_bytes(
+    on_missing: OnMissing, records: list[list[tuple[str, bytes | None]] | None]
+) -> None:
+    rows = [(b"k", b"v", 2, 100 + i, -1) for i in range(len(records))]
+
+    def reference_merge() -> None:
+        for i, headers in enumerate(records):
+            decision = read_position_headers(
+                headers, on_missing=on_missing, topic="t", partition=2, offset=100 + i
+            )
+            if decision.status is HeaderStatus.SKIPPED:
+                counts[0] += 1
+            elif decision.position is None:
+                counts[1] += 1
+            else:
+                for topic, partition, offset in decision.position.entries:
+                    key = (topic, partition)
+                    merged[key] = max(offset, merged.get(key, -1))
+
+    merged: dict[tuple[str, int], int] = {}
+    counts = [0, 0]
+    try:
+        reference_merge()
+    except ChangelogFormatError as exc:
+        expected: tuple[object, ...] = (type(exc), exc.reason, exc.topic, exc.partition, exc.offset)
+    else:
+        as_map: dict[str, dict[int, int]] = {}
+        for (topic, partition), offset in merged.items():
+            as_map.setdefault(topic, {})[partition] = offset
+        expected = (Position.from_map(as_map) if as_map else None, counts[0], counts[1])
+
+    bulk = PositionMerger(on_missing)
+    assert _outcome(lambda: bulk.add_all(records, "t", rows), bulk) == expected
+    single = PositionMerger(on_missing)
+
+    def add_each() -> None:
+        for i, headers in enumerate(records):
+            single.add(headers, "t", 2, 100 + i)
+
+    assert _outcome(add_each, single) == expected
+
+
+@pytest.mark.parametrize("length", [5, 6, 7, 8])
+@pytest.mark.parametrize("on_missing", ["error", "skip"])
+def test_a_truncated_single_topic_header_is_named_or_skipped_never_a_struct_error(
+    length: int, on_missing: OnMissing
+) -> None:
+    # Serde version 0 and a topic count of 1, then fewer than the 4 bytes of a name length.
+    data = bytes.fromhex("0000000001000000")[:length]
+    records = [[("v", b"\x00"), ("c", data)]]
+    for merge in (
+        lambda m: m.add_all(records, "t", [(b"k", b"v", 4, 17, -1)]),
+        lambda m: m.add(records[0], "t", 4, 17),
+    ):
+        merger = PositionMerger(on_missing)
+        if on_missing == "skip":
+            merge(merger)
+            assert (merger.skipped, merger.position()) == (1, None)
+        else:
+            with pytest.raises(
+                PositionHeaderError, match=r"truncated.* at topic t partition 4 offset 17"
+            ):
+                merge(merger)
