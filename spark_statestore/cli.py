@@ -18,6 +18,7 @@ from pathlib import Path
 
 from spark_statestore import __version__
 from spark_statestore.errors import StateStoreError
+from spark_statestore.integer_spec import ascii_integer
 
 __all__ = ["main"]
 
@@ -28,6 +29,15 @@ def _write_atomically(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
     os.replace(tmp, path)
+
+
+def _integer(text: str) -> int:
+    """The argparse type of integer flags: ASCII digits and an optional ``-`` (``int()``, argparse's
+    usual type, also takes other scripts' digits, ``+``, ``_`` and blanks)."""
+    number = ascii_integer(text)
+    if number is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer written in ASCII digits 0-9")
+    return number
 
 
 def _wait_for_signal() -> int:
@@ -170,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         "JVM and remove the data unless --data-dir was given. Needs Java 17 and the jars "
         "of `spark-statestore jars`.",
     )
-    broker.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    broker.add_argument("--brokers", type=_integer, default=1, help="number of brokers (default 1)")
     broker.add_argument(
         "--topic",
         action="append",
@@ -244,7 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
         "fixed when the store is created",
     )
     follow.add_argument(
-        "--chunk-records", type=int, metavar="N", help="records per store commit (default 50000)"
+        "--chunk-records",
+        type=_integer,
+        metavar="N",
+        help="records per store commit (default 50000)",
     )
     follow.add_argument(
         "--until-caught-up",
@@ -304,11 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run this suite, e.g. store (repeatable; default: every suite)",
     )
     bench.add_argument(
-        "--rounds", type=int, help="interleaved rounds per path, best kept (default 5)"
+        "--rounds", type=_integer, help="interleaved rounds per path, best kept (default 5)"
     )
     bench.add_argument(
         "--records",
-        type=int,
+        type=_integer,
         help="records written or keys read per timed run (default 100000)",
     )
     bench.add_argument("--output", metavar="FILE", help="also write the JSON report to FILE")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from spark_statestore.errors import StateStoreError
 from spark_statestore.faults import crash_point
 from spark_statestore.faults import install as install_crash_points
+from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.position import Position
 from spark_statestore.staging import StagedFile, StagingArea
 
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+_INT32_MAX = 2**31 - 1
 
 
 class CommitError(StateStoreError):
@@ -365,16 +368,17 @@ def source_position(source_offsets: Any) -> dict[str, dict[int, int]]:
         for topic, partitions in entry.items():
             if not isinstance(topic, str) or not isinstance(partitions, dict):
                 continue
-            for partition, next_offset in partitions.items():
+            for key, next_offset in partitions.items():
+                partition = ascii_integer(key) if isinstance(key, str) else None
                 if (
-                    isinstance(partition, str)
-                    and partition.isdigit()
+                    partition is not None
+                    and 0 <= partition <= _INT32_MAX
                     and isinstance(next_offset, int)
                     and not isinstance(next_offset, bool)
-                    and next_offset > 0
+                    and 0 < next_offset <= INT64_MAX
                 ):
                     target = merged.setdefault(topic, {})
-                    target[int(partition)] = max(next_offset - 1, target.get(int(partition), -1))
+                    target[partition] = max(next_offset - 1, target.get(partition, -1))
     return merged
 
 

@@ -22,19 +22,56 @@ from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import StateStoreError
 from spark_statestore.faults import crash_point
+from spark_statestore.integer_spec import ascii_integer
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["STAGING_DIR", "StagedFile", "StagingArea", "StagingError", "staged_schema"]
+__all__ = [
+    "MAX_QUERY_ID_BYTES",
+    "STAGING_DIR",
+    "StagedFile",
+    "StagingArea",
+    "StagingError",
+    "query_id_problem",
+    "staged_schema",
+]
 
 _log = logging.getLogger(__name__)
 
 STAGING_DIR = "_staging"
 
 
+MAX_QUERY_ID_BYTES = 255
+"""The longest query id, in UTF-8 bytes: it names a directory (a file name's limit)."""
+
+
 class StagingError(StateStoreError):
     """A staged file is missing, unreadable, or not where a commit message said."""
+
+
+def query_id_problem(query_id: str) -> str | None:
+    """Why ``query_id`` cannot name a staging directory, or None when it can.
+
+    A query id (Spark's query id, or the batch writer's ``txnAppId``) is one directory name
+    under the staging root: not empty, no NUL or path separator, not starting with ``.``,
+    valid UTF-8 of at most :data:`MAX_QUERY_ID_BYTES` bytes.
+    """
+    if not query_id:
+        return "is empty"
+    if "\0" in query_id:
+        return "contains a NUL character"
+    if "/" in query_id or os.sep in query_id:
+        return "contains a path separator '/'"
+    if query_id.startswith("."):
+        return "starts with '.'"
+    try:
+        size = len(query_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    if size > MAX_QUERY_ID_BYTES:
+        return f"is {size} bytes long in UTF-8, more than {MAX_QUERY_ID_BYTES}"
+    return None
 
 
 def staged_schema() -> pa.Schema:
@@ -94,8 +131,11 @@ class StagingArea:
         self.root = os.path.join(os.fspath(store_path), STAGING_DIR)
 
     def _batch_dir(self, query_id: str, batch_id: int) -> str:
-        if not query_id or os.sep in query_id or query_id.startswith("."):
-            raise StagingError(f"query id {query_id!r} cannot name a staging directory")
+        problem = query_id_problem(query_id)
+        if problem is not None:
+            raise StagingError(
+                f"query id {query_id[:80]!r} {problem}: it cannot name a staging directory"
+            )
         return os.path.join(self.root, query_id, str(batch_id))
 
     def stage(
@@ -171,7 +211,8 @@ class StagingArea:
                 continue
             if entry.name == query_id:
                 for batch in os.scandir(entry.path):
-                    if batch.name.isdigit() and int(batch.name) <= committed_batch:
+                    number = ascii_integer(batch.name)
+                    if number is not None and 0 <= number <= committed_batch:
                         shutil.rmtree(batch.path, ignore_errors=True)
             elif now - entry.stat().st_mtime > max_age_s:
                 _log.info("removing stale staging of query %s in %s", entry.name, self.root)

@@ -49,7 +49,13 @@ from pyspark.sql.types import (
 
 from .errors import DDLError
 
-__all__ = ["parse_ddl", "to_ddl", "type_to_ddl"]
+__all__ = ["MAX_DDL_DEPTH", "parse_ddl", "to_ddl", "type_to_ddl"]
+
+MAX_DDL_DEPTH = 100
+"""The deepest nesting of ``ARRAY``, ``MAP`` and ``STRUCT`` types a schema may have.
+
+Parsing, rendering, comparing and decoding a schema all recurse once or twice per level, within
+Python's recursion limit; no schema a Kafka Streams app writes comes near this."""
 
 _MAX_PRECISION = 38
 
@@ -94,6 +100,7 @@ _ESCAPES = {
     "_": "\\_",
 }
 _NUMBER = re.compile(r"[0-9]+")
+_CONTEXT = 60  # characters of the schema shown on each side of an error's position
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,7 @@ class _Parser:
         self._option = option
         self._tokens = self._tokenize()
         self._index = 0
+        self._depth = 0  # ARRAY, MAP and STRUCT types open around the current token
 
     # -- tokens ---------------------------------------------------------------------------
     def _tokenize(self) -> list[_Token]:
@@ -286,6 +294,7 @@ class _Parser:
             and second.kind == "punct"
             and second.value == "<"
         ):
+            self._depth = -1  # the STRUCT<...> form of a schema is its column list, not a level
             schema = self._data_type()
             if self._peek().kind != "end":
                 raise self._unexpected("end of schema after STRUCT<...>")
@@ -352,6 +361,23 @@ class _Parser:
             raise self._unexpected("a type name (INT, STRING, ARRAY<...>, ...)")
         name = token.value.lower()
         self._next()
+        if name in _COMPLEX_TYPES:
+            if self._depth == MAX_DDL_DEPTH:
+                raise self._error(
+                    token.pos,
+                    f"types nested deeper than {MAX_DDL_DEPTH} levels of ARRAY, MAP and "
+                    "STRUCT; flatten the schema",
+                )
+            self._depth += 1
+            try:
+                return self._complex_type(name)
+            finally:
+                self._depth -= 1
+        if name in _SIMPLE_TYPES or name in _CHAR_TYPES or name in _DECIMAL_TYPES:
+            return self._simple_type(token)
+        raise self._error(token.pos, f"unknown type {token.value!r}{self._suggest(name)}")
+
+    def _complex_type(self, name: str) -> DataType:
         if name == "array":
             self._expect_punct("<", "'<' after ARRAY, like ARRAY<STRING>")
             element = self._data_type()
@@ -364,19 +390,15 @@ class _Parser:
             value = self._data_type()
             self._expect_punct(">", "'>' closing MAP<K, V>")
             return MapType(key, value, valueContainsNull=True)
-        if name == "struct":
-            self._expect_punct("<", "'<' after STRUCT, like STRUCT<a: INT>")
-            fields = []
-            if not self._at_punct(">"):
+        self._expect_punct("<", "'<' after STRUCT, like STRUCT<a: INT>")
+        fields = []
+        if not self._at_punct(">"):
+            fields.append(self._field(separator=":"))
+            while self._at_punct(","):
+                self._next()
                 fields.append(self._field(separator=":"))
-                while self._at_punct(","):
-                    self._next()
-                    fields.append(self._field(separator=":"))
-            self._expect_punct(">", "',' and another field, or '>' closing STRUCT<...>")
-            return self._struct(fields)
-        if name in _SIMPLE_TYPES or name in _CHAR_TYPES or name in _DECIMAL_TYPES:
-            return self._simple_type(token)
-        raise self._error(token.pos, f"unknown type {token.value!r}{self._suggest(name)}")
+        self._expect_punct(">", "',' and another field, or '>' closing STRUCT<...>")
+        return self._struct(fields)
 
     def _simple_type(self, token: _Token) -> DataType:
         name = token.value.lower()
@@ -437,7 +459,12 @@ class _Parser:
     def _error(self, pos: int, what: str) -> DDLError:
         line_start = self._text.rfind("\n", 0, pos) + 1
         line_end = self._text.find("\n", pos)
-        line = self._text[line_start : line_end if line_end >= 0 else len(self._text)]
+        if line_end < 0:
+            line_end = len(self._text)
+        # Long lines are cut to the part around the problem.
+        if pos - line_start > _CONTEXT:
+            line_start = pos - _CONTEXT
+        line = self._text[line_start : min(line_end, pos + _CONTEXT)]
         prefix = f"option {self._option}: " if self._option else ""
         return DDLError(
             f"{prefix}invalid DDL schema at position {pos}: {what}\n"

@@ -4,7 +4,8 @@ A field of the wrong JSON type is an error for that record (:class:`JsonMismatch
 the field path), never a batch failure; a ``STRING`` field takes any JSON value as its text;
 decimals are built from the number's text and rounded half up; dates and timestamps come from
 ISO-8601 strings (timestamps also from epoch seconds). Missing fields are null; unknown fields
-are ignored.
+are ignored. A value nested deeper than :data:`MAX_JSON_DEPTH` levels is an error for that
+record, as Jackson's ``maxNestingDepth`` makes it one for Spark.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import decimal
 import json
 import re
 import zoneinfo
+from array import array
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 from pyspark.sql.types import (
@@ -43,7 +46,14 @@ from spark_statestore.errors import OptionError
 
 from .ddl import type_to_ddl
 
-__all__ = ["JsonMismatch", "json_row", "struct_converter"]
+__all__ = ["MAX_JSON_DEPTH", "JsonMismatch", "exceeds_json_depth", "json_row", "struct_converter"]
+
+MAX_JSON_DEPTH = 500
+"""The deepest nesting of arrays and objects a JSON value may have (the outermost counts as 1).
+
+Python's decoder and encoder recurse once per level, within the interpreter's recursion limit
+(1000 frames, shared with the caller's stack): a fixed bound half that deep makes a record's
+fate the same wherever it is decoded. Jackson, and so Spark, allow 1000 levels."""
 
 
 class _JsonFloat(float):
@@ -78,7 +88,27 @@ class JsonMismatch(Exception):
         return f"field {where}: {self.reason}" if where else self.reason
 
 
+# A JSON string (escapes included), so brackets inside strings do not count as nesting.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1, +1, -1, -1 as int8
+
+
+def exceeds_json_depth(text: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON ``text`` nests arrays and objects deeper than ``limit`` levels.
+
+    Counts brackets outside strings, without recursion. Text that is not JSON may be
+    answered either way: the decoder rejects it then.
+    """
+    if text.count(b"[") + text.count(b"{") <= limit:
+        return False  # the common case: too few brackets to nest that deep
+    steps = array("b", _JSON_STRING.sub(b"", text).translate(_BRACKET_STEPS, _NOT_BRACKETS))
+    return max(accumulate(steps), default=0) > limit
+
+
 def json_row(raw: bytes, convert: _Convert) -> Any:
+    if exceeds_json_depth(raw):
+        raise JsonMismatch(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         parsed = _JSON.decode(str(raw, "utf-8"))
     except UnicodeDecodeError as exc:

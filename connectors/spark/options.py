@@ -19,9 +19,11 @@ from enum import Enum
 from typing import Any
 
 from spark_statestore.errors import InvalidPositionError, OptionError
-from spark_statestore.partition_spec import parse_partitions
+from spark_statestore.integer_spec import INT64_MAX, ascii_integer, parse_integer
+from spark_statestore.partition_spec import MAX_PARTITION, parse_partitions
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
+from spark_statestore.staging import MAX_QUERY_ID_BYTES, query_id_problem
 from spark_statestore.store.scan import ScanSpec
 
 __all__ = [
@@ -301,21 +303,11 @@ class _Options:
             raise OptionError(f"option {spelling(name)!r} must be 'true' or 'false', got {value!r}")
         return lowered == "true"
 
-    def integer(self, name: str, minimum: int) -> int | None:
+    def integer(self, name: str, minimum: int, maximum: int = INT64_MAX) -> int | None:
         value = self.text(name)
         if value is None:
             return None
-        try:
-            number = int(value)
-        except ValueError:
-            raise OptionError(
-                f"option {spelling(name)!r} must be an integer >= {minimum}, got {value!r}"
-            ) from None
-        if number < minimum:
-            raise OptionError(
-                f"option {spelling(name)!r} must be an integer >= {minimum}, got {value!r}"
-            )
-        return number
+        return parse_integer(value, option=repr(spelling(name)), minimum=minimum, maximum=maximum)
 
     def choice(self, name: str, enum: type[Enum], default: Enum) -> Any:
         value = self.text(name)
@@ -385,28 +377,43 @@ def _starting_offsets(text: str | None) -> StartingOffsets:
         return StartingOffsets("earliest")
     if text.lower() == "latest":
         return StartingOffsets("latest")
+    from spark_statestore.connectors.spark.json_values import exceeds_json_depth
+
     example = 'earliest, latest, or JSON like {"0": 12, "1": -2} (-2 earliest, -1 latest)'
+    shown = text if len(text) <= 200 else text[:200] + "..."
+    # Both forms nest at most two levels ({"topic": {"0": 12}}): deeper text is refused
+    # before the recursive JSON decoder sees it.
+    if exceeds_json_depth(text.encode("utf-8", "surrogatepass"), 2):
+        raise OptionError(
+            f'option \'startingOffsets\' nests deeper than {{"topic": {{"0": 12}}}}; it '
+            f"must be {example}, got {shown!r}"
+        )
     try:
         raw = json.loads(text)
     except ValueError:
-        raise OptionError(f"option 'startingOffsets' must be {example}, got {text!r}") from None
+        raise OptionError(f"option 'startingOffsets' must be {example}, got {shown!r}") from None
     if isinstance(raw, dict) and len(raw) == 1 and isinstance(next(iter(raw.values())), dict):
         raw = next(iter(raw.values()))  # Spark's Kafka form: {"topic": {"0": 12}}
     if not isinstance(raw, dict) or not raw:
-        raise OptionError(f"option 'startingOffsets' must be {example}, got {text!r}")
+        raise OptionError(f"option 'startingOffsets' must be {example}, got {shown!r}")
     offsets: dict[int, int] = {}
-    for partition, offset in raw.items():
+    for key, offset in raw.items():
+        partition = ascii_integer(key)
         if (
-            not str(partition).isdigit()
+            partition is None
+            or not 0 <= partition <= MAX_PARTITION
+            or partition in offsets
             or isinstance(offset, bool)
             or not isinstance(offset, int)
-            or offset < EARLIEST
+            or not EARLIEST <= offset <= INT64_MAX
         ):
+            why = "names its partition twice" if partition in offsets else "is malformed"
             raise OptionError(
-                f"option 'startingOffsets' has a bad entry {partition!r}: {offset!r}; "
-                f"expected {example}"
+                f"option 'startingOffsets': entry {key[:40]!r}: {str(offset)[:40]} {why}; "
+                f"expected {example}, with partitions in ASCII digits from 0 to "
+                f"{MAX_PARTITION} and offsets up to {INT64_MAX}"
             )
-        offsets[int(partition)] = offset
+        offsets[partition] = offset
     return StartingOffsets("json", offsets)
 
 
@@ -447,7 +454,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
     partitions = None
     if partitions_text is not None:
         partitions = tuple(parse_partitions(partitions_text, option="partitions"))
-    serve_port = options.integer("serveport", 0)
+    serve_port = options.integer("serveport", 0, 65535)
     serve_host = options.text("servehost", "127.0.0.1") or "127.0.0.1"
     tls_cert, tls_key = options.text("servetlscert"), options.text("servetlskey")
     if (tls_cert is None) != (tls_key is None):
@@ -583,6 +590,14 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
             "changelog (KIP-813) and names the Kafka transactional id"
         )
     txn_app_id = options.text("txnappid")
+    problem = None if txn_app_id is None else query_id_problem(txn_app_id)
+    if txn_app_id is not None and problem is not None:
+        raise OptionError(
+            f"option 'txnAppId' {txn_app_id[:80]!r} {problem}: it names the batch writer's "
+            f"staging directory, so it must be at most {MAX_QUERY_ID_BYTES} bytes of UTF-8 "
+            "without NUL or '/' and must not start with '.'; use a short name such as "
+            "'orders-agg'"
+        )
     txn_version = options.integer("txnversion", 0)
     checkpoint: str | None
     if streaming:

@@ -170,3 +170,41 @@ def test_kafka_shaped_source_offsets_join_the_position(make_store: MakeStore) ->
     commit_batch(store, staging, BatchToCommit("q1", 0, [staged], offsets))
     # next offset 10 -> processed up to 9; a next offset of 0 says nothing.
     assert store.metadata.position == Position.from_map({"orders": {0: 9, 1: 2}})
+
+
+def test_source_offsets_of_other_shapes_say_nothing_and_never_fail(make_store: MakeStore) -> None:
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    # Digits of other scripts, superscripts, signs and values beyond Kafka's ranges.
+    odd = {"\u0663": 10, "\u00b2": 10, "+3": 10, "2147483648": 10, "4": 2**63 + 5, "5": 2**70}
+    offsets = [{"orders": {"0": 10, **odd}}]
+    staged = stage(staging, 0, 0, [(b"a", b"1", None, None, None)])
+    commit_batch(store, staging, BatchToCommit("q1", 0, [staged], offsets))
+    assert store.metadata.position == Position.from_map({"orders": {0: 9}})
+
+
+def test_stale_staging_skips_entries_that_are_not_batch_ids(make_store: MakeStore) -> None:
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    for name in ("\u00b2", "\u0663", "-1"):
+        os.makedirs(os.path.join(staging.root, "q1", name))
+    commit_batch(
+        store,
+        staging,
+        BatchToCommit("q1", 5, [stage(staging, 5, 0, [(b"a", b"1", None, None, None)])]),
+    )
+    assert sorted(os.listdir(os.path.join(staging.root, "q1"))) == sorted(
+        ["\u00b2", "\u0663", "-1"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("query_id", "problem"),
+    [("a\x00b", "NUL"), ("a" * 256, "more than 255"), ("a/b", "path separator"), (".a", "'.'")],
+)
+def test_a_query_id_that_cannot_name_a_directory_is_a_staging_error(
+    make_store: MakeStore, query_id: str, problem: str
+) -> None:
+    staging = StagingArea(make_store(topic=None).path)
+    with pytest.raises(StagingError, match=problem):
+        staging.stage(query_id, 0, 0, 0, [batch_of([(b"a", b"1", None, None, None)])])

@@ -171,7 +171,7 @@ def _outcome(add: Callable[[], None], merger: PositionMerger) -> tuple[object, .
 
 
 @pytest.mark.parametrize("on_missing", ["error", "skip"])
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(records=st.lists(record_headers, max_size=8))
 def test_bulk_and_single_merges_agree_with_the_reference_on_any_header_bytes(
     on_missing: OnMissing, records: list[list[tuple[str, bytes | None]] | None]

@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 from spark_statestore.connectors.spark.ddl import parse_ddl
 from spark_statestore.connectors.spark.errors import DecodeError, EncodeError, SparkSourceError
 from spark_statestore.connectors.spark.formats import ColumnCodec, ValueFormat
+from spark_statestore.connectors.spark.json_values import MAX_JSON_DEPTH
 from spark_statestore.errors import OptionError, StateStoreError
 
 UTC = dt.timezone.utc
@@ -565,3 +566,37 @@ def test_json_rows_arrow_refuses_are_found_one_by_one(monkeypatch: pytest.Monkey
     error = decode_error(codec, values)
     assert error.index == 1
     assert "not convertible" in str(error)
+
+
+def _nested(depth: int, inner: bytes = b"1") -> bytes:
+    """``{"s": [[...]]}`` nested ``depth`` levels deep (the object is the first level)."""
+    return b'{"s": ' + b"[" * (depth - 1) + inner + b"]" * (depth - 1) + b"}"
+
+
+def test_json_nested_at_most_max_depth_levels_decodes() -> None:
+    codec = make_codec("json", "s STRING")
+    decoded, bad = decode(codec, [_nested(MAX_JSON_DEPTH)])
+    depth = MAX_JSON_DEPTH - 1
+    assert (decoded, bad) == ([{"s": "[" * depth + "1" + "]" * depth}], 0)
+
+
+def test_json_nested_deeper_than_max_depth_is_null_and_counted_or_named() -> None:
+    # Any depth, from where Python's recursion limit is near (the value decodes but its
+    # STRING text does not re-encode) to far beyond it: never a RecursionError.
+    codec = make_codec("json", "s STRING")
+    values = [_nested(depth) for depth in range(MAX_JSON_DEPTH + 1, 1_200)]
+    values += [_nested(100_000), b"[" * 100_000, b'{"s": ' + b'{"a": ' * 50_000]
+    decoded, bad = decode(codec, values, permissive=True)
+    assert (decoded, bad) == ([None] * len(values), len(values))
+    error = decode_error(codec, [b"{}", _nested(MAX_JSON_DEPTH + 1)])
+    assert error.index == 1
+    assert f"nested deeper than {MAX_JSON_DEPTH} levels" in str(error)
+    assert "offset 1231 as json" in str(error)
+
+
+def test_json_brackets_inside_strings_are_not_nesting() -> None:
+    codec = make_codec("json", "s STRING")
+    text = "[" * 2_000 + "{" * 2_000
+    assert decode(codec, [json.dumps({"s": text}).encode()]) == ([{"s": text}], 0)
+    escaped = json.dumps({"s": '\\"' + "[" * 2_000}).encode()  # an escaped quote, then text
+    assert decode(codec, [escaped]) == ([{"s": '\\"' + "[" * 2_000}], 0)

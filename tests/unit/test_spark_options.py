@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from spark_statestore.connectors.spark.options import (
@@ -156,3 +159,99 @@ def test_serving_beyond_loopback_needs_tls() -> None:
         source(serveTlsCert="/c.pem")
     options = source(serveHost="0.0.0.0", serveTlsCert="/c.pem", serveTlsKey="/k.pem")
     assert (options.serve_tls_cert, options.serve_tls_key) == ("/c.pem", "/k.pem")
+
+
+# -- malformed input is a clear error naming the option ------------------------------------
+SINK = {"path": "/tmp/s"}
+
+
+def sink(**extra: str) -> object:
+    from spark_statestore.connectors.spark.options import parse_sink_options
+
+    return parse_sink_options({**SINK, **{k.lower(): v for k, v in extra.items()}}, streaming=False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,
+        '{"app-s-changelog": ' * 50_000,
+        '{"t": {"0": ' + "[" * 5_000 + "1" + "]" * 5_000 + "}}",
+        '{"t": {"0": {"deeper": 1}}}',
+    ],
+)
+def test_deeply_nested_starting_offsets_name_the_option(text: str) -> None:
+    with pytest.raises(OptionError, match="option 'startingOffsets'"):
+        source(startingOffsets=text)
+
+
+@pytest.mark.parametrize("option", ["valueSchema", "keySchema"])
+def test_deeply_nested_schemas_name_the_option(option: str) -> None:
+    from spark_statestore.connectors.spark.ddl import MAX_DDL_DEPTH
+
+    fmt = "keyFormat" if option == "keySchema" else "valueFormat"
+    for depth in (MAX_DDL_DEPTH + 1, 3_000):
+        for opened, closed in (("ARRAY<", ">"), ("STRUCT<a: ", ">"), ("MAP<STRING, ", ">")):
+            schema = "a " + opened * depth + "INT" + closed * depth
+            with pytest.raises(OptionError, match=f"option {option}: .*nested deeper than"):
+                source(**{fmt: "json", option: schema})
+    fine = "a " + "ARRAY<" * MAX_DDL_DEPTH + "INT" + ">" * MAX_DDL_DEPTH
+    assert source(**{fmt: "json", option: fine}).formats is not None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("txn_app_id", "rule"),
+    [
+        ("orders\x00agg", "contains a NUL character"),
+        ("x" * 256, "is 256 bytes long in UTF-8, more than 255"),
+        ("é" * 128, "is 256 bytes long in UTF-8, more than 255"),
+        ("orders/agg", "contains a path separator"),
+        (".orders", "starts with '.'"),
+        ("orders\ud800", "is not valid Unicode"),
+    ],
+)
+def test_txn_app_id_that_cannot_name_a_directory_is_refused_at_parse_time(
+    txn_app_id: str, rule: str
+) -> None:
+    with pytest.raises(OptionError, match=rf"option 'txnAppId' .*{re.escape(rule)}"):
+        sink(txnAppId=txn_app_id, txnVersion="3")
+    assert sink(txnAppId="x" * 255, txnVersion="3").txn_app_id == "x" * 255  # type: ignore[attr-defined]
+
+
+NOT_ASCII_INTEGERS = ["\u0663", "\uff13", "\u00b2", "+3", "3_0", "3.0", "0x3", "-"]
+
+
+@pytest.mark.parametrize("text", NOT_ASCII_INTEGERS)
+def test_integer_options_take_ascii_digits_only(text: str) -> None:
+    for surface, name in (
+        (source, "maxOffsetsPerTrigger"),
+        (source, "servePort"),
+        (sink, "txnVersion"),
+        (sink, "uncommitted.max.bytes"),
+    ):
+        extra = {name: text, "txnAppId": "a"} if name == "txnVersion" else {name: text}
+        with pytest.raises(OptionError, match=f"option '{re.escape(name)}' must be an integer"):
+            surface(**extra)
+    for name in ("maxLag", "positionBoundTimeoutMs"):
+        raw = {"path": "/s", "positionbound": '{"t": {"0": 1}}', name.lower(): text}
+        with pytest.raises(OptionError, match=f"option '{name}' must be an integer"):
+            parse_reader_options(raw)
+
+
+@pytest.mark.parametrize("partition", ["\u0663", "\uff13", "\u00b2", "+3", " 3", "3 "])
+def test_starting_offsets_partitions_take_ascii_digits_only(partition: str) -> None:
+    text = json.dumps({"app-s-changelog": {partition: 5}})
+    with pytest.raises(OptionError, match="option 'startingOffsets': entry"):
+        source(startingOffsets=text)
+
+
+def test_integer_options_beyond_their_range_are_refused() -> None:
+    with pytest.raises(OptionError, match=r"'servePort' must be an integer >= 0 and <= 65535"):
+        source(servePort="65536")
+    with pytest.raises(OptionError, match="<= 9223372036854775807"):
+        source(maxOffsetsPerTrigger=str(2**63))
+    with pytest.raises(OptionError, match="<= 9223372036854775807"):
+        source(maxOffsetsPerTrigger="9" * 10_000)  # more digits than int() takes
+    for entries in ({"0": 2**63}, {"2147483648": 1}, {"0": 1, "00": 2}):
+        with pytest.raises(OptionError, match="option 'startingOffsets': entry"):
+            source(startingOffsets=json.dumps(entries))

@@ -44,6 +44,7 @@ from spark_statestore.connectors.kafka.errors import (
     LocalKafkaError,
 )
 from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION, kafka_jars
+from spark_statestore.integer_spec import ascii_integer
 
 __all__ = [
     "DEFAULT_HEAP",
@@ -705,12 +706,16 @@ class LocalKafkaCluster:
 
 def parse_topic_spec(spec: str) -> tuple[str, int]:
     """Parse ``NAME:PARTITIONS`` (``NAME`` alone means 1 partition) from the CLI."""
-    name, sep, count = spec.rpartition(":")
+    name, sep, count_text = spec.rpartition(":")
     if not sep:
         return spec, 1
-    if not name or not count.isdigit() or int(count) < 1:
-        raise LocalKafkaError(f"bad topic spec {spec!r}: expected NAME:PARTITIONS, e.g. orders:8")
-    return name, int(count)
+    count = ascii_integer(count_text)
+    if not name or count is None or count < 1:
+        raise LocalKafkaError(
+            f"bad topic spec {spec!r}: expected NAME:PARTITIONS with PARTITIONS in ASCII digits "
+            ">= 1, e.g. orders:8"
+        )
+    return name, count
 
 
 def create_topics(cluster: LocalKafkaCluster, specs: Iterable[str]) -> list[tuple[str, int]]:

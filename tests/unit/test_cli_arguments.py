@@ -1,0 +1,42 @@
+"""The integer flags of ``spark-statestore`` take ASCII digits only (no broker, no JVM)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_statestore.cli import build_parser
+from spark_statestore.connectors.kafka.errors import LocalKafkaError
+from spark_statestore.connectors.kafka.local import parse_topic_spec
+
+FLAGS = [
+    ["broker", "--brokers"],
+    ["follow", "--bootstrap-servers", "b:9092", "--changelog", "c", "/s", "--chunk-records"],
+    ["bench", "--rounds"],
+    ["bench", "--records"],
+]
+
+
+@pytest.mark.parametrize("flag", FLAGS, ids=lambda flag: flag[-1])
+@pytest.mark.parametrize("text", ["\u0663", "\uff13", "\u00b2", "+3", "3_0", " 3"])
+def test_integer_flags_refuse_what_is_not_ascii_digits(
+    flag: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*flag, text])
+    assert exited.value.code == 2
+    assert f"argument {flag[-1]}: {text!r} is not an integer written in ASCII digits" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize("flag", FLAGS, ids=lambda flag: flag[-1])
+def test_integer_flags_take_ascii_digits(flag: list[str]) -> None:
+    args = build_parser().parse_args([*flag, "12"])
+    assert 12 in vars(args).values()
+
+
+@pytest.mark.parametrize("count", ["\u0663", "\uff13", "\u00b2", "+3", "0", "-1", ""])
+def test_topic_specs_take_an_ascii_partition_count(count: str) -> None:
+    with pytest.raises(LocalKafkaError, match="PARTITIONS in ASCII digits >= 1"):
+        parse_topic_spec(f"orders:{count}")
+    assert parse_topic_spec("orders:3") == ("orders", 3) and parse_topic_spec("a") == ("a", 1)
