@@ -66,8 +66,11 @@ class CommitOutcome(str, Enum):
 
 
 Change = tuple[bytes, "bytes | None", "Position | None", "int | None", int]
-"""A change as published: key, value (None: delete), position, timestamp (epoch ms) and its
-changelog partition (Kafka's murmur2 partition of the key)."""
+"""A change as published: key, value (None: delete), position, timestamp (epoch ms, > 0) and
+its changelog partition (Kafka's murmur2 partition of the key).
+
+The timestamp is never 0: librdkafka's producer reads 0 as "stamp it now", so a record
+produced with 0 would carry another timestamp than the leader's envelope."""
 
 ChangelogRow = tuple[int, int, bytes, "bytes | None", "Position | None", int]
 """A committed changelog record as read back: partition, offset, key, value, position, ts."""
@@ -256,7 +259,8 @@ def _publish_and_apply(
     absent_parts = partitions_for_keys(absent, partitions)
     batch_parts: list[list[int]] = []
     # Rows without a timestamp get the batch's commit time, chosen once, so the changelog
-    # record, the leader's envelope and every follower (or a roll-forward) agree on it.
+    # record, the leader's envelope and every follower (or a roll-forward) agree on it. So do
+    # rows stamped 0: a changelog record cannot carry 0 (see Change).
     now_ms = int(time.time() * 1000)
 
     def changes() -> Iterator[Change]:
@@ -264,7 +268,7 @@ def _publish_and_apply(
             yield key, None, header, now_ms, p
         for staged in ordered:
             for records in staging.read(staged):
-                keys, values, _, _, stamps = _columns(records, now_ms)
+                keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
                 parts = partitions_for_keys(records.column("key"), partitions)
                 batch_parts.append(parts)
                 for key, value, stamp, p in zip(keys, values, stamps, parts, strict=True):
@@ -291,7 +295,7 @@ def _publish_and_apply(
         cached = iter(batch_parts)
         for staged in ordered:
             for records in staging.read(staged):
-                keys, values, _, _, stamps = _columns(records, now_ms)
+                keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
                 parts = next(cached)
                 offsets = []
                 for p in parts:
@@ -344,14 +348,23 @@ def _roll_forward(
         txn.commit()
 
 
-def _columns(records: pa.RecordBatch, default_stamp: int = -1) -> tuple[list[Any], ...]:
+def _columns(
+    records: pa.RecordBatch, default_stamp: int = -1, *, publishing: bool = False
+) -> tuple[list[Any], ...]:
     """``put_columns`` arguments from a staged record batch (-1: unknown partition/offset;
     a sink without a changelog has no changelog coordinates). Rows without a timestamp get
-    ``default_stamp`` (-1: none)."""
+    ``default_stamp`` (-1: none); so do rows stamped 0 when ``publishing`` (see
+    :data:`Change`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     keys = records.column("key").to_pylist()
     count = len(keys)
-    stamps = [default_stamp if t is None else t for t in records.column("timestamp").to_pylist()]
-    return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamps
+    stamps = records.column("timestamp")
+    if publishing:
+        stamps = pc.if_else(pc.equal(stamps, 0), pa.scalar(None, pa.int64()), stamps)
+    stamp_list = stamps.fill_null(default_stamp).to_pylist()
+    return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamp_list
 
 
 def source_position(source_offsets: Any) -> dict[str, dict[int, int]]:

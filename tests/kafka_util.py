@@ -8,14 +8,19 @@ own last stable offsets, never on a sleep.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Consumer, TopicPartition
 
 from spark_statestore.changelog import ChangelogRecord
+
+if TYPE_CHECKING:
+    from spark_statestore.store import Store
 
 T = TypeVar("T")
 
@@ -191,3 +196,21 @@ def _decided(
             f"(last stable offset {seen['stable']}, high watermark {seen['high']})"
         ),
     )
+
+
+@contextlib.contextmanager
+def caught_up_follower(
+    path: Path, bootstrap: str, changelog: str, partitions: int
+) -> Iterator[Store]:
+    """A follower store at ``path`` that has restored ``changelog`` to its end (and stopped
+    following), open for the test to read."""
+    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+    from spark_statestore.follower import Follower, FollowerState
+    from spark_statestore.store import Role, Store, StoreSpec
+
+    with Store.open(path, StoreSpec(Role.FOLLOWER, changelog, partitions)) as replica:
+        follower = Follower(replica, KafkaChangelogSource(bootstrap, changelog))
+        while follower.state is not FollowerState.RUNNING:
+            follower.step()
+        follower.stop()
+        yield replica

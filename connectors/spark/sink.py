@@ -8,7 +8,8 @@ replayed batch id is skipped. ``abort`` deletes the batch's staged files.
 
 Input rows: ``key`` and ``value`` (binary or string; a null value deletes the key), and
 optionally ``topic``, ``partition``, ``offset`` (the input record's metadata, merged into the
-store position) and ``timestamp``.
+store position) and ``timestamp`` (kept in epoch milliseconds, rounded down like Spark's Kafka
+sink; a timestamp before 1970 fails the task, as Kafka's producer refuses it).
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
             return pa.nulls(count, kind)
         values = batch.column(name)
         if name == "timestamp" and pa.types.is_timestamp(values.type):
-            return values.cast(pa.timestamp("ms", tz=values.type.tz)).cast(pa.int64())
+            return _epoch_millis(values)
         return values.cast(kind)
 
     keys = column("key", pa.binary())
@@ -163,15 +164,47 @@ def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
             f"row {first} of this task's input has a null key: a store key is never null "
             "(filter those rows out, or give them a key)"
         )
+    stamps = column("timestamp", pa.int64())
+    negative = pc.fill_null(pc.less(stamps, 0), False)
+    if pc.any(negative).as_py():
+        first = pc.index(negative, True).as_py()
+        raise SinkError(
+            f"row {first} of this task's input has timestamp {stamps[first].as_py()} ms, before "
+            "1970-01-01T00:00:00Z: a Kafka record timestamp is never negative (Kafka's producer "
+            "refuses it too); give such rows a later timestamp, or null for none"
+        )
     arrays = [
         keys,
         column("value", pa.binary()),
         column("topic", pa.string()),
         column("partition", pa.int32()),
         column("offset", pa.int64()),
-        column("timestamp", pa.int64()),
+        stamps,
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_UNITS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
+
+
+def _epoch_millis(values: pa.Array) -> pa.Array:
+    """Epoch milliseconds (int64) of a timestamp column, rounded down as Spark's Kafka sink
+    rounds them (``DateTimeUtils.toMillis``): Spark's timestamps have microseconds, Kafka's
+    record timestamps milliseconds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    units = values.cast(pa.int64())  # units since the epoch, whatever the time zone
+    unit = values.type.unit
+    if unit == "s":
+        return pc.multiply_checked(units, 1_000)
+    per_ms = _UNITS_PER_MS[unit]
+    if per_ms == 1:
+        return units
+    truncated = pc.divide(units, per_ms)  # integer division rounds toward zero
+    # Toward minus infinity instead for instants before 1970, where that differs.
+    below = pc.greater(pc.multiply(truncated, per_ms), units)
+    return pc.subtract(truncated, below.cast(pa.int64()))
 
 
 def _task_ids() -> tuple[int, int]:

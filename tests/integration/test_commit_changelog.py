@@ -17,7 +17,7 @@ from spark_statestore.connectors.kafka.publisher import KafkaChangelogPublisher
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.staging import StagedFile, StagingArea, staged_schema
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
-from tests.kafka_util import settled_changelog
+from tests.kafka_util import caught_up_follower, settled_changelog
 
 pytestmark = pytest.mark.integration
 
@@ -164,13 +164,11 @@ def test_rows_without_a_timestamp_get_one_that_leader_and_follower_share(
             leader = {k: snapshot.get_record(k).timestamp for k in (b"a", b"b")}  # type: ignore[union-attr]
     changelog_stamps = {r.key: r.timestamp for r in settled_changelog(bootstrap, changelog)}
     assert leader == changelog_stamps and all(t is not None and t > 0 for t in leader.values())
-    with Store.open(tmp_path / "follower", StoreSpec(Role.FOLLOWER, changelog, 3)) as replica:
-        follower = Follower(replica, KafkaChangelogSource(bootstrap, changelog))
-        while follower.state is not FollowerState.RUNNING:
-            follower.step()
-        follower.stop()
-        with replica.snapshot() as snapshot:
-            assert {k: snapshot.get_record(k).timestamp for k in (b"a", b"b")} == leader  # type: ignore[union-attr]
+    with (
+        caught_up_follower(tmp_path / "follower", bootstrap, changelog, 3) as replica,
+        replica.snapshot() as snapshot,
+    ):
+        assert {k: snapshot.get_record(k).timestamp for k in (b"a", b"b")} == leader  # type: ignore[union-attr]
 
 
 def test_a_rolled_forward_empty_batch_keeps_its_source_position(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from spark_statestore.store import Role, Store, StoreSpec
 from tests.integration.test_spark_follower import wait_for_owner_exit
-from tests.kafka_util import settled_changelog
+from tests.kafka_util import caught_up_follower, settled_changelog
 
 pytestmark = pytest.mark.integration
 
@@ -185,9 +186,6 @@ def test_bad_input_and_foreign_stores_are_refused(spark: Any, tmp_path: Path) ->
 def test_the_sink_publishes_a_changelog_that_a_follower_converges_to(
     spark: Any, kafka_broker: Any, make_topic: Any, tmp_path: Path
 ) -> None:
-    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
-    from spark_statestore.follower import Follower, FollowerState
-
     bootstrap = kafka_broker.bootstrap_servers
     changelog = f"orders-app-{make_topic(partitions=1)}-changelog"
     kafka_broker.create_topic(changelog, 4, compacted=False)  # read back record for record
@@ -219,11 +217,7 @@ def test_the_sink_publishes_a_changelog_that_a_follower_converges_to(
     # Each batch is in the changelog exactly once.
     assert len(settled_changelog(bootstrap, changelog)) == 22
 
-    with Store.open(tmp_path / "replica", StoreSpec(Role.FOLLOWER, changelog, 4)) as replica:
-        follower = Follower(replica, KafkaChangelogSource(bootstrap, changelog))
-        while follower.state is not FollowerState.RUNNING:
-            follower.step()
-        follower.stop()
+    with caught_up_follower(tmp_path / "replica", bootstrap, changelog, 4) as replica:
         with replica.snapshot() as snapshot:
             assert dict(snapshot.items()) == leader
         with Store.open(store) as opened:
@@ -252,3 +246,58 @@ def test_the_batch_writer_overwrites_when_asked(spark: Any, tmp_path: Path) -> N
     second = spark.createDataFrame([("b", "3"), ("c", "4")], "key STRING, value STRING")
     second.write.format(FORMAT).mode("overwrite").save(store)
     assert store_content(tmp_path / "store") == {b"b": b"3", b"c": b"4"}
+
+
+def test_timestamps_agree_in_the_leader_the_changelog_and_a_follower(
+    spark: Any, kafka_broker: Any, make_topic: Any, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as F
+
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = f"stamps-app-{make_topic(partitions=1)}-changelog"
+    kafka_broker.create_topic(changelog, 2, compacted=False)
+    kafka_broker.create_topic(f"{changelog}-progress", 1)
+    store = tmp_path / "store"
+    # Spark timestamps have microseconds (current_timestamp() too); 0 is 1970-01-01T00:00:00Z.
+    micros = "2024-05-31 12:00:00.123456"
+    rows = spark.createDataFrame(
+        [("micros", "1"), ("now", "2"), ("zero", "3"), ("none", "4")], "key STRING, value STRING"
+    ).select(
+        "key",
+        "value",
+        F.when(F.col("key") == "micros", F.to_timestamp(F.lit(micros)))
+        .when(F.col("key") == "now", F.current_timestamp())
+        .when(F.col("key") == "zero", F.timestamp_millis(F.lit(0)))
+        .alias("timestamp"),
+    )
+    before_ms = int(time.time() * 1000)
+    (
+        rows.write.format(FORMAT)
+        .mode("append")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("changelog", changelog)
+        .option("application.id", "stamps-app")
+        .option("txnAppId", "stamps")
+        .option("txnVersion", 0)
+        .save(str(store))
+    )
+    after_ms = int(time.time() * 1000)
+
+    published = {r.key: r.timestamp for r in settled_changelog(bootstrap, changelog)}
+    wait_for_owner_exit(store)
+    with Store.open(store) as leader, leader.snapshot() as snapshot:
+        stored = {key: snapshot.get_record(key).timestamp for key in published}  # type: ignore[union-attr]
+    with (
+        caught_up_follower(tmp_path / "replica", bootstrap, changelog, 2) as replica,
+        replica.snapshot() as snapshot,
+    ):
+        followed = {key: snapshot.get_record(key).timestamp for key in published}  # type: ignore[union-attr]
+
+    assert stored == published == followed
+    # Truncated to milliseconds, as Kafka's record timestamps are.
+    assert published[b"micros"] == 1_717_156_800_123
+    assert before_ms - 60_000 <= published[b"now"] <= after_ms
+    # librdkafka publishes timestamp 0 as "now": a 0 gets the batch's commit time, as a row
+    # without a timestamp does, so the changelog and both stores hold the same stamp.
+    assert published[b"zero"] == published[b"none"]
+    assert before_ms <= published[b"none"] <= after_ms

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -208,3 +209,47 @@ def test_a_query_id_that_cannot_name_a_directory_is_a_staging_error(
     staging = StagingArea(make_store(topic=None).path)
     with pytest.raises(StagingError, match=problem):
         staging.stage(query_id, 0, 0, 0, [batch_of([(b"a", b"1", None, None, None)])])
+
+
+class RecordingPublisher:
+    """A changelog that keeps what it is given (the real one is tested against Kafka)."""
+
+    topic = "app-store-changelog"
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[Any, ...]] = []
+
+    def partition_count(self) -> int:
+        return 1
+
+    def published_batch(self, store_id: str) -> None:
+        return None
+
+    def publish(self, changes: Any, **_: Any) -> dict[int, int]:
+        self.changes.extend(changes)
+        return {0: len(self.changes)}
+
+
+def test_published_timestamps_are_the_stored_ones_and_never_zero(make_store: MakeStore) -> None:
+    store = make_store(topic="app-store-changelog")
+    staging = StagingArea(store.path)
+    schema = staged_schema()
+    rows = pa.RecordBatch.from_arrays(
+        [
+            pa.array([b"given", b"zero", b"none"]),
+            pa.array([b"1", b"2", b"3"]),
+            *(pa.nulls(3, schema.field(name).type) for name in ("topic", "partition", "offset")),
+            pa.array([1_000, 0, None], pa.int64()),
+        ],
+        schema=schema,
+    )
+    publisher = RecordingPublisher()
+    staged = staging.stage("q1", 0, 0, 0, [rows])
+    commit_batch(store, staging, BatchToCommit("q1", 0, [staged]), publisher)  # type: ignore[arg-type]
+    published = {key: stamp for key, _, _, stamp, _ in publisher.changes}
+    with store.snapshot() as snapshot:
+        stored = {key: snapshot.get_record(key).timestamp for key in published}  # type: ignore[union-attr]
+    assert stored == published
+    # librdkafka publishes timestamp 0 as "now": 0 gets the batch's commit time, as null does.
+    assert published[b"given"] == 1_000
+    assert published[b"zero"] == published[b"none"] > 1_000
