@@ -121,7 +121,7 @@ def json_row(raw: bytes, convert: _Convert) -> Any:
 def _describe(value: Any) -> str:
     if isinstance(value, str):
         shown = value if len(value) <= 40 else value[:40] + "..."
-        return f"string {json.dumps(shown, ensure_ascii=False)}"
+        return f"string {_json_text(shown)}"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, _JsonFloat):
@@ -210,21 +210,42 @@ def _map_converter(convert_value: _Convert) -> _Convert:
         entries = []
         for key, item in value.items():
             try:
-                entries.append((key, None if item is None else convert_value(item)))
+                entries.append((_utf8_text(key), None if item is None else convert_value(item)))
             except JsonMismatch as exc:
-                raise exc.at(f"[{json.dumps(key, ensure_ascii=False)}]") from None
+                raise exc.at(f"[{_json_text(key)}]") from None
         return entries
 
     return convert
 
 
+# A "\ud800" escape without its pair decodes to a lone surrogate, which is not UTF-8: Spark
+# (Java's String.getBytes) stores "?" in its place, and Jackson writes it as an escape again.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8_text(text: str) -> str:
+    """``text`` as Spark stores a JSON string: a lone surrogate becomes ``?``."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub("?", text)
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04X}"
+
+
+def _json_text(value: Any) -> str:
+    """Compact JSON text of ``value`` as Jackson writes it: UTF-8, lone surrogates escaped."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if text.isascii() else _SURROGATE.sub(_escape_surrogate, text)
+
+
 def _to_string(value: Any) -> str:
     if type(value) is str:
-        return value
+        return _utf8_text(value)
     if isinstance(value, _JsonFloat):
         return value.text
-    # Like Spark: any other JSON value is kept as its (compact) JSON text.
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _json_text(value)  # like Spark: any other JSON value is kept as its JSON text
 
 
 def _to_boolean(value: Any) -> bool:

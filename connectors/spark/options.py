@@ -262,12 +262,38 @@ def spelling(name: str) -> str:
     return _SPELLING.get(name.lower(), name)
 
 
+# Options naming files, and settings handed to librdkafka (a C string ends at a NUL).
+_NO_NUL = ("path", "checkpointlocation", "servetlscert", "servetlskey")
+
+
+def _check_text(name: str, value: str) -> None:
+    """Refuse option text no reader can take: a lone surrogate (not Unicode, so not UTF-8:
+    file names, Kafka settings and keys fail later with a raw error) or a NUL in a path or
+    a Kafka setting."""
+    for text in (name, value):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise OptionError(
+                f"option {spelling(name)[:80]!r} is not valid Unicode text: it holds a lone "
+                f"surrogate {text[exc.start]!r} at character {exc.start} (a broken string "
+                "conversion?); give it as text"
+            ) from None
+    if "\0" in value and (name in _NO_NUL or name.startswith(KAFKA_PREFIX)):
+        raise OptionError(
+            f"option {spelling(name)!r} contains a NUL character at character "
+            f"{value.index(chr(0))}: a file name or Kafka setting cannot hold one"
+        )
+
+
 class _Options:
     """A view of Spark's option map that records which options were read."""
 
     def __init__(self, raw: Mapping[str, Any], valid: tuple[str, ...], surface: str) -> None:
         self._raw = {str(k).lower(): v for k, v in raw.items()}
         self._surface = surface
+        for name, value in self._raw.items():
+            _check_text(name, str(value))
         unknown = [k for k in self._raw if k not in valid and not k.startswith(KAFKA_PREFIX)]
         if unknown:
             name = unknown[0]
@@ -383,7 +409,7 @@ def _starting_offsets(text: str | None) -> StartingOffsets:
     shown = text if len(text) <= 200 else text[:200] + "..."
     # Both forms nest at most two levels ({"topic": {"0": 12}}): deeper text is refused
     # before the recursive JSON decoder sees it.
-    if exceeds_json_depth(text.encode("utf-8", "surrogatepass"), 2):
+    if exceeds_json_depth(text.encode("utf-8"), 2):  # option text is valid Unicode (_check_text)
         raise OptionError(
             f'option \'startingOffsets\' nests deeper than {{"topic": {{"0": 12}}}}; it '
             f"must be {example}, got {shown!r}"

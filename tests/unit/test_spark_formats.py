@@ -600,3 +600,49 @@ def test_json_brackets_inside_strings_are_not_nesting() -> None:
     assert decode(codec, [json.dumps({"s": text}).encode()]) == ([{"s": text}], 0)
     escaped = json.dumps({"s": '\\"' + "[" * 2_000}).encode()  # an escaped quote, then text
     assert decode(codec, [escaped]) == ([{"s": '\\"' + "[" * 2_000}], 0)
+
+
+def test_json_lone_surrogate_escapes_are_stored_as_spark_stores_them() -> None:
+    # Spark's from_json gives 'a?b', {'k?': 1} and '{"x":"\\uD800"}' for this record: a lone
+    # surrogate is not UTF-8, so Java's String.getBytes writes '?', and Jackson escapes it.
+    codec = make_codec("json", "s STRING, m MAP<STRING, INT>, t STRING")
+    record = rb'{"s": "a\ud800b", "m": {"k\udc00": 1}, "t": {"x": "\ud800"}}'
+    assert decode(codec, [record]) == ([{"s": "a?b", "m": [("k?", 1)], "t": '{"x":"\\uD800"}'}], 0)
+    paired = rb'{"s": "\ud83d\ude00"}'  # a valid pair is one character
+    assert decode(codec, [paired]) == ([{"s": "\U0001f600", "m": None, "t": None}], 0)
+
+
+def test_json_errors_about_lone_surrogates_are_utf8_text() -> None:
+    error = decode_error(make_codec("json", "i INT, m MAP<STRING, INT>"), [rb'{"i": "\ud800"}'])
+    assert 'got string "\\uD800"' in str(error)
+    error = decode_error(make_codec("json", "m MAP<STRING, INT>"), [rb'{"m": {"\udc00": "x"}}'])
+    assert 'field m["\\uDC00"]' in str(error)
+    str(error).encode("utf-8")  # Spark sends the message to the JVM as UTF-8
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+json_documents = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab\u00e9'),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text(alphabet='[]{}"\\:,'), children, max_size=3)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_documents, st.integers(0, 6), st.booleans())
+def test_json_depth_counts_nesting_not_brackets_in_strings(
+    document: Any, limit: int, ascii_only: bool
+) -> None:
+    from spark_statestore.connectors.spark.json_values import exceeds_json_depth
+
+    text = json.dumps(document, ensure_ascii=ascii_only).encode()
+    assert exceeds_json_depth(text, limit) == (_depth(document) > limit)

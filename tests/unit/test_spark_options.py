@@ -255,3 +255,32 @@ def test_integer_options_beyond_their_range_are_refused() -> None:
     for entries in ({"0": 2**63}, {"2147483648": 1}, {"0": 1, "00": 2}):
         with pytest.raises(OptionError, match="option 'startingOffsets': entry"):
             source(startingOffsets=json.dumps(entries))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("keyPrefix", "user-\ud800"),
+        ("keyFrom", "\udcff"),
+        ("changelog", "app-\ud800-changelog"),
+        ("kafka.client.id", "me\ud800"),
+        ("kafka.client\ud800", "me"),
+    ],
+)
+def test_option_text_that_is_not_unicode_names_the_option(name: str, value: str) -> None:
+    with pytest.raises(OptionError, match=r"is not valid Unicode text: it holds a lone surrogate"):
+        if name == "keyFrom":  # a reader option
+            parse_reader_options({"path": "/s", "keyformat": "string", name.lower(): value})
+        else:
+            source(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["path", "serveTlsCert", "kafka.client.id"])
+def test_a_nul_in_a_file_name_or_a_kafka_setting_is_refused(name: str) -> None:
+    raw = {**BASE, "serveTlsKey": "/k.pem", "serveTlsCert": "/c.pem", name: "a\x00b"}
+    with pytest.raises(
+        OptionError, match=f"option '{name}' contains a NUL character at character 1"
+    ):
+        parse_source_options({k.lower(): v for k, v in raw.items()})
+    with pytest.raises(OptionError, match="option 'checkpointLocation' contains a NUL"):
+        sink(checkpointLocation="/cp\x00")

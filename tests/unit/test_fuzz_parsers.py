@@ -1,0 +1,529 @@
+"""Every parser of untrusted input, fuzzed: a valid result or one of our errors, never a crash.
+
+Inputs are valid encodings mutated the way broken writers, truncated transfers and hostile
+peers mutate them: cut short, bytes or characters overwritten, pieces of the format inserted,
+slices deleted or repeated, inputs spliced, and nested thousands of levels deep. "Our errors"
+are :class:`~spark_statestore.errors.StateStoreError` and its subclasses; anything else (a
+``struct.error``, ``RecursionError``, ``ValueError`` from ``int()``...) fails the test, naming
+the input and how to replay it. Where a parser has a reference (the position header decoder
+for the follower's bulk merger), both must agree on every input.
+
+CI runs a slice of a few thousand inputs per parser; ``make soak`` (``SPARK_STATESTORE_SOAK=1``)
+runs :data:`SOAK_INPUTS` inputs per parser, over a million in all.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+
+from spark_statestore.changelog.errors import ChangelogFormatError
+from spark_statestore.changelog.headers import decode_position, encode_position
+from spark_statestore.changelog.keys import (
+    decode_session_key,
+    decode_window_key,
+    encode_session_key,
+    encode_window_key,
+)
+from spark_statestore.connectors.spark.ddl import parse_ddl, to_ddl
+from spark_statestore.connectors.spark.errors import DecodeError
+from spark_statestore.connectors.spark.formats import ColumnCodec
+from spark_statestore.connectors.spark.options import (
+    parse_reader_options,
+    parse_sink_options,
+    parse_source_options,
+)
+from spark_statestore.errors import StateStoreError
+from spark_statestore.position import Position
+from spark_statestore.serve.protocol import (
+    ScanTicket,
+    decode_object,
+    position_from_dict,
+)
+from spark_statestore.store.scan import ScanSpec
+from tests.unit.test_changelog_headers import _fuzz_corpus
+from tests.unit.test_position_merger import merge_outcomes
+
+T = TypeVar("T", str, bytes)
+
+CI_INPUTS = 3_000
+"""Inputs per parser in CI (the whole file stays well under 20 s)."""
+SOAK_INPUTS = 200_000
+"""Inputs per parser in ``make soak``: over a million over the parsers below."""
+
+
+# -- mutations ------------------------------------------------------------------------------
+_NESTS = (1, 2, 3, 50, 499, 500, 501, 999, 1_000, 5_000)
+
+
+def mutate(
+    rng: random.Random,
+    data: T,
+    pieces: Sequence[T],
+    corpus: Sequence[T],
+    nest: tuple[T, T] | None = None,
+) -> T:
+    """``data`` with one to three structure-aware mutations.
+
+    ``pieces`` are fragments of the format (tokens, interesting numbers); ``corpus`` are
+    other valid inputs to splice in; ``nest`` is an opening and a closing fragment that
+    nest (``("[", "]")``, ``("ARRAY<", ">")``).
+    """
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        size = len(data)
+        at = rng.randrange(size + 1)
+        operation = rng.randrange(9)
+        if operation == 0:  # cut short, often within the first fields
+            data = data[: rng.choice((at, rng.randrange(min(size, 12) + 1)))]
+        elif operation == 1 and size:  # one element overwritten
+            index = rng.randrange(size)
+            data = data[:index] + rng.choice(pieces)[:1] + data[index + 1 :]
+        elif operation == 2:  # a fragment of the format inserted
+            data = data[:at] + rng.choice(pieces) + data[at:]
+        elif operation == 3 and size:  # a slice deleted
+            data = data[:at] + data[at + rng.randrange(1, 9) :]
+        elif operation == 4 and size:  # a slice repeated somewhere
+            start = rng.randrange(size)
+            piece = data[start : start + rng.randrange(1, 17)]
+            data = data[:at] + piece * rng.randrange(1, 4) + data[at:]
+        elif operation == 5:  # spliced with another input
+            other = rng.choice(corpus)
+            data = data[:at] + other[rng.randrange(len(other) + 1) :]
+        elif operation == 6 and nest is not None:  # nested deep: around a slice, or unclosed
+            opening, closing = nest
+            depth = rng.choice(_NESTS) if rng.random() < 0.5 else rng.randrange(1, 1_200)
+            end = rng.choice((size, at, min(size, at + rng.randrange(1, 9))))
+            if rng.random() < 0.8:
+                data = data[:at] + opening * depth + data[at:end] + closing * depth + data[end:]
+            else:
+                data = data[:at] + opening * depth + data[at:]
+        elif operation == 7:  # a piece of the format overwriting what was there
+            piece = rng.choice(pieces)
+            data = data[:at] + piece + data[at + len(piece) :]
+        else:  # extended with its own beginning
+            data = data + data[: rng.randrange(size + 1)]
+    return data
+
+
+def _int_pieces() -> list[bytes]:
+    numbers = [0, 1, 2, 5, 127, 128, 255, 2**31 - 1, -1, -(2**31), 2**63 - 1, -(2**63)]
+    pieces = [struct.pack(">i", n) for n in numbers if -(2**31) <= n < 2**31]
+    pieces += [struct.pack(">q", n) for n in numbers]
+    return pieces + [bytes([b]) for b in (0, 1, 0x7F, 0x80, 0xFF, ord('"'), ord("["))]
+
+
+_BYTE_PIECES = _int_pieces()
+# Characters that break naive parsers: other scripts' digits, a superscript, NUL, a lone
+# surrogate, a non-BMP character, blanks.
+_ODD_CHARACTERS = ["\u0663", "\uff13", "\u00b2", "\x00", "\ud800", "\U0001f600", " ", "\t", "\n"]
+_TEXT_NUMBERS = ["0", "-1", "-2", "2147483648", "9223372036854775808", "9" * 40, "1e400", "1.5"]
+
+
+# -- the targets ----------------------------------------------------------------------------
+class Refused(StateStoreError):
+    """Every decoder of a target that runs several refused the input (counted as refused)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One parser: how to make an input, and what to do with it.
+
+    ``parse`` raises a :class:`StateStoreError` for an input it refuses, returns for one it
+    accepts (checking what it returned), and raises anything else for a bug.
+    """
+
+    name: str
+    generate: Callable[[random.Random], Any]
+    parse: Callable[[Any], None]
+
+
+# Position headers: the follower's bulk merger agrees with the reference decoder.
+_ONE_TOPIC = Position.from_map({"orders": {3: 41}})  # the follower's fast path
+_HEADER_CORPUS = [
+    *_fuzz_corpus(),
+    encode_position(_ONE_TOPIC),
+    encode_position(_ONE_TOPIC, pad_like_kafka_streams=True),
+]
+_VERSIONS = [b"\x00", b"\x00", b"\x00", b"\x01", b"", None, b"\x00\x07"]
+
+
+def _header_records(rng: random.Random) -> list[list[tuple[str, bytes | None]] | None]:
+    records: list[list[tuple[str, bytes | None]] | None] = []
+    for _ in range(rng.randrange(1, 5)):
+        value = mutate(rng, rng.choice(_HEADER_CORPUS), _BYTE_PIECES, _HEADER_CORPUS)
+        shape = rng.randrange(6)
+        if shape == 0:
+            records.append(None)
+        elif shape < 4:  # what Kafka Streams writes
+            records.append([("v", rng.choice(_VERSIONS)), ("c", value)])
+        else:
+            keys = rng.choices(["v", "c", "other"], k=rng.randrange(5))
+            records.append([(k, rng.choice(_VERSIONS) if k == "v" else value) for k in keys])
+    return records
+
+
+def _parse_headers(records: list[list[tuple[str, bytes | None]] | None]) -> None:
+    for on_missing in ("skip", "error"):
+        reference, bulk, single = merge_outcomes(records, on_missing)  # type: ignore[arg-type]
+        assert bulk == reference, f"add_all: {bulk} but the reference decoder: {reference}"
+        assert single == reference, f"add: {single} but the reference decoder: {reference}"
+    for headers in records:
+        for key, value in headers or ():
+            if key != "c":
+                continue
+            try:
+                position = decode_position(value)
+            except ChangelogFormatError:
+                continue
+            assert decode_position(encode_position(position)) == position
+    if isinstance(reference[0], type):  # strict mode's (error type, reason, location)
+        raise Refused(f"{reference[0].__name__}: {reference[1]}")
+
+
+# Window and session store keys.
+def _key_corpus() -> list[bytes]:
+    keys = [b"", b"k", b"order-\xff", bytes(40)]
+    corpus = [encode_window_key(k, s, q) for k in keys for s, q in ((0, 0), (2**63 - 1, -1))]
+    corpus += [encode_session_key(k, 0, 2**40) for k in keys]
+    return corpus
+
+
+_KEY_CORPUS = _key_corpus()
+
+
+def _parse_keys(data: bytes) -> None:
+    refused = 0
+    for decode in (decode_window_key, decode_session_key):
+        try:
+            key = decode(data)
+        except ChangelogFormatError:
+            refused += 1
+            continue
+        assert key.encode() == data, f"{key} encodes to other bytes"
+    if refused == 2:
+        raise Refused("neither a window nor a session key")
+
+
+# Spark DDL (valueSchema / keySchema).
+_DDL_CORPUS = [
+    "id INT, name STRING NOT NULL COMMENT 'full name', tags ARRAY<STRING>, price DECIMAL(10,2)",
+    "STRUCT<a: MAP<STRING, ARRAY<STRUCT<b: BIGINT, `c d`: TIMESTAMP>>>, e BINARY>",
+    "`we``ird` VARCHAR(20), d DATE, t TIMESTAMP_NTZ, f DOUBLE, b BOOLEAN, s SMALLINT",
+    'x STRUCT<>, y MAP<STRING, MAP<STRING, DECIMAL(38,38)>> COMMENT "a\\u0041\\n"',
+]
+_DDL_PIECES = [
+    "ARRAY<", "MAP<", "STRUCT<", "<", ">", ",", ":", "(", ")", "`", "``", "'", '"', "\\",
+    " NOT NULL", " COMMENT 'x'", "DECIMAL(", "38", "39", "0", "INT", "STRING", "x", " ",
+    *_ODD_CHARACTERS, *_TEXT_NUMBERS,
+]  # fmt: skip
+
+
+def _parse_ddl(text: str) -> None:
+    schema = parse_ddl(text, option="valueSchema")
+    assert parse_ddl(to_ddl(schema)) == schema, f"{to_ddl(schema)!r} parses to another schema"
+    ColumnCodec.create("json", schema, column="value")  # OptionError for MAP<INT, ...>
+
+
+# JSON values (valueFormat json), in both modes.
+_JSON_CODECS = [
+    ColumnCodec.create("json", parse_ddl(schema), column="value")
+    for schema in (
+        "id BIGINT, name STRING, tags ARRAY<STRING>, price DECIMAL(10,2), at TIMESTAMP",
+        "s STRING, m MAP<STRING, ARRAY<INT>>, n STRUCT<d: DATE, b: BINARY, f: DOUBLE>",
+    )
+]
+_JSON_CORPUS = [
+    b'{"id": 7, "name": "pen", "tags": ["a", null], "price": 12.5, "at": "2024-05-31T12:00Z"}',
+    b'{"s": {"x": [1, "y"]}, "m": {"k": [1, 2]}, "n": {"d": "2024-05-31", "b": "AAE=", '
+    b'"f": "NaN"}}',
+    b'{"id": -9223372036854775808, "price": "1,234.5", "at": 1717156800, "tags": []}',
+    b'"\\ud800\\"[{"',
+    b"[[[[1]]]]",
+    b'{"s": 1, "tags": ["x"], "m": {"k": []}}',
+]
+_JSON_PIECES = [
+    b"{", b"}", b"[", b"]", b'"', b"\\", b":", b",", b"null", b"true", b"1e400", b"-0",
+    b"NaN", b"Infinity", b'"\\u0000"', b'"\\ud800"', b"\xff", b"\xc3", b" ",
+    *(c.encode("utf-8", "surrogatepass") for c in _ODD_CHARACTERS),
+]  # fmt: skip
+
+
+def _locate(index: int) -> str:
+    return f"topic fuzz partition 0 offset {index}"
+
+
+def _parse_json(values: list[bytes | None]) -> None:
+    for codec in _JSON_CODECS:
+        try:
+            _, bad = codec.decode(values, locate=_locate, permissive=True)
+        except StateStoreError as exc:
+            raise AssertionError(f"PERMISSIVE raised {exc!r}") from exc
+        try:
+            codec.decode(values, locate=_locate, permissive=False)
+        except DecodeError as exc:
+            assert bad and values[exc.index] is not None, "FAILFAST refused what PERMISSIVE took"
+            raise
+        assert bad == 0, "FAILFAST took what PERMISSIVE counted as undecodable"
+
+
+_JSON_FIELDS = [b"s", b"s", b"m", b"n", b"id", b"tags", b"price", b"at"]
+_JSON_LEAVES = [b"1", b'"x"', b"null", b"[]", b"{}", b"-1.5e3", b'"2024-05-31"', b"true"]
+
+
+def _json_document(rng: random.Random) -> bytes:
+    """A valid JSON object whose fields hold values nested up to 1,200 levels deep."""
+    fields = []
+    for name in dict.fromkeys(rng.sample(_JSON_FIELDS, rng.randrange(1, 4))):
+        # Often near Python's recursion limit (1000 frames, less the caller's stack).
+        depth = rng.choice((0, 1, 2, rng.randrange(1_200), rng.randrange(900, 1_000)))
+        opened = [b"[" if rng.random() < 0.7 else b'{"k": ' for _ in range(depth)]
+        closed = [b"]" if part == b"[" else b"}" for part in reversed(opened)]
+        fields.append(b'"%s": %s%s%s' % (name, b"".join(opened), rng.choice(_JSON_LEAVES),
+                                         b"".join(closed)))  # fmt: skip
+    return b"{" + b", ".join(fields) + b"}"
+
+
+def _json_values(rng: random.Random) -> list[bytes | None]:
+    values: list[bytes | None] = []
+    for _ in range(rng.randrange(1, 5)):
+        if rng.random() < 0.1:
+            values.append(None)  # a delete
+        elif rng.random() < 0.5:
+            values.append(_json_document(rng))
+        else:
+            base = rng.choice(_JSON_CORPUS)
+            values.append(mutate(rng, base, _JSON_PIECES, _JSON_CORPUS, (b"[", b"]")))
+    return values
+
+
+# Options of the follower source, the snapshot reader and the sink.
+_OPTIONS: dict[str, tuple[Callable[[dict[str, str]], object], dict[str, str]]] = {
+    "source": (
+        parse_source_options,
+        {
+            "path": "/tmp/s",
+            "kafka.bootstrap.servers": "b:9092",
+            "changelog": "app-s-changelog",
+            "startingOffsets": '{"app-s-changelog": {"0": 5, "1": -2}}',
+            "maxOffsetsPerTrigger": "100",
+            "partitions": "0,2-3",
+            "keyPrefix": "hex:6b31",
+            "storeType": "window",
+            "keyFormat": "string",
+            "valueFormat": "json",
+            "valueSchema": "id INT, tags ARRAY<STRING>",
+            "mode": "permissive",
+            "servePort": "0",
+        },
+    ),
+    "reader": (
+        parse_reader_options,
+        {
+            "path": "/tmp/s",
+            "positionBound": '{"orders": {"0": 4}}',
+            "positionBoundTimeoutMs": "2500",
+            "maxLag": "0",
+            "keyFormat": "string",
+            "keys": '["a", "b"]',
+            "keyFrom": "a",
+            "keyTo": "hex:7a",
+            "partitions": "0-3",
+        },
+    ),
+    "sink": (
+        lambda raw: parse_sink_options(raw, streaming=False),
+        {
+            "path": "/tmp/s",
+            "changelog": "app-s-changelog",
+            "application.id": "app",
+            "kafka.bootstrap.servers": "b:9092",
+            "txnAppId": "orders-agg",
+            "txnVersion": "7",
+            "uncommitted.max.bytes": "1048576",
+            "allowForeignChangelog": "false",
+        },
+    ),
+}
+_OPTION_TEXTS = [text for _, base in _OPTIONS.values() for text in base.values()]
+_OPTION_PIECES = [
+    *_ODD_CHARACTERS, *_TEXT_NUMBERS, *_DDL_PIECES[:8], "{", "}", "[", "]", '"', ":", ",",
+    "hex:", "-", "latest", "earliest", "true", "x" * 300,
+]  # fmt: skip
+_OPTION_NESTS = [("[", "]"), ("{", "}"), ('{"a": ', "}"), ("ARRAY<", ">")]
+
+
+def _options(rng: random.Random) -> tuple[str, dict[str, str]]:
+    surface = rng.choice(list(_OPTIONS))
+    raw = dict(_OPTIONS[surface][1])
+    for _ in range(rng.randrange(1, 4)):
+        name = rng.choice(list(raw)) if raw else "path"
+        choice = rng.randrange(10)
+        if choice == 0:
+            raw.pop(name, None)
+        elif choice == 1:
+            raw[mutate(rng, name, _OPTION_PIECES, list(raw) or ["path"])] = rng.choice(
+                _OPTION_TEXTS
+            )
+        elif choice == 2:
+            raw[name] = rng.choice(_OPTION_TEXTS)  # another option's valid value
+        else:
+            nest = rng.choice(_OPTION_NESTS)
+            raw[name] = mutate(rng, raw[name], _OPTION_PIECES, _OPTION_TEXTS, nest)
+    return surface, raw
+
+
+def _parse_options(case: tuple[str, dict[str, str]]) -> None:
+    surface, raw = case
+    parse, _ = _OPTIONS[surface]
+    parse({name.lower(): value for name, value in raw.items()})
+
+
+# Flight tickets, action bodies and store descriptions; scan specs.
+_SCAN_CORPUS = [
+    ScanSpec.for_keys([b"a", b"\xff"]).with_partitions([0, 3]).to_json(),
+    ScanSpec.between(b"a", b"z").with_limit(10).to_json(),
+    ScanSpec.with_prefix(b"user-").to_json(),
+    ScanSpec.everything().to_json(),
+]
+_FLIGHT_CORPUS = [
+    *(f'{{"snapshot_id": "s-1", "scan": {spec}}}'.encode() for spec in _SCAN_CORPUS),
+    b'{"snapshot_id": null, "scan": {}}',
+    json.dumps(
+        {"position": {"orders": {"0": 41, "1": 7}}, "changelog_offsets": {"0": 12}}
+    ).encode(),
+    b'{"position_bound": {"orders": {"0": 4}}, "wait_ms": 250}',
+    b"",
+]
+_FLIGHT_PIECES = [*_JSON_PIECES, b"-1", b"2147483648", b"9223372036854775808", b"1.5", b'"YQ=="']
+
+
+def _parse_flight(body: bytes) -> None:
+    refused = 0
+    for parse in (
+        ScanTicket.from_bytes,
+        lambda raw: position_from_dict(decode_object(raw, "action body")),
+        ScanSpec.from_json,
+    ):
+        try:
+            parse(body)
+        except StateStoreError:
+            refused += 1
+    if refused == 3:
+        raise Refused("refused by every decoder")
+
+
+def _mutated(
+    corpus: Sequence[T], pieces: Sequence[T], nest: tuple[T, T] | None = None
+) -> Callable[[random.Random], T]:
+    return lambda rng: mutate(rng, rng.choice(corpus), pieces, corpus, nest)
+
+
+TARGETS = [
+    Target("position headers", _header_records, _parse_headers),
+    Target("window and session keys", _mutated(_KEY_CORPUS, _BYTE_PIECES), _parse_keys),
+    Target("DDL", _mutated(_DDL_CORPUS, _DDL_PIECES, ("ARRAY<", ">")), _parse_ddl),
+    Target("JSON values", _json_values, _parse_json),
+    Target("options", _options, _parse_options),
+    Target(
+        "Flight tickets and actions",
+        _mutated(_FLIGHT_CORPUS, _FLIGHT_PIECES, (b"[", b"]")),
+        _parse_flight,
+    ),
+]
+
+
+# -- the loop ---------------------------------------------------------------------------------
+def fuzz(target: Target, inputs: int, seed: int) -> tuple[int, int]:
+    """Run ``inputs`` generated inputs through ``target``; ``(accepted, refused)``."""
+    rng = random.Random(seed)
+    accepted = refused = 0
+    for index in range(inputs):
+        data = target.generate(rng)
+        try:
+            target.parse(data)
+        except StateStoreError:
+            refused += 1
+        except Exception as exc:
+            shown = repr(data)
+            if len(shown) > 600:
+                shown = shown[:600] + f"... ({len(shown)} characters)"
+            pytest.fail(
+                f"{target.name}: input #{index} of seed {seed:#x} raised {exc!r}; replay it with "
+                f"fuzz(<{target.name}>, {index + 1}, {seed:#x}). The input: {shown}"
+            )
+        else:
+            accepted += 1
+    return accepted, refused
+
+
+def _check_reach(target: Target, accepted: int, refused: int) -> None:
+    # Both outcomes, or the mutations are not reaching past the first check (or never fail).
+    total = accepted + refused
+    assert accepted >= total // 50, f"{target.name}: only {accepted} of {total} inputs accepted"
+    assert refused >= total // 50, f"{target.name}: only {refused} of {total} inputs refused"
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda target: target.name)
+def test_fuzz_slice(target: Target) -> None:
+    accepted, refused = fuzz(target, CI_INPUTS, seed=0x5EED)
+    _check_reach(target, accepted, refused)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("target", TARGETS, ids=lambda target: target.name)
+def test_fuzz_soak(target: Target) -> None:
+    seed = random.SystemRandom().randrange(2**32)  # a new slice of the input space each run
+    accepted, refused = fuzz(target, SOAK_INPUTS, seed)
+    _check_reach(target, accepted, refused)
+
+
+def test_the_soak_runs_over_a_million_inputs() -> None:
+    assert SOAK_INPUTS * len(TARGETS) >= 1_000_000
+
+
+# -- found by fuzzing in spark_statestore/serve/protocol.py, left to its owners ---------------
+# Each fails today; when it is fixed, drop the marker (strict: an unexpected pass fails) and
+# add the decoder to the "Flight tickets and actions" target.
+_SERVE_OWNED = "spark_statestore/serve/protocol.py is being changed by others; reported"
+
+
+@pytest.mark.xfail(strict=True, raises=OverflowError, reason=_SERVE_OWNED)
+@pytest.mark.parametrize("offset", ["Infinity", "-Infinity", "1e400"])
+def test_changelog_offsets_of_a_description_that_are_not_integers_are_refused(offset: str) -> None:
+    from spark_statestore.serve.errors import BadRequestError
+    from spark_statestore.serve.protocol import offsets_from_dict
+
+    description = decode_object(b'{"changelog_offsets": {"0": %s}}' % offset.encode(), "result")
+    with pytest.raises(BadRequestError):
+        offsets_from_dict(description)
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=_SERVE_OWNED)
+def test_changelog_offsets_partitions_take_ascii_digits_only() -> None:
+    from spark_statestore.serve.errors import BadRequestError
+    from spark_statestore.serve.protocol import offsets_from_dict
+
+    with pytest.raises(BadRequestError):  # int() reads the Arabic-Indic digit as 3
+        offsets_from_dict({"changelog_offsets": {"\u0663": 12}})
+
+
+@pytest.mark.xfail(strict=True, raises=OverflowError, reason=_SERVE_OWNED)
+def test_lags_that_are_not_integers_are_refused() -> None:
+    from spark_statestore.serve.errors import BadRequestError
+    from spark_statestore.serve.protocol import lags_from_dict
+
+    with pytest.raises(BadRequestError):
+        lags_from_dict(decode_object(b'{"0": {"current": 1e400, "end": 1}}', "result"))
+
+
+@pytest.mark.xfail(strict=True, raises=RecursionError, reason=_SERVE_OWNED)
+def test_deeply_nested_error_info_holds_no_error() -> None:
+    from spark_statestore.serve.protocol import decode_error_info
+
+    assert decode_error_info(b"[" * 100_000) is None
