@@ -128,9 +128,7 @@ class ScanSpec:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InvalidScanError(f"ScanSpec limit must be an int >= 0 or None, got {limit!r}")
         if limit is not None and not 0 <= limit <= _INT64_MAX:
-            raise InvalidScanError(
-                f"ScanSpec limit must be in [0, 2**63-1] (or None), got {limit}"
-            )
+            raise InvalidScanError(f"ScanSpec limit must be in [0, 2**63-1] (or None), got {limit}")
 
     # -- named constructors ---------------------------------------------------------------
     @classmethod
