@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 from spark_statestore.serve.errors import BadRequestError
@@ -71,6 +72,7 @@ ACTIONS: Final = (ACTION_PIN, ACTION_RELEASE, ACTION_DESCRIBE, ACTION_STATS)
 
 MAX_PIN_WAIT_S: Final = 600.0
 """The longest a ``pin`` waits for its position bound (a longer ``wait_ms`` waits this long)."""
+_INT32_MAX: Final = 2**31 - 1
 MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
 """The largest ticket or action body a server accepts by default (a ``keys`` lookup of
 100,000 keys of 100 bytes is about 14 MB of base64 JSON)."""
@@ -165,7 +167,7 @@ def decode_error_info(extra_info: bytes | None) -> tuple[str, str] | None:
         return None
     try:
         data = json.loads(extra_info)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
@@ -208,10 +210,25 @@ def offsets_from_dict(description: Mapping[str, Any]) -> dict[int, int]:
     offsets = description.get("changelog_offsets") or {}
     if not isinstance(offsets, dict):
         raise BadRequestError(f"changelog_offsets must be an object, got {offsets!r}")
-    try:
-        return {int(p): int(o) for p, o in offsets.items()}
-    except (TypeError, ValueError) as exc:
-        raise BadRequestError(f"malformed changelog_offsets {offsets!r}: {exc}") from exc
+    return {
+        _partition(p, "changelog_offsets"): _offset(o, "changelog_offsets")
+        for p, o in offsets.items()
+    }
+
+
+def _partition(text: Any, what: str) -> int:
+    """A partition key of a JSON object: ASCII digits only (``int()`` also reads '٣')."""
+    number = ascii_integer(text) if isinstance(text, str) else None
+    if number is None or not 0 <= number <= _INT32_MAX:
+        raise BadRequestError(f"{what}: {text!r} is not a partition number")
+    return number
+
+
+def _offset(value: Any, what: str) -> int:
+    """A JSON integer offset (not a float, a bool or a string)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= INT64_MAX:
+        raise BadRequestError(f"{what}: {value!r} is not an offset (an integer)")
+    return value
 
 
 def lags_to_dict(lags: Mapping[int, LagInfo]) -> dict[str, dict[str, int]]:
@@ -227,10 +244,11 @@ def lags_to_dict(lags: Mapping[int, LagInfo]) -> dict[str, dict[str, int]]:
 
 def lags_from_dict(data: Mapping[str, Any]) -> dict[int, LagInfo]:
     """Rebuild ``{partition: LagInfo}`` from :func:`lags_to_dict`'s form."""
-    try:
-        return {
-            int(partition): LagInfo(int(entry["current"]), int(entry["end"]))
-            for partition, entry in data.items()
-        }
-    except (TypeError, ValueError, KeyError) as exc:
-        raise BadRequestError(f"malformed lags {dict(data)!r}: {exc}") from exc
+    lags: dict[int, LagInfo] = {}
+    for partition, entry in data.items():
+        if not isinstance(entry, dict) or "current" not in entry or "end" not in entry:
+            raise BadRequestError(f"malformed lags entry {partition!r}: {entry!r}")
+        lags[_partition(partition, "lags")] = LagInfo(
+            _offset(entry["current"], "lags"), _offset(entry["end"], "lags")
+        )
+    return lags

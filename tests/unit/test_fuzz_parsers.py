@@ -43,7 +43,10 @@ from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
 from spark_statestore.serve.protocol import (
     ScanTicket,
+    decode_error_info,
     decode_object,
+    lags_from_dict,
+    offsets_from_dict,
     position_from_dict,
 )
 from spark_statestore.store.scan import ScanSpec
@@ -397,6 +400,8 @@ _FLIGHT_CORPUS = [
     json.dumps(
         {"position": {"orders": {"0": 41, "1": 7}}, "changelog_offsets": {"0": 12}}
     ).encode(),
+    b'{"0": {"current": 3, "end": 9, "lag": 6}, "1": {"current": 0, "end": 0, "lag": 0}}',
+    b'{"kind": "bad_request", "message": "no"}',
     b'{"position_bound": {"orders": {"0": 4}}, "wait_ms": 250}',
     b"",
 ]
@@ -405,16 +410,20 @@ _FLIGHT_PIECES = [*_JSON_PIECES, b"-1", b"2147483648", b"9223372036854775808", b
 
 def _parse_flight(body: bytes) -> None:
     refused = 0
-    for parse in (
+    decoders: list[Callable[[bytes], object]] = [
         ScanTicket.from_bytes,
         lambda raw: position_from_dict(decode_object(raw, "action body")),
+        lambda raw: offsets_from_dict(decode_object(raw, "reply")),
+        lambda raw: lags_from_dict(decode_object(raw, "reply")),
         ScanSpec.from_json,
-    ):
+    ]
+    for parse in decoders:
         try:
             parse(body)
         except StateStoreError:
             refused += 1
-    if refused == 3:
+    decode_error_info(body)  # None or (kind, message), never an exception
+    if refused == len(decoders):
         raise Refused("refused by every decoder")
 
 
@@ -487,13 +496,9 @@ def test_the_soak_runs_over_a_million_inputs() -> None:
     assert SOAK_INPUTS * len(TARGETS) >= 1_000_000
 
 
-# -- found by fuzzing in spark_statestore/serve/protocol.py, left to its owners ---------------
-# Each fails today; when it is fixed, drop the marker (strict: an unexpected pass fails) and
-# add the decoder to the "Flight tickets and actions" target.
-_SERVE_OWNED = "spark_statestore/serve/protocol.py is being changed by others; reported"
+# -- found by fuzzing in spark_statestore/serve/protocol.py --------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason=_SERVE_OWNED)
 @pytest.mark.parametrize("offset", ["Infinity", "-Infinity", "1e400"])
 def test_changelog_offsets_of_a_description_that_are_not_integers_are_refused(offset: str) -> None:
     from spark_statestore.serve.errors import BadRequestError
@@ -504,7 +509,6 @@ def test_changelog_offsets_of_a_description_that_are_not_integers_are_refused(of
         offsets_from_dict(description)
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=_SERVE_OWNED)
 def test_changelog_offsets_partitions_take_ascii_digits_only() -> None:
     from spark_statestore.serve.errors import BadRequestError
     from spark_statestore.serve.protocol import offsets_from_dict
@@ -513,7 +517,6 @@ def test_changelog_offsets_partitions_take_ascii_digits_only() -> None:
         offsets_from_dict({"changelog_offsets": {"\u0663": 12}})
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason=_SERVE_OWNED)
 def test_lags_that_are_not_integers_are_refused() -> None:
     from spark_statestore.serve.errors import BadRequestError
     from spark_statestore.serve.protocol import lags_from_dict
@@ -522,7 +525,6 @@ def test_lags_that_are_not_integers_are_refused() -> None:
         lags_from_dict(decode_object(b'{"0": {"current": 1e400, "end": 1}}', "result"))
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason=_SERVE_OWNED)
 def test_deeply_nested_error_info_holds_no_error() -> None:
     from spark_statestore.serve.protocol import decode_error_info
 
