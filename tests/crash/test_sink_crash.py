@@ -90,13 +90,14 @@ SOAK_ROWS = 800
 # kills the restarted query at a random moment of its recovery commit, then restarts it until
 # it has committed everything. (point, whether the phase's first file is a big batch)
 CI_PHASES = [
-    ("sink.before_publish", False),  # in the very first commit: the store is brand new
-    ("sink.after_publish", False),  # the restart rolls the store forward from the changelog
+    ("sink.after_publish", False),  # in the very first commit: the restart rolls the brand
+    # new store forward from the changelog
     ("redo.after_chunk.1", True),  # the restart completes the store commit from its redo file
     ("sink.after_store_commit", False),  # Spark replays the batch: the sink skips it
 ]
 CI_RANDOM_KILL_AFTER = {"sink.after_publish", "redo.after_chunk.1"}
 SOAK_PHASES = [
+    ("sink.before_publish", False),  # nothing published yet: the restart commits it afresh
     *CI_PHASES,
     # Killed while staging, before anything is published: the restart discards the staged
     # files of the dead attempt (in soak only, to keep CI within its time on real Kafka).

@@ -25,6 +25,7 @@ from spark_statestore.bench.sink import (
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.soak  # half a minute of Spark applications; `spark-statestore bench` runs it in full
 def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
