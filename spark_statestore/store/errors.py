@@ -13,6 +13,7 @@ __all__ = [
     "StoreCorruptedError",
     "StoreError",
     "StoreFormatError",
+    "StoreIOError",
     "StoreLockedError",
     "StoreMismatchError",
     "StoreNotFoundError",
@@ -40,6 +41,14 @@ class StoreNotFoundError(StoreError, FileNotFoundError):
 
 class StoreCorruptedError(StoreError):
     """LevelDB reported corruption, or the store's metadata cannot be decoded."""
+
+
+class StoreIOError(StoreError, OSError):
+    """The disk refused a read or write (full, too large, permissions, a failing device).
+
+    The store keeps its last complete commit: a commit that fails this way is either all
+    there or not at all when the store is next opened.
+    """
 
 
 class StoreFormatError(StoreError):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from spark_statestore.store.errors import StoreCorruptedError
+from spark_statestore.store.gate import Gate, gated_chunks
 
 DATA_PREFIX: Final = b"d"
 DATA_START: Final = b"d"
@@ -109,19 +110,22 @@ def data_bounds(
 
 
 def iterate(
-    source: Any, start: bytes, stop: bytes, include_stop: bool, reverse: bool
+    source: Any, start: bytes, stop: bytes, include_stop: bool, reverse: bool, gate: Gate
 ) -> Iterator[tuple[bytes, bytes]]:
-    """``(key, value)`` of a plyvel DB/snapshot between ``start`` (inclusive) and ``stop``.
+    """``(key, value)`` of a plyvel DB/snapshot between ``start`` (inclusive) and ``stop``,
+    read through the store's ``gate`` (see :mod:`~spark_statestore.store.gate`).
 
     plyvel 1.5 drops the key equal to ``start`` from a reverse scan when it is the first key
     the scan reaches, so reverse scans are bounded by ``stop`` only and end here instead.
     """
     if not reverse:
-        with source.iterator(start=start, stop=stop, include_stop=include_stop) as it:
-            yield from it
+        yield from gated_chunks(
+            gate, lambda: source.iterator(start=start, stop=stop, include_stop=include_stop)
+        )
         return
-    with source.iterator(stop=stop, include_stop=include_stop, reverse=True) as it:
-        for item in it:
-            if item[0] < start:
-                return
-            yield item
+    for item in gated_chunks(
+        gate, lambda: source.iterator(stop=stop, include_stop=include_stop, reverse=True)
+    ):
+        if item[0] < start:
+            return
+        yield item

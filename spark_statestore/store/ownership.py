@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
 from spark_statestore.store.errors import StoreLockedError
+from spark_statestore.store.files import open_private
 
 __all__ = ["OWNER_FILE", "OwnerInfo", "OwnerLock", "live_owner", "read_owner"]
 
@@ -154,7 +155,7 @@ class OwnerLock:
         that has not described itself (one that is starting up, or a short
         :func:`live_owner` probe) this retries for up to ``wait_seconds``.
         """
-        fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT)
         try:
             started = time.monotonic()
             deadline = started + wait_seconds
@@ -206,7 +207,8 @@ class OwnerLock:
     def _write(self, info: OwnerInfo) -> None:
         target = os.path.join(self.path, OWNER_FILE)
         tmp = f"{target}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(asdict(info), handle, sort_keys=True)
         os.replace(tmp, target)
 

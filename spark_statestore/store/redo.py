@@ -4,17 +4,26 @@ A transaction past its memory budget moves its writes into a *redo file*: a scra
 under ``<store>/_redo/<txn id>/`` that keeps the latest write of each key in key order, so the
 transaction can still read its own writes. Committing it:
 
-1. writes the remaining in-memory writes into the redo file and makes it durable;
+1. writes the remaining in-memory writes into the redo file and makes it durable: every
+   spill write is synced (LevelDB syncs only the log a synced write goes to, so one synced
+   write at the end would leave earlier logs to the page cache), then the redo file's
+   directory entries;
 2. writes the *redo marker* (``m:redo``) into the store: which redo file, and the metadata
    (position, offsets, commit record, sequence) the commit will end with;
-3. applies the redo file to the store in chunks of ``chunk_bytes``;
-4. writes the metadata and deletes the marker in one batch, then removes the redo file.
+3. applies the redo file to the store in chunks of ``chunk_bytes``, each chunk synced (with
+   the store's ``sync`` option) before the next is written;
+4. writes the metadata and deletes the marker in one synced batch, then removes the redo
+   file.
 
 Readers of the store keep the snapshot taken before step 3 until step 4 is done, so no reader
-observes part of the transaction. A crash during steps 3-4 leaves the marker: the next open
-re-applies the redo file from the start (every entry is the key's final state, so applying
-twice is harmless) before anything else. A redo file without a marker belongs to a
-transaction that never committed and is deleted.
+observes part of the transaction. A crash, an exception or an I/O error during steps 2-4
+leaves the marker and the redo file (from step 2 on the redo file belongs to the store, not
+to the transaction): the next open re-applies the redo file from the start (every entry is
+the key's final state, so applying twice is harmless) before anything else. A redo file
+without a marker belongs to a transaction that never committed and is deleted.
+
+Everything here runs inside the store's :class:`~spark_statestore.store.gate.Gate`, which
+translates LevelDB's and the disk's errors into store errors.
 """
 
 from __future__ import annotations
@@ -26,7 +35,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_statestore.store.errors import RECOVERY_HINT, StoreCorruptedError, StoreError
+from spark_statestore.store.errors import (
+    RECOVERY_HINT,
+    StoreCorruptedError,
+    StoreError,
+    StoreIOError,
+)
+from spark_statestore.store.files import fsync_dir, make_private_dir
+from spark_statestore.store.gate import Gate
 from spark_statestore.store.layout import DATA_START, DATA_STOP, META_REDO, iterate
 
 if TYPE_CHECKING:
@@ -54,14 +70,19 @@ def _fault(point: str) -> None:
 class SpillArea:
     """The redo file of one transaction: its spilled writes, readable in key order."""
 
-    def __init__(self, store_path: str, txn_id: str) -> None:
+    def __init__(self, store_path: str, txn_id: str, gate: Gate, sync: bool) -> None:
         import plyvel
 
         self.relpath = os.path.join(REDO_DIR, txn_id)
         self.path = os.path.join(store_path, self.relpath)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        shutil.rmtree(self.path, ignore_errors=True)
-        self._db: plyvel.DB | None = plyvel.DB(self.path, create_if_missing=True)
+        self._store_path = store_path
+        self._gate = gate
+        self._sync = sync
+        self._handed_over = False
+        with gate:
+            make_private_dir(os.path.dirname(self.path))
+            shutil.rmtree(self.path, ignore_errors=True)
+            self._db: plyvel.DB | None = plyvel.DB(self.path, create_if_missing=True)
 
     @property
     def db(self) -> plyvel.DB:
@@ -71,13 +92,14 @@ class SpillArea:
 
     def write(self, entries: Mapping[bytes, bytes | None]) -> None:
         """Spill ``entries`` (data key -> envelope, or None for a delete)."""
-        with self.db.write_batch() as batch:
+        with self._gate, self.db.write_batch(sync=self._sync) as batch:
             for key, envelope in entries.items():
                 batch.put(key, _DELETE if envelope is None else _PUT + envelope)
 
     def get(self, key: bytes) -> tuple[bool, bytes | None]:
         """``(found, envelope-or-None-for-delete)`` of data key ``key``."""
-        raw = self.db.get(key)
+        with self._gate:
+            raw = self.db.get(key)
         if raw is None:
             return False, None
         return True, (raw[1:] if raw[:1] == _PUT else None)
@@ -85,12 +107,22 @@ class SpillArea:
     def entries(
         self, start: bytes, stop: bytes, include_stop: bool, reverse: bool
     ) -> Iterator[tuple[bytes, bytes | None]]:
-        for key, raw in iterate(self.db, start, stop, include_stop, reverse):
+        for key, raw in iterate(self.db, start, stop, include_stop, reverse, self._gate):
             yield key, (raw[1:] if raw[:1] == _PUT else None)
 
     def seal(self) -> None:
-        """Make everything spilled durable (one synced write flushes LevelDB's log)."""
-        self.db.put(_SEALED, b"1", sync=True)
+        """Make the redo file durable: its last write synced (earlier spill writes were
+        synced as they were made), then the directory entries down to the store's."""
+        with self._gate:
+            self.db.put(_SEALED, b"1", sync=True)
+            fsync_dir(self.path)
+            fsync_dir(os.path.dirname(self.path))
+            fsync_dir(self._store_path)
+
+    def hand_over(self) -> None:
+        """The store's redo marker is about to name this redo file: from now on only the
+        store's recovery may delete it (:meth:`discard` only closes it)."""
+        self._handed_over = True
 
     def close(self) -> None:
         if self._db is not None:
@@ -98,8 +130,10 @@ class SpillArea:
             self._db = None
 
     def discard(self) -> None:
+        """Close the redo file and delete it, unless the store's marker names it."""
         self.close()
-        shutil.rmtree(self.path, ignore_errors=True)
+        if not self._handed_over:
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +175,11 @@ def apply_redo(
     sync: bool,
     spill: SpillArea | None = None,
 ) -> None:
-    """Steps 3-4 above: apply the redo file in chunks, then the metadata, drop the marker."""
+    """Steps 3-4 above: apply the redo file in chunks, then the metadata, drop the marker.
+
+    Called inside the store's gate. ``sync`` syncs each chunk; the last batch (metadata and
+    the marker's removal) is always synced, since the redo file is removed right after it.
+    """
     import plyvel
 
     owned = spill is None
@@ -157,6 +195,13 @@ def apply_redo(
             )
         try:
             redo_db = plyvel.DB(full, create_if_missing=False)
+        except plyvel.IOError as exc:
+            raise StoreIOError(
+                f"store {store_path}: the redo file {full} of an interrupted chunked commit "
+                f"cannot be read ({exc}); free space or fix the permissions and open the "
+                "store again: the commit is completed then",
+                store_path,
+            ) from exc
         except plyvel.Error as exc:
             raise StoreCorruptedError(
                 f"store {store_path}: the redo file {full} of an interrupted chunked commit "
@@ -164,7 +209,7 @@ def apply_redo(
                 store_path,
             ) from exc
     try:
-        chunk = db.write_batch()
+        chunk = db.write_batch(sync=sync)
         size = chunks = 0
         with redo_db.iterator(start=DATA_START, stop=DATA_STOP) as it:
             for key, raw in it:
@@ -177,11 +222,11 @@ def apply_redo(
                     chunk.write()
                     chunks += 1
                     _fault(f"redo.after_chunk.{chunks}")
-                    chunk = db.write_batch()
+                    chunk = db.write_batch(sync=sync)
                     size = 0
         chunk.write()
         _fault("redo.before_metadata")
-        with db.write_batch(sync=sync) as final:
+        with db.write_batch(sync=True) as final:
             for key, value in marker.metadata_items():
                 final.put(key, value)
             final.delete(META_REDO)

@@ -170,6 +170,7 @@ class Snapshot:
         self._store = store
         self._snapshot: plyvel.Snapshot | None = snapshot
         self._get = snapshot.get
+        self._gate = store._gate
         self.metadata = metadata
 
     # -- what this snapshot is ------------------------------------------------------------
@@ -198,20 +199,16 @@ class Snapshot:
         """The value of ``key``, or None."""
         if self._snapshot is None:
             raise self._closed()
-        try:
+        with self._gate:
             raw: bytes | None = self._get(DATA_PREFIX + key)
-        except RuntimeError:  # plyvel: the database was closed under us
-            raise self._closed() from None
         return None if raw is None else raw[HEADER_SIZE:]
 
     def get_record(self, key: bytes) -> StoredRecord | None:
         """The record of ``key`` with its partition, offset and timestamp, or None."""
         if self._snapshot is None:
             raise self._closed()
-        try:
+        with self._gate:
             raw = self._get(DATA_PREFIX + key)
-        except RuntimeError:
-            raise self._closed() from None
         return None if raw is None else decode_record(key, raw, self._store.path)
 
     def multi_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
@@ -220,13 +217,11 @@ class Snapshot:
             raise self._closed()
         get = self._get
         found = {}
-        try:
+        with self._gate:
             for key in keys:
                 raw = get(DATA_PREFIX + key)
                 if raw is not None:
                     found[key] = raw[HEADER_SIZE:]
-        except RuntimeError:
-            raise self._closed() from None
         return found
 
     # -- scans ----------------------------------------------------------------------------
@@ -322,11 +317,8 @@ class Snapshot:
             return
         if lower is not None and upper is not None and lower > upper:
             return
-        try:
-            items = iterate(self._snapshot, start, stop, include_stop, reverse)
-            yield from items if limit is None else islice(items, limit)
-        except RuntimeError:  # plyvel: the database was closed under us
-            raise self._closed() from None
+        items = iterate(self._snapshot, start, stop, include_stop, reverse, self._gate)
+        yield from items if limit is None else islice(items, limit)
 
     def _forward_chunks(
         self, lower: bytes | None, upper: bytes | None, size: Callable[[], int]
@@ -341,12 +333,18 @@ class Snapshot:
         start, stop, include_stop = data_bounds(lower, upper, None)
         if lower is not None and upper is not None and lower > upper:
             return
+        snapshot, gate = self._snapshot, self._gate
+        with gate:
+            it = snapshot.iterator(start=start, stop=stop, include_stop=include_stop)
         try:
-            with self._snapshot.iterator(start=start, stop=stop, include_stop=include_stop) as it:
-                while chunk := list(islice(it, size())):
-                    yield chunk
-        except RuntimeError:  # plyvel: the database was closed under us
-            raise self._closed() from None
+            while True:
+                with gate:
+                    chunk = list(islice(it, size()))
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            gate.unless_closed(it.close)
 
     # -- lifecycle ------------------------------------------------------------------------
     @property

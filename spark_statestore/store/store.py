@@ -18,12 +18,15 @@ from spark_statestore.store.errors import (
     StoreClosedError,
     StoreCorruptedError,
     StoreError,
+    StoreIOError,
     StoreLockedError,
     StoreMismatchError,
     StoreNotFoundError,
     StoreRoleError,
     TransactionError,
 )
+from spark_statestore.store.files import fsync_dir, make_private_dir
+from spark_statestore.store.gate import Gate
 from spark_statestore.store.layout import (
     META_COMMIT,
     META_MANIFEST,
@@ -91,6 +94,7 @@ class Store:
         self.role = role
         self.options = options
         self._db: plyvel.DB | None = db
+        self._gate = Gate(path)  # every LevelDB call of this handle runs inside it
         self._lock = lock
         self._mutex = threading.RLock()
         self._committed = threading.Condition(self._mutex)
@@ -144,7 +148,7 @@ class Store:
                 "StoreSpec (a follower or a sink does that)",
                 path,
             )
-        os.makedirs(path, exist_ok=True)
+        make_private_dir(path)
         role_name = spec.role.value if spec is not None else "reader"
         lock = OwnerLock.acquire(
             path,
@@ -154,10 +158,17 @@ class Store:
         )
         db = None
         try:
+            created = not os.path.isdir(db_path)
             db = _open_leveldb(plyvel, db_path, spec is not None, options)
-            manifest = _load_or_create_manifest(db, path, spec)
-            _check_spec(path, manifest, spec)
-            _recover(db, path, options)
+            opening = Gate(path)
+            with opening:
+                manifest = _load_or_create_manifest(db, path, spec)
+                if created:  # the new database's names survive a power cut
+                    fsync_dir(db_path)
+                    fsync_dir(path)
+                    fsync_dir(os.path.dirname(path))
+                _check_spec(path, manifest, spec)
+                _recover(db, path, options)
             store = cls(path, db, manifest, spec.role if spec else None, options, lock)
         except BaseException:
             if db is not None:
@@ -250,15 +261,16 @@ class Store:
                     "commit or roll it back first",
                     self.path,
                 )
-            self._txn = Transaction(self, db.snapshot(), self._metadata)
+            with self._gate:
+                base = db.snapshot()
+            self._txn = Transaction(self, base, self._metadata)
             return self._txn
 
     def _end_transaction(self, txn: Transaction, base: plyvel.Snapshot) -> None:
         with self._mutex:
             if self._txn is txn:
                 self._txn = None
-        if self._db is not None:
-            base.close()
+        self._gate.unless_closed(base.close)
 
     def _new_batch(self) -> plyvel.WriteBatch:
         return self._check_open().write_batch(sync=self.options.sync)
@@ -269,36 +281,67 @@ class Store:
         self._check_open()
         for key, value in metadata.items():
             batch.put(key, value)
-        with self._mutex:
-            batch.write()
-            self._metadata = new_meta
-            self._committed.notify_all()
+        try:
+            with self._gate, self._mutex:
+                batch.write()
+                self._metadata = new_meta
+                self._committed.notify_all()
+        except BaseException as exc:
+            # LevelDB may have logged the batch before failing (a failed sync), so the
+            # commit is either all there or absent when the store is next opened: this
+            # handle cannot tell, and nobody may read through it any more.
+            raise self._failed_commit(new_meta.commit_seq, exc) from exc
 
     def _commit_chunked(
         self, spill: SpillArea, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
     ) -> None:
         db = self._check_open()
-        spill.seal()
+        spill.seal()  # the redo file and its directory entries are durable
         _fault("redo.sealed")
         marker = RedoMarker.for_metadata(spill.relpath, metadata)
-        with self._mutex:
-            # Readers keep the last committed state until the whole redo file is applied.
-            pinned = self._pinned = _PinnedSnapshot(db.snapshot(), self._metadata)
-            db.put(META_REDO, marker.to_json(), sync=True)
-        _fault("redo.marked")
+        # From the marker's write on, the redo file belongs to the store: once the marker is
+        # durable only the next open may remove it, after completing the commit from it.
+        spill.hand_over()
         try:
-            apply_redo(db, self.path, marker, self.options.chunk_bytes, self.options.sync, spill)
-        except BaseException:
+            with self._gate:
+                with self._mutex:
+                    # Readers keep the last committed state until the redo file is applied.
+                    pinned = self._pinned = _PinnedSnapshot(db.snapshot(), self._metadata)
+                    db.put(META_REDO, marker.to_json(), sync=True)
+                _fault("redo.marked")
+                apply_redo(
+                    db, self.path, marker, self.options.chunk_bytes, self.options.sync, spill
+                )
+        except BaseException as exc:
             # Part of the transaction may be in the database: nobody may read it until a
             # reopen completes the commit from the redo marker.
-            _log.error("store %s: chunked commit failed; closing the store handle", self.path)
-            self.close()
-            raise
+            raise self._failed_commit(new_meta.commit_seq, exc) from exc
         with self._mutex:
             self._metadata = new_meta
             self._pinned = None
             pinned.release()
             self._committed.notify_all()
+
+    def _failed_commit(self, seq: int, exc: BaseException) -> BaseException:
+        """Close this handle after commit ``seq`` failed; the error to raise for ``exc``."""
+        _log.error(
+            "store %s: commit %d failed (%s: %s); closing the store handle",
+            self.path,
+            seq,
+            type(exc).__name__,
+            exc,
+        )
+        self.close()
+        if not isinstance(exc, (StoreError, OSError)):
+            return exc  # MemoryError, KeyboardInterrupt, ...: the cause itself
+        cls = StoreIOError if isinstance(exc, OSError) else type(exc)
+        return cls(
+            f"store {self.path}: commit {seq} failed ({exc}); the store handle is closed. "
+            "The commit is either all there or not at all when the store is next opened "
+            "(an interrupted chunked commit is completed then): fix the cause (free space, "
+            "permissions) and open the store again",
+            self.path,
+        )
 
     # -- reads ----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -309,15 +352,16 @@ class Store:
                 # A chunked commit is being applied: show the state before it.
                 view = Snapshot(self, self._pinned.acquire(), self._pinned.metadata)
             else:
-                view = Snapshot(self, db.snapshot(), self._metadata)
+                with self._gate:
+                    base = db.snapshot()
+                view = Snapshot(self, base, self._metadata)
             self._snapshots.add(view)
             return view
 
     def _release_snapshot(self, view: Snapshot, snapshot: plyvel.Snapshot) -> None:
         with self._mutex:
             self._snapshots.discard(view)
-            if self._db is not None:
-                snapshot.close()
+            self._gate.unless_closed(snapshot.close)
 
     def get(self, key: bytes) -> bytes | None:
         """The committed value of ``key`` (a one-off read; use a snapshot for many)."""
@@ -337,7 +381,12 @@ class Store:
 
     # -- closing --------------------------------------------------------------------------
     def close(self) -> None:
-        """Close every snapshot, the database, and give up ownership (idempotent)."""
+        """Close every snapshot, the database, and give up ownership (idempotent).
+
+        Safe while other threads read: new reads fail with :class:`StoreClosedError`, and
+        the database is closed once the LevelDB calls in flight (a lookup, one chunk of a
+        scan, a commit) have returned.
+        """
         with self._mutex:
             db, self._db = self._db, None
             if db is None:
@@ -345,12 +394,15 @@ class Store:
             self._committed.notify_all()
             txn = self._txn
             views = list(self._snapshots)
-        if txn is not None:
-            txn.rollback()
-        for view in views:
-            view._snapshot = None
-        db.close()
-        self._lock.release()
+        try:
+            self._gate.close()
+            if txn is not None:
+                txn._abandon()
+            for view in views:
+                view._snapshot = None
+            db.close()
+        finally:
+            self._lock.release()
 
     def _check_open(self) -> plyvel.DB:
         db = self._db

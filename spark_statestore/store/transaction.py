@@ -351,7 +351,8 @@ class Transaction:
             found, envelope = self._spill.get(dkey)
             if found:
                 return envelope
-        result: bytes | None = self._base.get(dkey)
+        with self._store._gate:
+            result: bytes | None = self._base.get(dkey)
         return result
 
     def items(
@@ -375,7 +376,7 @@ class Transaction:
         ]
         if self._spill is not None:
             layers.append(self._spill.entries(start, stop, include_stop, reverse))
-        layers.append(iterate(self._base, start, stop, include_stop, reverse))
+        layers.append(iterate(self._base, start, stop, include_stop, reverse, self._store._gate))
         for dkey, envelope in merge_layers(layers, reverse):
             yield dkey[1:], envelope[HEADER_SIZE:]
 
@@ -444,6 +445,17 @@ class Transaction:
         self.state = TransactionState.ROLLED_BACK
         self._finish()
 
+    def _abandon(self) -> None:
+        """The store is closing under this transaction (from any thread): roll it back
+        without touching its write batch, which the transaction's own thread may be using."""
+        if self.state is TransactionState.OPEN:
+            self.state = TransactionState.ROLLED_BACK
+        self._writes = {}
+        self._sorted = None
+        if self._spill is not None:
+            self._spill.discard()
+            self._spill = None
+
     def _finish(self) -> None:
         self._writes = {}
         self._pending.clear()
@@ -456,7 +468,8 @@ class Transaction:
 
     def _spill_writes(self) -> None:
         if self._spill is None:
-            self._spill = SpillArea(self._store.path, self.id)
+            store = self._store
+            self._spill = SpillArea(store.path, self.id, store._gate, store.options.sync)
         self._spill.write(self._index())
         self._writes = {}
         self._batch.clear()
