@@ -290,19 +290,22 @@ class Store:
             # LevelDB may have logged the batch before failing (a failed sync), so the
             # commit is either all there or absent when the store is next opened: this
             # handle cannot tell, and nobody may read through it any more.
-            raise self._failed_commit(new_meta.commit_seq, exc) from exc
+            error = self._failed_commit(new_meta.commit_seq, exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     def _commit_chunked(
         self, spill: SpillArea, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
     ) -> None:
         db = self._check_open()
-        spill.seal()  # the redo file and its directory entries are durable
-        _fault("redo.sealed")
-        marker = RedoMarker.for_metadata(spill.relpath, metadata)
-        # From the marker's write on, the redo file belongs to the store: once the marker is
-        # durable only the next open may remove it, after completing the commit from it.
-        spill.hand_over()
         try:
+            spill.seal()  # the redo file and its directory entries are durable
+            _fault("redo.sealed")
+            marker = RedoMarker.for_metadata(spill.relpath, metadata)
+            # From the marker's write on, the redo file belongs to the store: once the marker
+            # is durable only the next open may remove it, after completing the commit.
+            spill.hand_over()
             with self._gate:
                 with self._mutex:
                     # Readers keep the last committed state until the redo file is applied.
@@ -315,7 +318,10 @@ class Store:
         except BaseException as exc:
             # Part of the transaction may be in the database: nobody may read it until a
             # reopen completes the commit from the redo marker.
-            raise self._failed_commit(new_meta.commit_seq, exc) from exc
+            error = self._failed_commit(new_meta.commit_seq, exc)
+            if error is exc:
+                raise
+            raise error from exc
         with self._mutex:
             self._metadata = new_meta
             self._pinned = None
@@ -335,8 +341,10 @@ class Store:
         if not isinstance(exc, (StoreError, OSError)):
             return exc  # MemoryError, KeyboardInterrupt, ...: the cause itself
         cls = StoreIOError if isinstance(exc, OSError) else type(exc)
+        # A store error translated from LevelDB's or the disk's: name the original cause.
+        cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
         return cls(
-            f"store {self.path}: commit {seq} failed ({exc}); the store handle is closed. "
+            f"store {self.path}: commit {seq} failed ({cause}); the store handle is closed. "
             "The commit is either all there or not at all when the store is next opened "
             "(an interrupted chunked commit is completed then): fix the cause (free space, "
             "permissions) and open the store again",

@@ -459,7 +459,8 @@ class Transaction:
     def _finish(self) -> None:
         self._writes = {}
         self._pending.clear()
-        self._batch.clear()
+        if not self._store.closed:  # a closed store's batches are gone with its database
+            self._batch.clear()
         self._sorted = None
         if self._spill is not None:
             self._spill.discard()
