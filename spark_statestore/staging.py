@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from spark_statestore.errors import StateStoreError
 from spark_statestore.faults import crash_point
 from spark_statestore.integer_spec import ascii_integer
+from spark_statestore.store.files import DIR_MODE, make_private_dir
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -150,7 +151,9 @@ class StagingArea:
         import pyarrow as pa
 
         directory = self._batch_dir(query_id, batch_id)
-        os.makedirs(directory, exist_ok=True)
+        # Tasks may stage before the store exists: the store directory is owner-only anyway.
+        make_private_dir(os.path.dirname(self.root))
+        os.makedirs(directory, mode=DIR_MODE, exist_ok=True)
         name = f"part-{partition_id:05d}-{attempt}-{uuid.uuid4().hex[:12]}.arrow"
         final = os.path.join(directory, name)
         temporary = os.path.join(directory, f".{name}.tmp")
