@@ -14,10 +14,12 @@ import pytest
 
 from spark_statestore.errors import OptionError, StateStoreError
 from spark_statestore.position import Position
+from spark_statestore.query import RangeQuery, StateQueryRequest
 from spark_statestore.store import (
     FORMAT_VERSION,
     CommitRecord,
     Role,
+    ScanSpec,
     Store,
     StoreClosedError,
     StoreCorruptedError,
@@ -33,6 +35,7 @@ from spark_statestore.store import (
     TransactionState,
     live_owner,
     read_owner,
+    scan_batches,
 )
 from spark_statestore.store.layout import META_MANIFEST
 
@@ -329,6 +332,55 @@ def test_corrupted_leveldb_files(
     assert str(path) in str(info.value)
     assert "delete" in str(info.value)
     _assert_released(path)
+
+
+def _damaged_table_store(path: Path) -> None:
+    """A store whose one LevelDB table has a garbled data block (found only when read)."""
+    with Store.open(path, FOLLOWER) as store, store.begin() as txn:
+        for i in range(20_000):
+            txn.put(b"k%06d" % i, b"value-%d-" % i * 10, partition=0)
+    Store.open(path, FOLLOWER).close()  # reopening moves the log into a table
+    (table,) = glob.glob(os.path.join(path, "db", "*.ldb"))
+    with open(table, "r+b") as handle:
+        handle.seek(os.path.getsize(table) // 3)
+        handle.write(b"\xff" * 64)
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda snap: list(snap.items()),
+        lambda snap: list(snap.items(reverse=True)),
+        lambda snap: list(snap.to_batches()),
+        lambda snap: list(scan_batches(snap, ScanSpec())),
+        lambda snap: snap.count(),
+        lambda snap: [snap.get(b"k%06d" % i) for i in range(20_000)],
+        lambda snap: snap.multi_get([b"k%06d" % i for i in range(20_000)]),
+    ],
+    ids=["items", "reverse", "to_batches", "scan_batches", "count", "get", "multi_get"],
+)
+def test_corruption_found_by_a_read_is_a_store_error(tmp_path: Path, read: Any) -> None:
+    # plyvel's CorruptionError reached callers before.
+    path = tmp_path / "s"
+    _damaged_table_store(path)
+    with (
+        Store.open(path) as store,
+        store.snapshot() as snap,
+        pytest.raises(StoreCorruptedError) as info,
+    ):
+        read(snap)
+    assert not isinstance(info.value, plyvel.Error)
+    assert str(path) in str(info.value) and "delete" in str(info.value)
+
+
+def test_corruption_found_by_a_query_is_a_failed_result(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    _damaged_table_store(path)
+    with Store.open(path) as store:
+        result = store.query(StateQueryRequest.in_store(store.name).with_query(RangeQuery()))
+    failure = result.partition_results[0]
+    assert failure.is_failure
+    assert "corruption" in failure.failure_message.lower()
 
 
 # -- specs and options ---------------------------------------------------------------------
