@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -38,6 +39,19 @@ def _integer(text: str) -> int:
     if number is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer written in ASCII digits 0-9")
     return number
+
+
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _seconds(text: str) -> float:
+    """The argparse type of duration flags: a plain decimal number of seconds in ASCII
+    (``float()`` also takes ``nan``, ``inf``, ``1e9``, other scripts' digits and blanks)."""
+    if _SECONDS.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a number of seconds (ASCII digits, e.g. 30 or 2.5)"
+        )
+    return float(text)
 
 
 def _wait_for_signal() -> int:
@@ -233,7 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="error",
         help="a record with v=0 but no valid c header: fail (default) or skip its position",
     )
-    tail.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds")
+    tail.add_argument(
+        "--timeout", type=_seconds, default=30.0, help="give up after this many seconds"
+    )
     tail.set_defaults(func=_cmd_tail)
 
     follow = sub.add_parser(
