@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -25,6 +26,10 @@ from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
 from spark_statestore.staging import MAX_QUERY_ID_BYTES, query_id_problem
 from spark_statestore.store.scan import ScanSpec
+
+# Kafka's legal topic names (kafka.common.internals.Topic); Kafka Streams derives topic names,
+# group and transactional ids from application.id, so it takes the same characters.
+_KAFKA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 __all__ = [
     "EARLIEST",
@@ -314,6 +319,20 @@ class _Options:
             raise OptionError(f"option {spelling(name)!r} of {self._surface} is empty")
         return value
 
+    def kafka_name(self, name: str, what: str, *, required: str | None = None) -> str | None:
+        """A topic name or an ``application.id``: Kafka's legal characters and length.
+
+        ``required`` (what the option is for) makes a missing value an error.
+        """
+        value = self.required(name, required) if required else self.text(name)
+        if value is not None and (_KAFKA_NAME.fullmatch(value) is None or value in (".", "..")):
+            shown = repr(value) if len(value) <= 80 else f"{value[:80]!r}... ({len(value)} chars)"
+            raise OptionError(
+                f"option {spelling(name)!r} of {self._surface} is not a valid Kafka {what}: "
+                f"{shown}; use 1-249 of the characters a-z A-Z 0-9 . _ - (and not '.' or '..')"
+            )
+        return value
+
     def required(self, name: str, what: str) -> str:
         value = self.text(name)
         if value is None:
@@ -473,9 +492,10 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "option 'kafka.bootstrap.servers' is required for the spark_statestore follower "
             "source: the Kafka cluster of the changelog, e.g. 'broker1:9092'"
         )
-    changelog = options.required(
-        "changelog", "the changelog topic to follow, e.g. 'app-store-changelog'"
+    changelog = options.kafka_name(
+        "changelog", "topic", required="the changelog topic to follow, e.g. 'app-store-changelog'"
     )
+    assert changelog is not None
     partitions_text = options.text("partitions")
     partitions = None
     if partitions_text is not None:
@@ -603,13 +623,13 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
     path = options.required("path", "the store directory, e.g. .start('/data/stores/orders')")
     kafka = options.kafka()
     bootstrap = kafka.pop("bootstrap.servers", None)
-    changelog = options.text("changelog")
+    changelog = options.kafka_name("changelog", "topic")
     if changelog is not None and not bootstrap:
         raise OptionError(
             "option 'kafka.bootstrap.servers' is required when 'changelog' is set: the Kafka "
             "cluster the changelog is published to"
         )
-    application_id = options.text("application.id")
+    application_id = options.kafka_name("application.id", "application.id")
     if changelog is not None and application_id is None:
         raise OptionError(
             "option 'application.id' is required when 'changelog' is set: it owns the "

@@ -284,3 +284,27 @@ def test_a_nul_in_a_file_name_or_a_kafka_setting_is_refused(name: str) -> None:
         parse_source_options({k.lower(): v for k, v in raw.items()})
     with pytest.raises(OptionError, match="option 'checkpointLocation' contains a NUL"):
         sink(checkpointLocation="/cp\x00")
+
+
+BAD_KAFKA_NAMES = ["orders changelog", "orders/changelog", "ördèrs", ".", "..", "x" * 250, "a:b"]
+
+
+@pytest.mark.parametrize("name", BAD_KAFKA_NAMES)
+def test_a_changelog_that_kafka_cannot_name_is_refused(name: str) -> None:
+    # Before, the follower and the sink took any text and failed later in librdkafka.
+    with pytest.raises(OptionError, match=r"option 'changelog' .* not a valid Kafka topic"):
+        source(changelog=name)
+    with pytest.raises(OptionError, match=r"option 'changelog' .* not a valid Kafka topic"):
+        sink(**{"changelog": name, "kafka.bootstrap.servers": "b:9092", "application.id": "a"})
+
+
+@pytest.mark.parametrize("name", BAD_KAFKA_NAMES)
+def test_an_application_id_that_kafka_cannot_use_is_refused(name: str) -> None:
+    extra = {"changelog": "app-s-changelog", "kafka.bootstrap.servers": "b:9092"}
+    with pytest.raises(OptionError, match=r"option 'application\.id' .* not a valid Kafka"):
+        sink(**extra, **{"application.id": name})
+
+
+@pytest.mark.parametrize("name", ["app-s-changelog", "A.b_c-9", "x" * 249])
+def test_legal_kafka_names_are_taken(name: str) -> None:
+    assert source(changelog=name).changelog == name  # type: ignore[attr-defined]
