@@ -56,6 +56,7 @@ from spark_statestore.store.redo import (
 from spark_statestore.store.snapshot import Snapshot
 from spark_statestore.store.spec import StoreOptions, StoreSpec
 from spark_statestore.store.transaction import Transaction
+from spark_statestore.store.unsynced import check_unsynced, clear_unsynced, mark_unsynced
 
 if TYPE_CHECKING:
     import plyvel
@@ -101,6 +102,7 @@ class Store:
         self._txn: Transaction | None = None
         self._pinned: _PinnedSnapshot | None = None
         self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
+        self._unsynced = False  # a sync=False writer: make everything durable on close
         self._metadata = _read_metadata(db, path)
 
     # -- opening --------------------------------------------------------------------------
@@ -157,7 +159,11 @@ class Store:
             owner_wait_seconds=options.owner_wait_seconds,
         )
         db = None
+        unsynced = spec is not None and not options.sync
         try:
+            pending = check_unsynced(path)
+            if unsynced:
+                mark_unsynced(path)  # before the first unsynced write
             created = not os.path.isdir(db_path)
             db = _open_leveldb(plyvel, db_path, spec is not None, options)
             opening = Gate(path)
@@ -169,7 +175,10 @@ class Store:
                     fsync_dir(os.path.dirname(path))
                 _check_spec(path, manifest, spec)
                 _recover(db, path, options)
+            if pending and not unsynced and _flush(db, path):
+                clear_unsynced(path)  # a dead sync=False writer's writes are durable now
             store = cls(path, db, manifest, spec.role if spec else None, options, lock)
+            store._unsynced = unsynced
         except BaseException:
             if db is not None:
                 db.close()
@@ -408,7 +417,10 @@ class Store:
                 txn._abandon()
             for view in views:
                 view._snapshot = None
+            durable = self._unsynced and _flush(db, self.path)
             db.close()
+            if durable:
+                clear_unsynced(self.path)
         finally:
             self._lock.release()
 
@@ -582,6 +594,18 @@ def _recover(db: plyvel.DB, path: str, options: StoreOptions) -> None:
         apply_redo(db, path, marker, options.chunk_bytes, sync=True)
     for removed in remove_stray_redo(path):
         _log.info("store %s: removed the redo file %s of an uncommitted transaction", path, removed)
+
+
+def _flush(db: plyvel.DB, path: str) -> bool:
+    """Make a ``sync=False`` writer's unsynced writes durable: LevelDB moves its memtables into
+    synced tables when asked to compact a range (here one that holds no key, so nothing
+    else is compacted). False when LevelDB refuses (after a failed write)."""
+    try:
+        db.compact_range(start=b"\xff", stop=b"\xff")
+    except Exception as exc:
+        _log.warning("store %s: its unsynced writes could not be made durable (%s)", path, exc)
+        return False
+    return True
 
 
 def _read_metadata(db: plyvel.DB | plyvel.Snapshot, path: str) -> StoreMetadata:
