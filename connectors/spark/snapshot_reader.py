@@ -54,9 +54,10 @@ _VIEW_DDL = {
 }
 
 
-OWNER_WAIT_S = 60.0
+OWNER_WAIT_S = 120.0
 """How long a read without a live follower waits for the store's current owner (a sink's
-commit, another read) to close it."""
+commit, another read making its checkpoint) to close it: as long as a sink's commit waits for
+readers (``connectors/spark/sink.py``), so a reader never gives up before a writer would."""
 
 
 class StaleSnapshotError(SparkSourceError):
@@ -402,12 +403,17 @@ class SnapshotReader(DataSourceReader):
             yield from self._read_pinned(client, spec)
 
     def _read_local(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
-        from spark_statestore.store import Store, StoreOptions
+        from spark_statestore.store import StoreOptions
+        from spark_statestore.store.checkpoint import reader_checkpoint
         from spark_statestore.store.scan import ScanStats, scan_batches
 
+        # Read a private checkpoint of the store: it owns the store only while it copies it
+        # (milliseconds), so a sink's commit never waits for this task, however long it runs.
         options = StoreOptions(lock_wait_seconds=30.0, owner_wait_seconds=OWNER_WAIT_S)
         with (
-            Store.open(self._options.path, purpose="Spark snapshot read", options=options) as store,
+            reader_checkpoint(
+                self._options.path, purpose="Spark snapshot read", options=options
+            ) as store,
             store.snapshot() as snapshot,
         ):
             if snapshot.commit_seq != partition.commit_seq:

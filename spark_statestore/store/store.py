@@ -404,10 +404,18 @@ class Store:
         the database is closed once the LevelDB calls in flight (a lookup, one chunk of a
         scan, a commit) have returned.
         """
+        lock = self._close_database()
+        if lock is not None:
+            lock.release()
+
+    def _close_database(self) -> OwnerLock | None:
+        """Close as :meth:`close` does but keep ownership: the database files are then at
+        rest and nobody else may write them until the caller releases the returned lock
+        (None when the handle was closed already). Checkpoints copy the files so."""
         with self._mutex:
             db, self._db = self._db, None
             if db is None:
-                return
+                return None
             self._committed.notify_all()
             txn = self._txn
             views = list(self._snapshots)
@@ -421,8 +429,10 @@ class Store:
             db.close()
             if durable:
                 clear_unsynced(self.path)
-        finally:
+        except BaseException:
             self._lock.release()
+            raise
+        return self._lock
 
     def _check_open(self) -> plyvel.DB:
         db = self._db
@@ -594,6 +604,9 @@ def _recover(db: plyvel.DB, path: str, options: StoreOptions) -> None:
         apply_redo(db, path, marker, options.chunk_bytes, sync=True)
     for removed in remove_stray_redo(path):
         _log.info("store %s: removed the redo file %s of an uncommitted transaction", path, removed)
+    from spark_statestore.store.checkpoint import remove_stale_checkpoints
+
+    remove_stale_checkpoints(path)  # their hard links would keep deleted tables on disk
 
 
 def _flush(db: plyvel.DB, path: str) -> bool:

@@ -1,0 +1,148 @@
+"""Checkpoints: a reader's private copy of a store, so a long read never keeps writers out.
+
+Before, a reader without a live owner held the store (its lock and LevelDB) for the whole
+read, and a sink's commit waiting on it failed its streaming query after 120 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_statestore.connectors.spark.ddl import parse_ddl
+from spark_statestore.connectors.spark.options import parse_reader_options
+from spark_statestore.connectors.spark.snapshot_reader import SnapshotReader, reader_ddl
+from spark_statestore.store import Role, Store, StoreOptions, StoreSpec, redo
+from spark_statestore.store.checkpoint import (
+    READERS_DIR,
+    reader_checkpoint,
+    remove_stale_checkpoints,
+)
+from tests.conftest import REPO_ROOT
+
+SPEC = StoreSpec(Role.LEADER, None, 2)
+NO_WAIT = StoreOptions(owner_wait_seconds=0.0, lock_wait_seconds=0.5)
+
+
+def _commit(path: Path, items: dict[bytes, bytes], options: StoreOptions = NO_WAIT) -> None:
+    with Store.open(path, SPEC, options=options) as store, store.begin() as txn:
+        for key, value in items.items():
+            txn.put(key, value)
+        txn.record_source("orders", 0, len(items))
+
+
+def _content(store: Store) -> dict[bytes, bytes]:
+    with store.snapshot() as snap:
+        return dict(snap.items())
+
+
+OLD = {b"k%05d" % i: b"old-%d" % i for i in range(3000)}
+NEW = {b"k%05d" % i: b"new-%d" % i for i in range(0, 3000, 2)}
+
+
+def _readers(path: Path) -> list[str]:
+    root = path / READERS_DIR
+    return sorted(os.listdir(root)) if root.exists() else []
+
+
+def test_a_checkpoint_is_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, OLD)
+    with Store.open(path) as store:
+        expected, metadata, manifest = _content(store), store.metadata, store.manifest
+    with reader_checkpoint(path, purpose="test") as copy:
+        assert _content(copy) == expected == OLD
+        assert copy.metadata == metadata
+        assert copy.manifest == manifest
+        assert stat.S_IMODE(os.stat(path / READERS_DIR).st_mode) == 0o700
+    assert _readers(path) == []  # the copy is gone
+
+
+def test_writers_commit_while_a_checkpoint_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, OLD)
+    with reader_checkpoint(path, purpose="test") as copy, copy.snapshot() as snap:
+        items = snap.items()
+        assert next(items) == (b"k00000", b"old-0")  # a read in the middle of a scan
+        _commit(path, NEW)  # owns the store at once: nobody else holds it
+        rest = dict(items)
+        assert rest == {k: v for k, v in OLD.items() if k != b"k00000"}
+    with Store.open(path) as store:
+        assert _content(store) == {**OLD, **NEW}
+
+
+def test_a_checkpoint_completes_an_interrupted_chunked_commit(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, OLD)
+    spill = StoreOptions(uncommitted_max_bytes=2_000, chunk_bytes=300)
+
+    def fail(point: str) -> None:
+        if point == "redo.after_chunk.2":
+            raise OSError(5, "Input/output error")
+
+    redo.fault_hook = fail
+    try:
+        with pytest.raises(OSError):
+            _commit(path, NEW, spill)
+    finally:
+        redo.fault_hook = None
+    with reader_checkpoint(path, purpose="test") as copy:
+        assert _content(copy) == {**OLD, **NEW}
+
+
+_HOLDER = r"""
+import sys
+from spark_statestore.store.checkpoint import reader_checkpoint
+with reader_checkpoint(sys.argv[1], purpose="holder") as store:
+    print("ready", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_stale_checkpoints_go_and_live_ones_stay(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, OLD)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path)],
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        live = _readers(path)
+        assert len(live) == 2  # the copy and its lock file
+        assert remove_stale_checkpoints(str(path)) == []
+        with reader_checkpoint(path, purpose="test"):
+            assert set(live) < set(_readers(path))
+        assert _readers(path) == live
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        with reader_checkpoint(path, purpose="test"):
+            assert not set(live) & set(_readers(path))
+        assert _readers(path) == []
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def test_a_spark_read_without_an_owner_never_keeps_a_writer_out(tmp_path: Path) -> None:
+    # The executor side of spark.read.format("spark_statestore") on a store nobody serves:
+    # while its task is in the middle of the scan, a sink's commit gets the store at once.
+    path = tmp_path / "store"
+    _commit(path, OLD)
+    options = parse_reader_options({"path": str(path), "keyformat": "binary"})
+    reader = SnapshotReader(options, parse_ddl(reader_ddl(options)))
+    (partition,) = reader.partitions()
+    batches = iter(reader.read(partition))
+    first = next(batches)  # the task is reading
+    _commit(path, NEW)  # failed with StoreLockedError before (after 120 s in a real sink)
+    rows = [*first.to_pylist(), *(r for b in batches for r in b.to_pylist())]
+    assert {r["key"]: r["value"] for r in rows} == OLD  # the snapshot the read started with
