@@ -11,6 +11,8 @@ import signal
 import stat
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,13 +20,23 @@ import pytest
 from spark_statestore.connectors.spark.ddl import parse_ddl
 from spark_statestore.connectors.spark.options import parse_reader_options
 from spark_statestore.connectors.spark.snapshot_reader import SnapshotReader, reader_ddl
-from spark_statestore.store import Role, Store, StoreOptions, StoreSpec, redo
+from spark_statestore.store import (
+    Role,
+    Store,
+    StoreNotFoundError,
+    StoreOptions,
+    StoreSpec,
+    checkpoint,
+    redo,
+)
 from spark_statestore.store.checkpoint import (
     READERS_DIR,
     reader_checkpoint,
     remove_stale_checkpoints,
 )
 from tests.conftest import REPO_ROOT
+from tests.crash.test_store_crash import SEED, Child, commits_in
+from tests.crash.workload import Model
 
 SPEC = StoreSpec(Role.LEADER, None, 2)
 NO_WAIT = StoreOptions(owner_wait_seconds=0.0, lock_wait_seconds=0.5)
@@ -94,6 +106,75 @@ def test_a_checkpoint_completes_an_interrupted_chunked_commit(tmp_path: Path) ->
         redo.fault_hook = None
     with reader_checkpoint(path, purpose="test") as copy:
         assert _content(copy) == {**OLD, **NEW}
+
+
+def test_a_checkpoint_completes_a_chunked_commit_killed_midway(tmp_path: Path) -> None:
+    # A writer SIGKILLed in the middle of applying a chunked commit (as in
+    # tests/crash/test_store_crash.py): the store holds part of the transaction under a
+    # redo marker. The checkpoint's open completes the commit before copying the files.
+    path = tmp_path / "store"
+    _, lines = Child(path, "redo.after_chunk.3").finish()
+    started, finished = commits_in(lines)
+    assert started is not None and not finished
+    assert lines[-1] == f"commit {started} 1", "the kill must happen inside a chunked commit"
+    model = Model(SEED)
+    model.advance_to(started)
+    with reader_checkpoint(path, purpose="test") as copy, copy.snapshot() as snap:
+        record = copy.metadata.commit_record
+        assert record is not None and record.batch_id == started
+        assert {r.key: (r.value, r.partition, r.offset) for r in snap.records()} == model.data
+    assert os.listdir(path / redo.REDO_DIR) == []  # the store itself was completed
+
+
+def test_a_checkpoint_of_a_missing_store_creates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "nothing"
+    with pytest.raises(StoreNotFoundError), reader_checkpoint(path, purpose="test"):
+        pass
+    assert not path.exists()  # _readers/ and a lock file were created there before
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    previous = os.umask(0o022)  # the common default: what the copy must not rely on
+    yield
+    os.umask(previous)
+
+
+@pytest.mark.usefixtures("permissive_umask")
+def test_a_checkpoint_is_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "store"
+    _commit(path, OLD)
+    made: dict[str, int] = {}
+    copy_database = checkpoint._copy_database
+
+    def look(store_path: str, copy: str) -> None:
+        # The copy as made, before its own LevelDB opens it and replaces CURRENT, the
+        # MANIFEST and the log with files of its own (behind the 0700 directories).
+        copy_database(store_path, copy)
+        for name in os.listdir(Path(copy) / "db"):
+            made[name] = stat.S_IMODE(os.stat(Path(copy) / "db" / name).st_mode)
+
+    monkeypatch.setattr(checkpoint, "_copy_database", look)
+    with reader_checkpoint(path, purpose="test") as copy:
+        root = Path(copy.path)
+        assert root.parent == path / READERS_DIR
+        modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in root.parent.iterdir()}
+        assert modes == {root.name: 0o700, f"{root.name}.lock": 0o600}
+        assert stat.S_IMODE(os.stat(root / "db").st_mode) == 0o700
+    copied = {name: mode for name, mode in made.items() if not name.endswith((".ldb", ".sst"))}
+    assert "CURRENT" in copied and any(name.startswith("MANIFEST-") for name in copied)
+    assert copied == dict.fromkeys(copied, 0o600)
+
+
+def test_the_lock_file_of_a_reader_killed_while_deleting_its_copy_goes(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, OLD)
+    with reader_checkpoint(path, purpose="test"):
+        pass
+    orphan = uuid.uuid4().hex
+    (path / READERS_DIR / f"{orphan}.lock").touch()  # its copy deleted, its lock file not
+    assert remove_stale_checkpoints(str(path)) == [orphan]
+    assert _readers(path) == []
 
 
 _HOLDER = r"""
