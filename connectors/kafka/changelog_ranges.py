@@ -51,7 +51,15 @@ def _topic_partitions(client: Producer | Consumer, topic: str, timeout_s: float)
     return len(info.partitions)
 
 
-def _consumer(bootstrap_servers: str, config: Mapping[str, Any] | None, purpose: str) -> Consumer:
+def _consumer(
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    purpose: str,
+    *,
+    read_committed: bool = True,
+) -> Consumer:
+    """A consumer of the sink's topics; ``read_committed=False`` only to ask where a log
+    ends (it never reads a record)."""
     settings: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers,
         "group.id": f"spark-statestore-{purpose}",  # required; offsets are never committed
@@ -60,13 +68,16 @@ def _consumer(bootstrap_servers: str, config: Mapping[str, Any] | None, purpose:
         "enable.partition.eof": True,
     }
     settings.update(config or {})
-    if settings.get("isolation.level", "read_committed") != "read_committed":
+    if not read_committed:
+        settings["isolation.level"] = "read_uncommitted"
+    elif settings.get("isolation.level", "read_committed") != "read_committed":
         raise KafkaClientError(
             f"the sink's topics must be read with isolation.level=read_committed (aborted "
             f"batches must never count), got {settings['isolation.level']!r}; remove that "
             "setting"
         )
-    settings["isolation.level"] = "read_committed"
+    else:
+        settings["isolation.level"] = "read_committed"
     try:
         return Consumer(settings)
     except KafkaException as exc:
@@ -169,6 +180,69 @@ def _read_ranges(
             )
 
 
+def _wait_until_stable(
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    end: int,
+    deadline: float,
+) -> None:
+    """Return once a read_committed reader can read ``topic-partition`` up to ``end``.
+
+    A committed transaction's records become readable only when its markers land, after
+    ``commit_transaction()`` has returned, and an open transaction of another producer holds
+    the last stable offset (LSO) back until it ends; both are waited for, up to
+    ``deadline``. Only a range past the end of the log itself is data loss.
+    """
+    low, stable = watermarks(consumer, topic, partition, max(0.1, deadline - time.monotonic()))
+    if end <= stable:
+        return
+    log_end = _log_end(bootstrap_servers, config, topic, partition, deadline)
+    if end > log_end:
+        raise DataLossError(
+            f"changelog {topic}-{partition} ends at offset {log_end} but offset {end - 1} was "
+            "committed there before: the topic was deleted and re-created or truncated; "
+            "delete the store and restore it from the changelog",
+            topic,
+            partition,
+            end - 1,
+            (low, log_end),
+        )
+    pause = 0.005
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise KafkaClientError(
+                f"changelog {topic}-{partition} holds offsets up to {end - 1}, but a "
+                f"read_committed reader can read only up to {stable - 1}: a transaction on "
+                f"that partition is still open after the read's timeout; wait for its "
+                "producer to commit or abort (the broker aborts it after its "
+                "transaction.timeout.ms), then retry"
+            )
+        time.sleep(min(pause, remaining))  # the broker is asked again: no state to wait on
+        pause = min(pause * 2, 0.2)
+        stable = watermarks(consumer, topic, partition, max(0.1, deadline - time.monotonic()))[1]
+        if end <= stable:
+            return
+
+
+def _log_end(
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    topic: str,
+    partition: int,
+    deadline: float,
+) -> int:
+    """The end of ``topic-partition``'s log, open transactions included (read_uncommitted)."""
+    uncommitted = _consumer(bootstrap_servers, config, "log-end", read_committed=False)
+    try:
+        return watermarks(uncommitted, topic, partition, max(0.1, deadline - time.monotonic()))[1]
+    finally:
+        uncommitted.close()
+
+
 def read_changelog_range(
     bootstrap_servers: str,
     topic: str,
@@ -189,10 +263,13 @@ def read_changelog_range(
     Raises
     ------
     KafkaClientError
-        The topic does not exist or has fewer partitions than ``ends`` names.
+        The topic does not exist or has fewer partitions than ``ends`` names, or a
+        transaction on a range's partition stays open for ``timeout_s`` (records a
+        transaction committed are waited for: they become readable only when its markers
+        land, after ``commit_transaction()`` returned).
     DataLossError
         Offsets of a range are gone from the topic (retention), or a range ends past the
-        partition's committed end (the topic was re-created): the store cannot be rolled
+        end of the partition's log (the topic was re-created): the store cannot be rolled
         forward from it.
     """
     consumer = _consumer(bootstrap_servers, config, "rollforward")
@@ -210,21 +287,11 @@ def read_changelog_range(
                 "were asked for: was the topic re-created with fewer partitions?"
             )
         ranges = {p: (starts.get(p, 0), end) for p, end in ends.items()}
+        deadline = time.monotonic() + timeout_s
         for partition, (start, end) in sorted(ranges.items()):
-            if end <= start:
-                continue
-            # A range past the committed end would wait forever: its records are gone.
-            marks = watermarks(consumer, topic, partition, timeout_s)
-            if end > marks[1]:
-                raise DataLossError(
-                    f"changelog {topic}-{partition} ends at offset {marks[1]} (committed) "
-                    f"but offset {end - 1} was committed there before: the topic was deleted "
-                    "and re-created or truncated; delete the store and restore it from the "
-                    "changelog",
-                    topic,
-                    partition,
-                    end - 1,
-                    marks,
+            if end > start:
+                _wait_until_stable(
+                    bootstrap_servers, config, consumer, topic, partition, end, deadline
                 )
         for message in _read_ranges(
             consumer, topic, ranges, fail_on_data_loss=True, timeout_s=timeout_s

@@ -258,6 +258,38 @@ def test_batch_larger_than_the_producer_queue(
     assert [e.offset for e in entries if e.partition == 0] == list(range(ends[0] - 3, ends[0]))
 
 
+def test_a_range_not_yet_stable_is_waited_for_not_data_loss(
+    kafka_broker: LocalKafkaCluster,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    """Records in the log that read_committed cannot read yet (an open transaction holds the
+    last stable offset, as a committed transaction's pending markers do for a moment) are
+    waited for; only a range past the log's end is data loss. It was a DataLossError telling
+    the user to delete the store (seen in CI-like runs right after a commit)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog(partitions=1)
+    blocker = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-blocker", "log_level": 0}
+    )
+    blocker.init_transactions(10)
+    blocker.begin_transaction()
+    blocker.produce(topic, key=b"open", value=b"undecided", partition=0)
+    blocker.flush(10)
+    ends = make_writer(topic).publish(
+        batch_of(0, 20), progress=ProgressRecord.for_batch("s", "q", 0)
+    )
+    assert ends == {0: 21}  # the blocker's record, then the batch
+    with pytest.raises(KafkaClientError, match="still open") as failed:
+        list(read_changelog_range(bootstrap, topic, {}, ends, timeout_s=1.0))
+    assert not isinstance(failed.value, DataLossError)
+    with pytest.raises(DataLossError, match="ends at offset 22"):
+        list(read_changelog_range(bootstrap, topic, {}, {0: 30}, timeout_s=1.0))
+    blocker.abort_transaction(10)
+    entries = list(read_changelog_range(bootstrap, topic, {}, ends))
+    assert [e.key for e in entries] == [c[0] for c in batch_of(0, 20)]
+
+
 def test_empty_batch_still_commits_its_progress(
     kafka_broker: LocalKafkaCluster,
     make_changelog: Callable[..., str],
