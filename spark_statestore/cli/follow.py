@@ -6,7 +6,7 @@ had at start, then keeps following until SIGINT/SIGTERM (or exits right away wit
 ``until_caught_up``). Every stop is clean: the follower finishes its chunk, the store is
 closed, and a later run resumes from the store's offsets.
 
-The argument parsing lives in :mod:`spark_statestore.cli`; this module is imported only when
+The argument parsing lives in :mod:`spark_statestore.cli.main`; this module is imported only when
 the command runs, since it needs the Kafka client.
 """
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from types import FrameType, MappingProxyType
 from typing import Literal, TextIO
 
+from spark_statestore.cli.progress import ProgressLine, format_count, format_lag, format_rate
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.errors import OptionError, StateStoreError
 from spark_statestore.follower import Follower, FollowerError, FollowerState
 from spark_statestore.partition_spec import format_partitions, parse_partitions
-from spark_statestore.progress import ProgressLine, format_count, format_lag, format_rate
 from spark_statestore.store import Role, Store, StoreSpec
 
 __all__ = ["FollowOptions", "ProgressMode", "parse_kafka_settings", "run_follow"]

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from spark_statestore.progress import (
+from spark_statestore.cli.progress import (
     LIVE_INTERVAL_S,
     PLAIN_INTERVAL_S,
     ProgressLine,

@@ -1,4 +1,4 @@
-"""The ``spark-statestore`` command.
+"""The ``spark-statestore`` command's parser and its subcommands.
 
 Subcommands import what they need when they run, so ``spark-statestore --help`` stays fast
 and the engine keeps its no-Kafka-at-import rule.
@@ -132,7 +132,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 
 
 def _cmd_follow(args: argparse.Namespace) -> int:
-    from spark_statestore.connectors.kafka.follow import FollowOptions, run_follow
+    from spark_statestore.cli.follow import FollowOptions, run_follow
 
     options = FollowOptions.from_cli(
         bootstrap_servers=args.bootstrap_servers,
@@ -364,7 +364,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
