@@ -38,11 +38,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
-from spark_statestore.bench.broker import broker_process
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
+from spark_statestore.connectors.kafka.local.child import broker_child
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 
 __all__ = [
@@ -130,7 +131,12 @@ def run_follower_suite(options: BenchOptions) -> list[Measurement]:
     records = follower_records(options)
     with (
         tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root,
-        broker_process(SUITE, root, [f"{TOPIC}:{PARTITIONS}"], brokers=BROKERS) as bootstrap,
+        broker_child(
+            Path(root) / "broker.log",
+            [f"{TOPIC}:{PARTITIONS}"],
+            brokers=BROKERS,
+            who=f"bench suite {SUITE}",
+        ) as bootstrap,
     ):
         changelog = _produce_changelog(bootstrap, records, options.batch_records)
         rates = interleave(

@@ -63,9 +63,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from spark_statestore.bench.broker import broker_process
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import (
     _RESTORE_DEADLINE_S,
@@ -83,6 +83,7 @@ from spark_statestore.bench.follower import (
     _produce_changelog,
 )
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave
+from spark_statestore.connectors.kafka.local.child import broker_child
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 
 if TYPE_CHECKING:
@@ -175,7 +176,9 @@ def run_latency_suite(options: BenchOptions) -> list[Measurement]:
     topics = [f"{LATENCY_TOPIC}:{PARTITIONS}", f"{TOPIC}:{PARTITIONS}"]
     with (
         tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root,
-        broker_process(SUITE, root, topics, brokers=BROKERS) as bootstrap,
+        broker_child(
+            Path(root) / "broker.log", topics, brokers=BROKERS, who=f"bench suite {SUITE}"
+        ) as bootstrap,
     ):
         latencies = _measure_latencies(root, bootstrap, latency_changes(options))
         changelog = _produce_changelog(bootstrap, records, options.batch_records)

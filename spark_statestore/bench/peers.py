@@ -73,7 +73,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from spark_statestore.bench.broker import broker_process
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import (
     _RESTORE_DEADLINE_S,
@@ -89,6 +88,7 @@ from spark_statestore.bench.follower import (
 )
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
 from spark_statestore.bench.spark import _MASTER
+from spark_statestore.connectors.kafka.local.child import broker_child
 
 _log = logging.getLogger(__name__)
 
@@ -143,7 +143,12 @@ def run_peers_suite(options: BenchOptions) -> list[Measurement]:
     quix_python = quixstreams_python()  # first: fail before minutes of setup
     with (
         tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root,
-        broker_process(SUITE, root, [f"{TOPIC}:{PARTITIONS}"], brokers=BROKERS) as bootstrap,
+        broker_child(
+            Path(root) / "broker.log",
+            [f"{TOPIC}:{PARTITIONS}"],
+            brokers=BROKERS,
+            who=f"bench suite {SUITE}",
+        ) as bootstrap,
     ):
         start = time.perf_counter()
         changelog = _produce_changelog(bootstrap, records, options.batch_records)

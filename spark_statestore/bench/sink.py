@@ -52,12 +52,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
-from spark_statestore.bench.broker import broker_process
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
 from spark_statestore.bench.spark import _spark_session
+from spark_statestore.connectors.kafka.local.child import broker_child
 from spark_statestore.store import Store, StoreOptions
 
 _log = logging.getLogger(__name__)
@@ -190,7 +191,10 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
             for topic in topics
             for spec in (f"{topic}:{CHANGELOG_PARTITIONS}", f"{topic}-progress:1")
         ]
-        with broker_process(SUITE, root, specs) as bootstrap, _spark_session() as session:
+        with (
+            broker_child(Path(root) / "broker.log", specs, who=f"bench suite {SUITE}") as bootstrap,
+            _spark_session() as session,
+        ):
             spark, startup_s, started = session
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
             changelogs = _Changelogs(bootstrap, topics)

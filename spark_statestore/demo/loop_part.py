@@ -1,6 +1,6 @@
 """The demo's second half: a Spark job leads a store, and a second Spark query follows it.
 
-:func:`run_loop` runs inside the demo (:mod:`spark_statestore.demo`) once its first follower
+:func:`run_loop` runs inside the demo (:mod:`spark_statestore.demo.run`) once its first follower
 query has stopped, with the broker, the inventory app and Spark still up:
 
 6. The *leader* query (application ``stock-report``) reads the inventory changelog with
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from spark_statestore.demo_app import CHANGELOG, PARTITIONS, SOLD, SOLD_ITEM, expected_state
-from spark_statestore.demo_support import (
+from spark_statestore.demo.app import CHANGELOG, PARTITIONS, SOLD, SOLD_ITEM, expected_state
+from spark_statestore.demo.output import (
     FORMAT,
     FeedPrinter,
     banner,

@@ -1,8 +1,8 @@
 """What the demo's parts share: its output, Spark SQL on stores, the feed printer, waiting.
 
-Used by :mod:`spark_statestore.demo` (the follower part) and :mod:`spark_statestore.demo_loop`
-(the leader/follower loop). Spark is never imported here: the functions take the session and
-the queries the demo built.
+Used by both halves of the demo (:mod:`spark_statestore.demo.follow_part` and
+:mod:`spark_statestore.demo.loop_part`). Spark is never imported here: the functions take
+the session and the queries the demo built.
 """
 
 from __future__ import annotations

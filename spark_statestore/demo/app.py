@@ -10,7 +10,7 @@ when it logged the change, padded the way Kafka Streams pads them).
 What it writes is a fixed script (:func:`inventory_script`), so the demo knows what to
 expect; :func:`expected_state` folds it. Run it as its own process::
 
-    python -m spark_statestore.demo_app --bootstrap-servers HOST:PORT
+    python -m spark_statestore.demo.app --bootstrap-servers HOST:PORT
 
 and send it a phase number per line on stdin; it writes that phase's transactions, prints a
 line per transaction and then ``done <phase> <written>``, where ``<written>`` is the position
@@ -249,7 +249,7 @@ class InventoryApp:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the app: read phase numbers from stdin, write each phase's transactions."""
     parser = argparse.ArgumentParser(
-        prog="python -m spark_statestore.demo_app", description=__doc__.splitlines()[0]
+        prog="python -m spark_statestore.demo.app", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
     args = parser.parse_args(argv)
