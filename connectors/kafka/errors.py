@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from spark_statestore.changelog.errors import ChangelogFormatError
 from spark_statestore.errors import StateStoreError
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ __all__ = [
     "KafkaClientError",
     "LocalKafkaError",
     "ProducerFencedError",
+    "ProgressRecordError",
     "TransactionTimeoutError",
 ]
 
@@ -111,6 +113,11 @@ class TransactionTimeoutError(KafkaClientError):
         self.changes = changes
         self.elapsed_s = elapsed_s
         self.timeout_ms = timeout_ms
+
+
+class ProgressRecordError(ChangelogFormatError):
+    """A sink's progress record is malformed (bad JSON, a missing field, a field of the
+    wrong type)."""
 
 
 class LocalKafkaError(StateStoreError, RuntimeError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from spark_statestore.errors import OptionError, StateStoreError
 
-__all__ = ["DDLError", "DecodeError", "EncodeError", "SparkSourceError"]
+__all__ = ["DDLError", "DecodeError", "EncodeError", "SinkError", "SparkSourceError"]
 
 
 class SparkSourceError(StateStoreError):
@@ -62,3 +62,7 @@ class DecodeError(SparkSourceError, ValueError):
 
 class EncodeError(SparkSourceError, ValueError):
     """A filter literal cannot be encoded to the stored bytes, so the filter is not pushable."""
+
+
+class SinkError(SparkSourceError):
+    """The sink cannot take this input or commit this batch."""

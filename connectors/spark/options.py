@@ -24,7 +24,7 @@ from spark_statestore.integer_spec import INT64_MAX, ascii_integer, parse_intege
 from spark_statestore.partition_spec import MAX_PARTITION, parse_partitions
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
-from spark_statestore.staging import MAX_QUERY_ID_BYTES, query_id_problem
+from spark_statestore.sink.staging import MAX_QUERY_ID_BYTES, query_id_problem
 from spark_statestore.store.scan import ScanSpec
 
 # Kafka's legal topic names (kafka.common.internals.Topic); Kafka Streams derives topic names,

@@ -1,8 +1,8 @@
 """The sink: ``df.writeStream.format("spark_statestore")`` and the idempotent batch writer.
 
-Executors stage their rows (:mod:`spark_statestore.staging`) and return the file in their
+Executors stage their rows (:mod:`spark_statestore.sink.staging`) and return the file in their
 commit message; the driver-side ``commit`` (a fresh process per micro-batch) applies exactly
-those files with :func:`spark_statestore.commit.commit_batch`: one atomic store commit of the
+those files with :func:`spark_statestore.sink.commit.commit_batch`: one atomic store commit of the
 data, the batch id, the source offsets from Spark's offset log and the merged position. A
 replayed batch id is skipped. ``abort`` deletes the batch's staged files.
 
@@ -28,14 +28,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from spark_statestore.connectors.spark.errors import SparkSourceError
+from spark_statestore.connectors.spark.errors import SinkError
 from spark_statestore.connectors.spark.options import SinkOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import DataType, StructType
 
-    from spark_statestore.staging import StagedFile
+    from spark_statestore.sink.staging import StagedFile
     from spark_statestore.store import Store
 
 __all__ = [
@@ -57,10 +57,6 @@ _COLUMNS = {
     "offset": "BIGINT or INT (optional: the input record's offset)",
     "timestamp": "TIMESTAMP or BIGINT epoch milliseconds (optional)",
 }
-
-
-class SinkError(SparkSourceError):
-    """The sink cannot take this input or commit this batch."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +139,7 @@ def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_statestore.staging import staged_schema
+    from spark_statestore.sink.staging import staged_schema
 
     schema = staged_schema()
     count = batch.num_rows
@@ -260,7 +256,7 @@ class _Writer:
     def _stage(
         self, query_id: str, batch_id: int, batches: Iterator[pa.RecordBatch]
     ) -> StagedMessage:
-        from spark_statestore.staging import StagingArea
+        from spark_statestore.sink.staging import StagingArea
 
         partition_id, attempt = _task_ids()
         staged = StagingArea(self._options.path).stage(
@@ -286,7 +282,7 @@ class _Writer:
         options = self._options
         if options.changelog is None:
             return None
-        from spark_statestore.connectors.kafka.publisher import KafkaChangelogPublisher
+        from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 
         assert options.bootstrap_servers is not None and options.application_id is not None
         return KafkaChangelogPublisher(
@@ -304,8 +300,8 @@ class _Writer:
         source_offsets: Any,
         complete: bool,
     ) -> None:
-        from spark_statestore.commit import BatchToCommit, commit_batch
-        from spark_statestore.staging import StagingArea
+        from spark_statestore.sink.commit import BatchToCommit, commit_batch
+        from spark_statestore.sink.staging import StagingArea
 
         staged = [m.staged for m in messages if isinstance(m, StagedMessage) and m.staged]
         batch = BatchToCommit(query_id, batch_id, staged, source_offsets, complete)
@@ -319,7 +315,7 @@ class _Writer:
                 publisher.close()
 
     def _abort(self, query_id: str, batch_id: int) -> None:
-        from spark_statestore.staging import StagingArea
+        from spark_statestore.sink.staging import StagingArea
 
         StagingArea(self._options.path).remove_batch(query_id, batch_id)
 

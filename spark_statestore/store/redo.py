@@ -31,10 +31,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_statestore.store.crash import crash_point
 from spark_statestore.store.errors import (
     RECOVERY_HINT,
     StoreCorruptedError,
@@ -54,17 +55,6 @@ REDO_DIR = "_redo"
 _PUT = b"P"
 _DELETE = b"D"
 _SEALED = b"~sealed"  # outside the data namespace: never applied
-
-FaultHook = Callable[[str], None]
-"""Called at named points of a chunked commit; crash tests kill the process there."""
-
-fault_hook: FaultHook | None = None
-"""Test seam: crash tests set this in a child process to SIGKILL it at a named point."""
-
-
-def _fault(point: str) -> None:
-    if fault_hook is not None:
-        fault_hook(point)
 
 
 class SpillArea:
@@ -221,16 +211,16 @@ def apply_redo(
                 if size >= chunk_bytes:
                     chunk.write()
                     chunks += 1
-                    _fault(f"redo.after_chunk.{chunks}")
+                    crash_point(f"redo.after_chunk.{chunks}")
                     chunk = db.write_batch(sync=sync)
                     size = 0
         chunk.write()
-        _fault("redo.before_metadata")
+        crash_point("redo.before_metadata")
         with db.write_batch(sync=True) as final:
             for key, value in marker.metadata_items():
                 final.put(key, value)
             final.delete(META_REDO)
-        _fault("redo.after_metadata")
+        crash_point("redo.after_metadata")
     finally:
         if owned:
             redo_db.close()

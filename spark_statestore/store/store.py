@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from spark_statestore.store.crash import crash_point
 from spark_statestore.store.errors import (
     RECOVERY_HINT,
     StoreClosedError,
@@ -49,7 +50,6 @@ from spark_statestore.store.ownership import OwnerInfo, OwnerLock
 from spark_statestore.store.redo import (
     RedoMarker,
     SpillArea,
-    _fault,
     apply_redo,
     remove_stray_redo,
 )
@@ -310,7 +310,7 @@ class Store:
         db = self._check_open()
         try:
             spill.seal()  # the redo file and its directory entries are durable
-            _fault("redo.sealed")
+            crash_point("redo.sealed")
             marker = RedoMarker.for_metadata(spill.relpath, metadata)
             # From the marker's write on, the redo file belongs to the store: once the marker
             # is durable only the next open may remove it, after completing the commit.
@@ -320,7 +320,7 @@ class Store:
                     # Readers keep the last committed state until the redo file is applied.
                     pinned = self._pinned = _PinnedSnapshot(db.snapshot(), self._metadata)
                     db.put(META_REDO, marker.to_json(), sync=True)
-                _fault("redo.marked")
+                crash_point("redo.marked")
                 apply_redo(
                     db, self.path, marker, self.options.chunk_bytes, self.options.sync, spill
                 )

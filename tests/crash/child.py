@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from spark_statestore.store import CommitRecord, Role, Store, StoreOptions, StoreSpec, redo
+from spark_statestore.store import CommitRecord, Role, Store, StoreOptions, StoreSpec, crash
 from tests.crash.workload import (
     BUDGET_BYTES,
     CHUNK_BYTES,
@@ -38,7 +38,7 @@ def main() -> None:
                 if remaining[0] == 0:
                     os.kill(os.getpid(), signal.SIGKILL)
 
-        redo.fault_hook = hook
+        crash.hook = hook
     options = StoreOptions(uncommitted_max_bytes=BUDGET_BYTES, chunk_bytes=CHUNK_BYTES, sync=False)
     spec = StoreSpec(Role.FOLLOWER, "crash-changelog", PARTITIONS)
     store = Store.open(path, spec, purpose="crash test child", options=options)

@@ -15,8 +15,8 @@ Prints ``started <query id>`` once the query is started, then ``done`` once ever
 at start is committed (``processAllAvailable``), and exits 0; a failed query exits 1.
 
 The crash tests set ``SPARK_STATESTORE_CRASH_AT`` in this process's environment (see
-:mod:`spark_statestore.faults`); unless ``SPARK_STATESTORE_CRASH_PGID`` is set too, this process
-sets it to its own process group before Spark starts, so the JVM and Spark's Python workers
+:mod:`spark_statestore.store.crash`); unless ``SPARK_STATESTORE_CRASH_PGID`` is set too, this
+process sets it to its own process group before Spark starts, so the JVM and Spark's Python workers
 (which inherit the environment) kill the whole driver at the point.
 """
 
@@ -27,7 +27,7 @@ import sys
 
 import spark_statestore
 from spark_statestore.connectors.spark.session import local_session
-from spark_statestore.faults import CRASH_AT, CRASH_PGID
+from spark_statestore.store.crash import CRASH_AT, CRASH_PGID
 
 SCHEMA = "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, timestamp BIGINT"
 MAX_PARTITION_BYTES = 1024 * 1024

@@ -4,7 +4,7 @@ A child process (:mod:`tests.crash.sink_child`: the driver's Python, its JVM and
 Python daemons and workers, all in one new session) runs the sink over a JSON file source,
 one input file per micro-batch, publishing to a Kafka changelog. ``uncommitted.max.bytes`` is
 small, so every batch commits to the store under a redo marker. The test SIGKILLs the whole
-application at injected points of the commit protocol (:mod:`spark_statestore.faults`: during
+application at injected points of the commit protocol (:mod:`spark_statestore.store.crash`: during
 staging, before the Kafka commit, between the Kafka commit and the store commit, in the middle
 of a chunked store commit, between the store commit and Spark's commit log) and at random
 moments of the restarted query's recovery commit, restarts it until it has committed every
@@ -47,11 +47,11 @@ from confluent_kafka import Consumer, TopicPartition
 
 from spark_statestore.changelog import partition_for_key
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
-from spark_statestore.connectors.kafka.progress import read_last_progress
-from spark_statestore.faults import CRASH_AT, CRASH_PGID
+from spark_statestore.connectors.kafka.sink.progress import read_last_progress
 from spark_statestore.follower import Follower, FollowerState
-from spark_statestore.staging import STAGING_DIR
+from spark_statestore.sink.staging import STAGING_DIR
 from spark_statestore.store import Role, Store, StoreSpec
+from spark_statestore.store.crash import CRASH_AT, CRASH_PGID
 from spark_statestore.store.layout import DATA_PREFIX, META_REDO
 from spark_statestore.store.ownership import read_owner
 from spark_statestore.store.redo import REDO_DIR

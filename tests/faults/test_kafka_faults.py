@@ -23,15 +23,15 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from spark_statestore.commit import BatchToCommit, CommitOutcome, commit_batch
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
-from spark_statestore.connectors.kafka.publisher import KafkaChangelogPublisher
 from spark_statestore.connectors.kafka.range_reader import read_range
+from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 from spark_statestore.connectors.kafka.tail import tail_changelog
 from spark_statestore.follower import Follower, FollowerState
-from spark_statestore.staging import StagingArea
+from spark_statestore.sink.commit import BatchToCommit, CommitOutcome, commit_batch
+from spark_statestore.sink.staging import StagingArea
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 from tests.integration.test_commit_changelog import staged
 from tests.integration.test_follower import ChangelogWriter, random_changes, store_content

@@ -11,24 +11,23 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from spark_statestore.changelog.partitioner import partition_for_key
-from spark_statestore.connectors.kafka import progress as kafka_progress
-from spark_statestore.connectors.kafka.changelog_writer import (
-    DEFAULT_TRANSACTION_TIMEOUT_MS,
-    Change,
-    ChangelogWriter,
-    ProducerFencedError,
-    ProgressRecord,
-    ProgressRecordError,
-    read_changelog_range,
-    read_last_progress,
-    transactional_id_for,
-)
 from spark_statestore.connectors.kafka.errors import (
     DataLossError,
     KafkaClientError,
+    ProducerFencedError,
+    ProgressRecordError,
     TransactionTimeoutError,
 )
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+from spark_statestore.connectors.kafka.sink import progress as kafka_progress
+from spark_statestore.connectors.kafka.sink.progress import ProgressRecord, read_last_progress
+from spark_statestore.connectors.kafka.sink.ranges import read_changelog_range
+from spark_statestore.connectors.kafka.sink.writer import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    Change,
+    ChangelogWriter,
+    transactional_id_for,
+)
 from spark_statestore.position import Position
 from tests.kafka_util import settled_changelog, wait_until_readable, wait_until_settled
 

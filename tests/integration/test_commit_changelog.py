@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from spark_statestore.changelog import partition_for_key
-from spark_statestore.commit import BatchToCommit, CommitOutcome, commit_batch
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
-from spark_statestore.connectors.kafka.publisher import KafkaChangelogPublisher
+from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 from spark_statestore.follower import Follower, FollowerState
-from spark_statestore.staging import StagedFile, StagingArea, staged_schema
+from spark_statestore.sink.commit import BatchToCommit, CommitOutcome, commit_batch
+from spark_statestore.sink.staging import StagedFile, StagingArea, staged_schema
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 from tests.kafka_util import caught_up_follower, settled_changelog
 

@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_statestore.commit import BatchToCommit, CommitOutcome, commit_batch, is_committed
 from spark_statestore.position import Position
-from spark_statestore.staging import StagedFile, StagingArea, StagingError, staged_schema
+from spark_statestore.sink.commit import BatchToCommit, CommitOutcome, commit_batch, is_committed
+from spark_statestore.sink.staging import StagedFile, StagingArea, StagingError, staged_schema
 from spark_statestore.store import Store, StoreOptions
 
 MakeStore = Callable[..., Store]

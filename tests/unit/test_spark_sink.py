@@ -7,7 +7,8 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from spark_statestore.connectors.spark.sink import SinkError, _normalize
+from spark_statestore.connectors.spark.errors import SinkError
+from spark_statestore.connectors.spark.sink import _normalize
 
 
 def batch(stamps: pa.Array) -> pa.RecordBatch:

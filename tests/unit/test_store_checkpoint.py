@@ -27,6 +27,7 @@ from spark_statestore.store import (
     StoreOptions,
     StoreSpec,
     checkpoint,
+    crash,
     redo,
 )
 from spark_statestore.store.checkpoint import (
@@ -98,12 +99,12 @@ def test_a_checkpoint_completes_an_interrupted_chunked_commit(tmp_path: Path) ->
         if point == "redo.after_chunk.2":
             raise OSError(5, "Input/output error")
 
-    redo.fault_hook = fail
+    crash.hook = fail
     try:
         with pytest.raises(OSError):
             _commit(path, NEW, spill)
     finally:
-        redo.fault_hook = None
+        crash.hook = None
     with reader_checkpoint(path, purpose="test") as copy:
         assert _content(copy) == {**OLD, **NEW}
 

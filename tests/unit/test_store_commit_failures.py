@@ -28,7 +28,7 @@ from spark_statestore.store import (
     StoreIOError,
     StoreOptions,
     StoreSpec,
-    redo,
+    crash,
 )
 from spark_statestore.store.redo import REDO_DIR
 from tests.conftest import REPO_ROOT
@@ -94,7 +94,7 @@ def _check_all_or_nothing(path: Path, committed: bool | None) -> bool:
 def hook() -> Iterator[list[object]]:
     raised: list[object] = []
     yield raised
-    redo.fault_hook = None
+    crash.hook = None
 
 
 @pytest.mark.parametrize(("point", "committed"), POINTS)
@@ -115,11 +115,11 @@ def test_an_exception_at_every_redo_point(
         if name == point:
             raise exception
 
-    redo.fault_hook = fail
+    crash.hook = fail
     expected = StoreIOError if isinstance(exception, OSError) else type(exception)
     with pytest.raises(expected) as caught:
         txn.commit()
-    redo.fault_hook = None
+    crash.hook = None
     assert not isinstance(caught.value, RuntimeError)
     if isinstance(exception, OSError):
         assert str(path) in str(caught.value) and "commit 2 failed" in str(caught.value)
@@ -133,7 +133,7 @@ def test_an_exception_at_every_redo_point(
 _FULL_DISK_CHILD = r"""
 import json, resource, signal, sys
 sys.path.insert(0, sys.argv[3])
-from spark_statestore.store import Store, redo
+from spark_statestore.store import Store, crash
 from tests.unit.test_store_commit_failures import (
     AFTER, DELETED, OPTIONS, PLAIN, SPEC, _big_transaction,
 )
@@ -157,7 +157,7 @@ def full_disk(name=None):
 if point in ("spill", "plain"):
     full_disk()  # the commit's last spill write, or its one batch, fails
 else:
-    redo.fault_hook = lambda name: full_disk() if name == point else None
+    crash.hook = lambda name: full_disk() if name == point else None
 try:
     txn.commit()
     outcome = {"raised": None}

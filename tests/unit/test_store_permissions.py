@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_statestore.staging import StagingArea, staged_schema
-from spark_statestore.store import Role, Store, StoreOptions, StoreSpec, redo
+from spark_statestore.sink.staging import StagingArea, staged_schema
+from spark_statestore.store import Role, Store, StoreOptions, StoreSpec, crash, redo
 
 SPEC = StoreSpec(Role.LEADER, "private-changelog", 2)
 
@@ -60,11 +60,11 @@ def test_the_redo_file_of_a_chunked_commit_is_owner_only(tmp_path: Path) -> None
         for i in range(300):
             txn.put(b"k%04d" % i, b"v" * 50)
         assert txn.spilled
-        redo.fault_hook = look
+        crash.hook = look
         try:
             txn.commit()
         finally:
-            redo.fault_hook = None
+            crash.hook = None
     # The redo file's own directory is LevelDB's (0755): it sits behind the 0700 _redo/.
     assert seen["redo"] == 0o700 and "spill" in seen
 

@@ -23,7 +23,7 @@ from spark_statestore.store import (
     StoreSpec,
     TransactionError,
     TransactionState,
-    redo,
+    crash,
 )
 
 MakeStore = Callable[..., Store]
@@ -673,7 +673,7 @@ def test_readers_during_a_chunked_commit_see_the_previous_commit(
             seen["get"] = store.get(b"k0001")
             seen["metadata"] = store.metadata
 
-    monkeypatch.setattr(redo, "fault_hook", hook)
+    monkeypatch.setattr(crash, "hook", hook)
     with store.begin() as txn:
         for i in range(MANY):
             txn.put(b"k%04d" % i, b"new")

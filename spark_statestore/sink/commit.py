@@ -21,12 +21,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_statestore.errors import StateStoreError
-from spark_statestore.faults import crash_point
-from spark_statestore.faults import install as install_crash_points
 from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.position import Position
-from spark_statestore.staging import StagedFile, StagingArea
+from spark_statestore.sink.staging import StagedFile, StagingArea
+from spark_statestore.store.crash import crash_point
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,7 +35,6 @@ __all__ = [
     "BatchToCommit",
     "Change",
     "ChangelogPublisher",
-    "CommitError",
     "CommitOutcome",
     "PublishedBatch",
     "commit_batch",
@@ -48,10 +45,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
-
-
-class CommitError(StateStoreError):
-    """A batch cannot be committed (its staged data or the store refuses it)."""
 
 
 class CommitOutcome(str, Enum):
@@ -170,7 +163,7 @@ def commit_batch(
 
     Raises
     ------
-    CommitError
+    StagingError
         If a staged file is missing or unreadable (the store is unchanged).
     """
     if is_committed(store, batch.query_id, batch.batch_id):
@@ -183,7 +176,6 @@ def commit_batch(
         staging.remove_batch(batch.query_id, batch.batch_id)
         return CommitOutcome.SKIPPED
     ordered = sorted(batch.staged, key=lambda staged: (staged.partition_id, staged.name))
-    install_crash_points()
     crash_point("sink.before_publish")
     if publisher is None:
         _apply_staged(store, staging, batch, ordered)

@@ -2,13 +2,13 @@
 
 :func:`read_changelog_range` yields the committed changelog records (as
 :class:`ChangelogEntry`) between a store's applied offsets and the end offsets a
-:class:`~spark_statestore.connectors.kafka.progress.ProgressRecord` names, so a restarted
+:class:`~spark_statestore.connectors.kafka.sink.progress.ProgressRecord` names, so a restarted
 sink can roll its store forward instead of publishing a batch twice.
 
 The private client helpers here (a read_committed consumer, a topic's partition count, a
 partition's watermarks, a multi-partition range read) also serve
-:mod:`~spark_statestore.connectors.kafka.progress` and
-:mod:`~spark_statestore.connectors.kafka.changelog_writer`.
+:mod:`~spark_statestore.connectors.kafka.sink.progress` and
+:mod:`~spark_statestore.connectors.kafka.sink.writer`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The sink's changelog publisher: :class:`~spark_statestore.commit.ChangelogPublisher` on Kafka.
+"""The sink's changelog publisher: a :class:`~spark_statestore.sink.commit.ChangelogPublisher`
+on Kafka.
 
-Wraps :class:`~spark_statestore.connectors.kafka.changelog_writer.ChangelogWriter`. Its
+Wraps :class:`~spark_statestore.connectors.kafka.sink.writer.ChangelogWriter`. Its
 transactional id is derived from the application id and the store id, so a restarted or
 zombie sink of the same store is fenced; the writer is initialized (fencing any zombie and
 aborting its open transaction) before the last published batch is read, so what the commit
@@ -15,15 +16,11 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from spark_statestore.changelog.headers import position_from_headers
-from spark_statestore.commit import Change, ChangelogRow, PublishedBatch
-from spark_statestore.connectors.kafka.changelog_writer import (
-    ChangelogWriter,
-    ProgressRecord,
-    read_changelog_range,
-    read_last_progress,
-    transactional_id_for,
-)
 from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.sink.progress import ProgressRecord, read_last_progress
+from spark_statestore.connectors.kafka.sink.ranges import read_changelog_range
+from spark_statestore.connectors.kafka.sink.writer import ChangelogWriter, transactional_id_for
+from spark_statestore.sink.commit import Change, ChangelogRow, PublishedBatch
 
 __all__ = ["KafkaChangelogPublisher"]
 

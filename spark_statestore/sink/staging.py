@@ -20,9 +20,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spark_statestore.errors import StateStoreError
-from spark_statestore.faults import crash_point
 from spark_statestore.integer_spec import ascii_integer
+from spark_statestore.sink.errors import StagingError
+from spark_statestore.store.crash import crash_point
 from spark_statestore.store.files import DIR_MODE, make_private_dir
 
 if TYPE_CHECKING:
@@ -45,10 +45,6 @@ STAGING_DIR = "_staging"
 
 MAX_QUERY_ID_BYTES = 255
 """The longest query id, in UTF-8 bytes: it names a directory (a file name's limit)."""
-
-
-class StagingError(StateStoreError):
-    """A staged file is missing, unreadable, or not where a commit message said."""
 
 
 def query_id_problem(query_id: str) -> str | None:

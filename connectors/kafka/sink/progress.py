@@ -21,14 +21,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
 
-from spark_statestore.changelog.errors import ChangelogFormatError
-from spark_statestore.connectors.kafka.changelog_ranges import (
+from spark_statestore.connectors.kafka.errors import KafkaClientError, ProgressRecordError
+from spark_statestore.connectors.kafka.offsets import watermarks
+from spark_statestore.connectors.kafka.sink.ranges import (
     _consumer,
     _read_ranges,
     _topic_partitions,
 )
-from spark_statestore.connectors.kafka.errors import KafkaClientError
-from spark_statestore.connectors.kafka.offsets import watermarks
 
 __all__ = [
     "PROGRESS_SUFFIX",
@@ -42,10 +41,6 @@ PROGRESS_SUFFIX = "-progress"
 
 _PROGRESS_FORMAT_VERSION = 1
 _PROGRESS_WINDOW = 1024  # offsets of the progress topic read by the first backward step
-
-
-class ProgressRecordError(ChangelogFormatError):
-    """A progress record is malformed (bad JSON, a missing field, a field of the wrong type)."""
 
 
 # -- progress records -----------------------------------------------------------------------

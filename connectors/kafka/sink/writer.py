@@ -9,8 +9,8 @@ publishing the batch twice.
 
 This module holds the writing side: :class:`ChangelogWriter`, :func:`transactional_id_for`
 and the :data:`Change` tuple it publishes. The progress record and its reader live in
-:mod:`~spark_statestore.connectors.kafka.progress`, the roll-forward reader in
-:mod:`~spark_statestore.connectors.kafka.changelog_ranges` and
+:mod:`~spark_statestore.connectors.kafka.sink.progress`, the roll-forward reader in
+:mod:`~spark_statestore.connectors.kafka.sink.ranges` and
 :class:`ProducerFencedError` in :mod:`~spark_statestore.connectors.kafka.errors`; they are
 re-exported here, so the sink's whole Kafka API imports from this module.
 
@@ -34,11 +34,6 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from spark_statestore.changelog.errors import ChangelogFormatError
 from spark_statestore.changelog.headers import position_headers
 from spark_statestore.changelog.partitioner import partition_for_key
-from spark_statestore.connectors.kafka.changelog_ranges import (
-    ChangelogEntry,
-    _topic_partitions,
-    read_changelog_range,
-)
 from spark_statestore.connectors.kafka.errors import (
     KafkaClientError,
     ProducerFencedError,
@@ -46,26 +41,18 @@ from spark_statestore.connectors.kafka.errors import (
     _describe,
     _kafka_error,
 )
-from spark_statestore.connectors.kafka.progress import (
+from spark_statestore.connectors.kafka.sink.progress import (
     PROGRESS_SUFFIX,
     ProgressRecord,
-    ProgressRecordError,
     _require_progress_topic,
-    read_last_progress,
 )
+from spark_statestore.connectors.kafka.sink.ranges import _topic_partitions
 from spark_statestore.position import Position
 
 __all__ = [
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
-    "PROGRESS_SUFFIX",
     "Change",
-    "ChangelogEntry",
     "ChangelogWriter",
-    "ProducerFencedError",
-    "ProgressRecord",
-    "ProgressRecordError",
-    "read_changelog_range",
-    "read_last_progress",
     "transactional_id_for",
 ]
 
