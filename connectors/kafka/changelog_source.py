@@ -11,11 +11,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from spark_statestore.changelog.headers import OnMissing, PositionMerger
+from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
-from spark_statestore.connectors.kafka.offsets import watermarks
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.follower import PollResult, Row
 
@@ -30,6 +30,11 @@ READ_AHEAD_BYTES = 64 * 1024 * 1024
 librdkafka's limits are per partition (64 MiB each by default), so they are this budget
 divided by the partitions read; ``kafka.queued.max.messages.kbytes`` overrides it."""
 _MIN_PARTITION_KIB = 1024
+
+_READER_DEFAULTS: dict[str, Any] = {
+    "auto.offset.reset": "error",  # a lost offset is data loss, not a silent reset
+    "fetch.max.bytes": 32 * 1024 * 1024,
+}
 
 
 class KafkaChangelogSource:
@@ -65,36 +70,19 @@ class KafkaChangelogSource:
         timeout_s: float = 30.0,
         fail_on_data_loss: bool = True,
     ) -> None:
-        settings: dict[str, Any] = {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"spark-statestore-follower-{topic}",  # required; never committed
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",  # a lost offset is data loss, not a silent reset
-            "enable.partition.eof": True,
-            "fetch.max.bytes": 32 * 1024 * 1024,
-        }
-        user = dict(config or {})
-        settings.update(user)
-        if settings.get("isolation.level", "read_committed") != "read_committed":
-            raise KafkaClientError(
-                f"changelog {topic!r} must be read with isolation.level=read_committed "
-                "(aborted transactions must never reach a store); remove that setting"
-            )
-        settings["isolation.level"] = "read_committed"
         self._topic = topic
         self._timeout_s = timeout_s
         self._on_missing: OnMissing = on_missing_position
-        self._settings = settings
-        self._user = user
+        self._bootstrap = bootstrap_servers
+        self._group = f"spark-statestore-follower-{topic}"
+        self._user = dict(config or {})
         # The reading consumer is made by assign(), which knows how many partitions share
         # the read-ahead budget.
         self._consumer: Consumer | None = None
         # Metadata and offset queries come from other threads (lag, Spark's latestOffset)
-        # while the follower thread blocks in consume(): they get their own client.
-        self._offsets_client = self._client(
-            dict(settings, **{"group.id": f"{settings['group.id']}-offsets"})
-        )
+        # while the follower thread blocks in consume(): they get their own client. Made
+        # here, it also refuses bad settings (another isolation level) at once.
+        self._offsets_client = self._client(f"{self._group}-offsets", self._user)
         self._offsets_lock = threading.Lock()
         self._assigned: list[int] = []
         self._positions: dict[int, int] = {}
@@ -108,21 +96,14 @@ class KafkaChangelogSource:
         return self._topic
 
     def partition_count(self) -> int:
-        try:
-            with self._offsets_lock:
-                metadata = self._offsets_client.list_topics(self._topic, timeout=self._timeout_s)
-        except KafkaException as exc:
+        with self._offsets_lock:
+            count = clients.partition_count(self._offsets_client, self._topic, self._timeout_s)
+        if count is None:
             raise KafkaClientError(
-                f"cannot read the metadata of changelog {self._topic!r}: {exc}"
-            ) from exc
-        topic = metadata.topics.get(self._topic)
-        if topic is None or topic.error is not None or not topic.partitions:
-            reason = topic.error if topic is not None and topic.error is not None else "none"
-            raise KafkaClientError(
-                f"changelog topic {self._topic!r} does not exist (error: {reason}); check the "
-                "topic name and kafka.bootstrap.servers"
+                f"changelog topic {self._topic!r} does not exist; check the topic name and "
+                "kafka.bootstrap.servers"
             )
-        return len(topic.partitions)
+        return count
 
     def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
         return {p: high for p, (_, high) in self.watermarks(partitions).items()}
@@ -131,7 +112,7 @@ class KafkaChangelogSource:
         """``{partition: (earliest offset, end offset)}``."""
         with self._offsets_lock:
             return {
-                p: watermarks(self._offsets_client, self._topic, p, self._timeout_s)
+                p: clients.watermarks(self._offsets_client, self._topic, p, self._timeout_s)
                 for p in partitions
             }
 
@@ -144,19 +125,17 @@ class KafkaChangelogSource:
 
     def _reading_consumer(self, partitions: int) -> Consumer:
         """The consumer that reads the records, its read-ahead bounded in total."""
-        return self._client(read_ahead_settings(self._settings, self._user, partitions))
+        settings = read_ahead_settings({**_READER_DEFAULTS, **self._user}, self._user, partitions)
+        return self._client(self._group, settings)
 
-    def _client(self, settings: Mapping[str, Any]) -> Consumer:
-        """A consumer with ``settings``; librdkafka's refusal names the changelog."""
-        try:
-            return Consumer(dict(settings))
-        except KafkaException as exc:
-            raise KafkaClientError(
-                f"the Kafka client refused the consumer settings for changelog "
-                f"{self._topic!r}: {exc.args[0].str() if exc.args else exc}; check the "
-                "kafka.* options",
-                exc.args[0].code() if exc.args else None,
-            ) from exc
+    def _client(self, group: str, config: Mapping[str, Any]) -> Consumer:
+        return clients.consumer(
+            self._bootstrap,
+            config,
+            group=group,
+            what=f"changelog {self._topic!r}",
+            defaults=_READER_DEFAULTS,
+        )
 
     def _reader(self) -> Consumer:
         if self._consumer is None:

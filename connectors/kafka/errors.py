@@ -2,8 +2,8 @@
 
 librdkafka failures are wrapped once, here at the adapter, so callers can catch
 :class:`~spark_statestore.errors.StateStoreError` and still reach the underlying error code.
-The private helpers :func:`_kafka_error` and :func:`_describe` find and render the
-``KafkaError`` behind a confluent-kafka exception for the modules that do the wrapping.
+:func:`kafka_error_of`, :func:`describe_error` and :func:`is_transient` find, render and
+classify the ``KafkaError`` behind a confluent-kafka exception for the modules that wrap.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ __all__ = [
     "ProducerFencedError",
     "ProgressRecordError",
     "TransactionTimeoutError",
+    "describe_error",
+    "is_transient",
+    "kafka_error_of",
 ]
 
 
@@ -146,10 +149,10 @@ class BrokerStartError(LocalKafkaError):
         self.port_taken = port_taken
 
 
-# -- helpers for the modules that wrap client errors ---------------------------------------
+# -- for the modules that wrap client errors ---------------------------------------
 
 
-def _kafka_error(exc: BaseException | None) -> KafkaError | None:
+def kafka_error_of(exc: BaseException | None) -> KafkaError | None:
     """The KafkaError of ``exc`` or of an exception it was raised from.
 
     confluent-kafka raises a fatal error (a fenced producer) out of ``poll()``/``flush()``
@@ -169,7 +172,7 @@ def _kafka_error(exc: BaseException | None) -> KafkaError | None:
     return None
 
 
-def _is_transient(error: KafkaError) -> bool:
+def is_transient(error: KafkaError) -> bool:
     """True for a request error that a broker coming back or a leader moving ends: a
     broker that went away (killed, restarted, paused past a timeout), a leader that moved.
     Worth asking again after a metadata refresh; anything else (a deleted topic, a refused
@@ -189,7 +192,8 @@ def _is_transient(error: KafkaError) -> bool:
     )
 
 
-def _describe(error: KafkaError | None, exc: BaseException | None = None) -> str:
+def describe_error(error: KafkaError | None, exc: BaseException | None = None) -> str:
+    """``error``'s text and name, else ``exc``'s text."""
     if error is not None:
         return f"{error.str()} ({error.name()})"
     return str(exc) if exc is not None else "unknown error"

@@ -11,15 +11,20 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
+from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.changelog_source import handle_out_of_range
 from spark_statestore.connectors.kafka.errors import KafkaClientError
-from spark_statestore.connectors.kafka.offsets import watermarks
 
 __all__ = ["read_range"]
 
 _INVALID_OFFSET = -1001
+_RANGE_DEFAULTS: dict[str, Any] = {
+    "auto.offset.reset": "error",
+    "queued.min.messages": 200_000,
+    "fetch.max.bytes": 64 * 1024 * 1024,
+}
 
 
 def read_range(
@@ -45,19 +50,13 @@ def read_range(
     """
     if end <= start:
         return
-    settings: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
-        "group.id": f"spark-statestore-range-{topic}",  # required; never committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "error",
-        "enable.partition.eof": True,
-        "queued.min.messages": 200_000,
-        "fetch.max.bytes": 64 * 1024 * 1024,
-    }
-    settings.update(config or {})
-    settings["isolation.level"] = "read_committed"
-    consumer = Consumer(settings)
+    consumer = clients.consumer(
+        bootstrap_servers,
+        config,
+        group=f"spark-statestore-range-{topic}",
+        what=f"changelog {topic!r}",
+        defaults=_RANGE_DEFAULTS,
+    )
     tp = TopicPartition(topic, partition)
     where = f"{topic}-{partition} offsets [{start}, {end})"
     try:
@@ -86,7 +85,7 @@ def read_range(
                         topic,
                         partition,
                         position,
-                        watermarks(consumer, topic, partition, 30),
+                        clients.watermarks(consumer, topic, partition, 30),
                         fail_on_data_loss=fail_on_data_loss,
                     )
                     position = low

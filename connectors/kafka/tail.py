@@ -10,12 +10,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from spark_statestore.changelog import ChangelogRecord
 from spark_statestore.changelog.headers import OnMissing
+from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError
-from spark_statestore.connectors.kafka.offsets import watermarks
 
 __all__ = ["format_record", "message_to_record", "tail_changelog"]
 
@@ -41,19 +41,6 @@ def message_to_record(msg: Message, on_missing_position: OnMissing = "error") ->
     )
 
 
-def _consumer(bootstrap_servers: str, extra: dict[str, Any] | None = None) -> Consumer:
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
-        "group.id": "spark-statestore-tail",  # required by the client; offsets are never committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-    }
-    config.update(extra or {})
-    return Consumer(config)
-
-
 def tail_changelog(
     bootstrap_servers: str,
     topic: str,
@@ -75,21 +62,24 @@ def tail_changelog(
         A record's key is null or its position headers are malformed (with
         ``on_missing_position="error"``); the error names topic, partition and offset.
     """
-    consumer = _consumer(bootstrap_servers, consumer_config)
+    consumer = clients.consumer(
+        bootstrap_servers,
+        consumer_config,
+        group="spark-statestore-tail",
+        what=f"changelog {topic!r}",
+    )
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if metadata is None or metadata.error is not None or not metadata.partitions:
-            reason = metadata.error if metadata is not None else "no metadata"
+        count = clients.partition_count(consumer, topic, timeout_s)
+        if count is None:
             raise KafkaClientError(
-                f"changelog topic {topic!r} does not exist on {bootstrap_servers} ({reason}); "
-                "check the topic name and kafka.bootstrap.servers",
-                code=metadata.error.code() if metadata is not None and metadata.error else None,
+                f"changelog topic {topic!r} does not exist on {bootstrap_servers}; check the "
+                "topic name and kafka.bootstrap.servers"
             )
-        partitions = sorted(metadata.partitions)
+        partitions = list(range(count))
         ends: dict[int, int] = {}
         starts: dict[int, int] = {}
         for partition in partitions:
-            low, high = watermarks(consumer, topic, partition, timeout_s)
+            low, high = clients.watermarks(consumer, topic, partition, timeout_s)
             starts[partition], ends[partition] = low, high
         pending = {p for p in partitions if ends[p] > starts[p]}
         consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(pending)])

@@ -21,20 +21,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
 
+from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError, ProgressRecordError
-from spark_statestore.connectors.kafka.offsets import watermarks
-from spark_statestore.connectors.kafka.sink.ranges import (
-    _consumer,
-    _read_ranges,
-    _topic_partitions,
-)
+from spark_statestore.connectors.kafka.sink.ranges import read_ranges
 
-__all__ = [
-    "PROGRESS_SUFFIX",
-    "ProgressRecord",
-    "ProgressRecordError",
-    "read_last_progress",
-]
+__all__ = ["PROGRESS_SUFFIX", "ProgressRecord", "read_last_progress", "require_progress_topic"]
 
 PROGRESS_SUFFIX = "-progress"
 """The progress topic of changelog ``c`` is ``c + PROGRESS_SUFFIX``."""
@@ -204,8 +195,15 @@ class ProgressRecord:
 # -- the progress topic ---------------------------------------------------------------------
 
 
-def _require_progress_topic(client: Producer | Consumer, topic: str, timeout_s: float) -> None:
-    count = _topic_partitions(client, topic, timeout_s)
+def require_progress_topic(client: Producer | Consumer, topic: str, timeout_s: float) -> None:
+    """Refuse a progress topic that is missing or has more than one partition.
+
+    Raises
+    ------
+    KafkaClientError
+        Naming the topic and how to create it.
+    """
+    count = clients.partition_count(client, topic, timeout_s)
     if count != 1:
         what = "does not exist" if count is None else f"has {count} partitions"
         raise KafkaClientError(
@@ -240,15 +238,20 @@ def read_last_progress(
     """
     topic = changelog_topic + PROGRESS_SUFFIX
     wanted = store_id.encode("utf-8")
-    consumer = _consumer(bootstrap_servers, config, "progress")
+    consumer = clients.consumer(
+        bootstrap_servers,
+        config,
+        group="spark-statestore-progress",
+        what=f"progress topic {topic!r}",
+    )
     try:
-        _require_progress_topic(consumer, topic, timeout_s)
-        low, end = watermarks(consumer, topic, 0, timeout_s)
+        require_progress_topic(consumer, topic, timeout_s)
+        low, end = clients.watermarks(consumer, topic, 0, timeout_s)
         window = _PROGRESS_WINDOW
         while end > low:
             start = max(low, end - window)
             latest: Message | None = None
-            for message in _read_ranges(
+            for message in read_ranges(
                 consumer,
                 topic,
                 {0: (start, end)},

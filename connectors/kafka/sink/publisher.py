@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
-
 from spark_statestore.changelog.headers import position_from_headers
+from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.connectors.kafka.sink.progress import ProgressRecord, read_last_progress
 from spark_statestore.connectors.kafka.sink.ranges import read_changelog_range
@@ -64,20 +63,16 @@ class KafkaChangelogPublisher:
 
     def partition_count(self) -> int:
         if self._partitions is None:
-            client = Producer({"bootstrap.servers": self._bootstrap, **self._config})
-            try:
-                metadata = client.list_topics(self._topic, timeout=self._timeout_s)
-            except KafkaException as exc:
-                raise KafkaClientError(
-                    f"cannot read the metadata of changelog {self._topic!r}: {exc}"
-                ) from exc
-            found = metadata.topics.get(self._topic)
-            if found is None or found.error is not None or not found.partitions:
+            client = clients.producer(
+                self._bootstrap, self._config, what=f"changelog {self._topic!r}"
+            )
+            count = clients.partition_count(client, self._topic, self._timeout_s)
+            if count is None:
                 raise KafkaClientError(
                     f"changelog topic {self._topic!r} does not exist: the sink never creates "
                     f"it; create it (and {self._topic}-progress with 1 partition) first"
                 )
-            self._partitions = len(found.partitions)
+            self._partitions = count
         return self._partitions
 
     def _writer_for(self, store_id: str) -> ChangelogWriter:

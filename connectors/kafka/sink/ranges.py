@@ -5,10 +5,8 @@
 :class:`~spark_statestore.connectors.kafka.sink.progress.ProgressRecord` names, so a restarted
 sink can roll its store forward instead of publishing a batch twice.
 
-The private client helpers here (a read_committed consumer, a topic's partition count, a
-partition's watermarks, a multi-partition range read) also serve
-:mod:`~spark_statestore.connectors.kafka.sink.progress` and
-:mod:`~spark_statestore.connectors.kafka.sink.writer`.
+The range read (:func:`read_ranges`: several partitions with one consumer) also serves
+:mod:`~spark_statestore.connectors.kafka.sink.progress`.
 """
 
 from __future__ import annotations
@@ -17,74 +15,13 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.changelog_source import handle_out_of_range
-from spark_statestore.connectors.kafka.errors import (
-    DataLossError,
-    KafkaClientError,
-    _describe,
-    _kafka_error,
-)
-from spark_statestore.connectors.kafka.offsets import watermarks
+from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError, describe_error
 
-__all__ = ["ChangelogEntry", "read_changelog_range"]
-
-
-# -- client helpers -------------------------------------------------------------------------
-
-
-def _topic_partitions(client: Producer | Consumer, topic: str, timeout_s: float) -> int | None:
-    """The partition count of ``topic``, None when it does not exist."""
-    try:
-        metadata = client.list_topics(topic, timeout=timeout_s)
-    except KafkaException as exc:
-        error = _kafka_error(exc)
-        raise KafkaClientError(
-            f"cannot read the metadata of topic {topic!r}: {_describe(error, exc)}; check "
-            "kafka.bootstrap.servers",
-            error.code() if error is not None else None,
-        ) from exc
-    info = metadata.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        return None
-    return len(info.partitions)
-
-
-def _consumer(
-    bootstrap_servers: str,
-    config: Mapping[str, Any] | None,
-    purpose: str,
-    *,
-    read_committed: bool = True,
-) -> Consumer:
-    """A consumer of the sink's topics; ``read_committed=False`` only to ask where a log
-    ends (it never reads a record)."""
-    settings: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
-        "group.id": f"spark-statestore-{purpose}",  # required; offsets are never committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-    }
-    settings.update(config or {})
-    if not read_committed:
-        settings["isolation.level"] = "read_uncommitted"
-    elif settings.get("isolation.level", "read_committed") != "read_committed":
-        raise KafkaClientError(
-            f"the sink's topics must be read with isolation.level=read_committed (aborted "
-            f"batches must never count), got {settings['isolation.level']!r}; remove that "
-            "setting"
-        )
-    else:
-        settings["isolation.level"] = "read_committed"
-    try:
-        return Consumer(settings)
-    except KafkaException as exc:
-        raise KafkaClientError(
-            f"the Kafka client refused the consumer settings: {_describe(_kafka_error(exc), exc)}"
-            "; check the kafka.* options"
-        ) from exc
+__all__ = ["ChangelogEntry", "read_changelog_range", "read_ranges"]
 
 
 # -- readers --------------------------------------------------------------------------------
@@ -105,7 +42,7 @@ _CONSUME_BATCH = 10_000
 _CONSUME_TIMEOUT_S = 0.02
 
 
-def _read_ranges(
+def read_ranges(
     consumer: Consumer,
     topic: str,
     ranges: Mapping[int, tuple[int, int]],
@@ -150,14 +87,14 @@ def _read_ranges(
                     topic,
                     partition,
                     positions[partition],
-                    watermarks(consumer, topic, partition, timeout_s),
+                    clients.watermarks(consumer, topic, partition, timeout_s),
                     fail_on_data_loss=fail_on_data_loss,
                 )
                 reassign = True  # seek() refuses a partition in this state
             else:
                 raise KafkaClientError(
                     f"reading {topic}-{partition} at offset {positions[partition]} failed: "
-                    f"{_describe(error)}",
+                    f"{describe_error(error)}",
                     error.code(),
                 )
         for tp in consumer.position([TopicPartition(topic, p) for p in positions]):
@@ -196,7 +133,9 @@ def _wait_until_stable(
     the last stable offset (LSO) back until it ends; both are waited for, up to
     ``deadline``. Only a range past the end of the log itself is data loss.
     """
-    low, stable = watermarks(consumer, topic, partition, max(0.1, deadline - time.monotonic()))
+    low, stable = clients.watermarks(
+        consumer, topic, partition, max(0.1, deadline - time.monotonic())
+    )
     if end <= stable:
         return
     log_end = _log_end(bootstrap_servers, config, topic, partition, deadline)
@@ -223,7 +162,9 @@ def _wait_until_stable(
             )
         time.sleep(min(pause, remaining))  # the broker is asked again: no state to wait on
         pause = min(pause * 2, 0.2)
-        stable = watermarks(consumer, topic, partition, max(0.1, deadline - time.monotonic()))[1]
+        stable = clients.watermarks(
+            consumer, topic, partition, max(0.1, deadline - time.monotonic())
+        )[1]
         if end <= stable:
             return
 
@@ -236,9 +177,17 @@ def _log_end(
     deadline: float,
 ) -> int:
     """The end of ``topic-partition``'s log, open transactions included (read_uncommitted)."""
-    uncommitted = _consumer(bootstrap_servers, config, "log-end", read_committed=False)
+    uncommitted = clients.consumer(
+        bootstrap_servers,
+        config,
+        group="spark-statestore-log-end",
+        what=f"changelog {topic!r}",
+        read_committed=False,
+    )
     try:
-        return watermarks(uncommitted, topic, partition, max(0.1, deadline - time.monotonic()))[1]
+        return clients.watermarks(
+            uncommitted, topic, partition, max(0.1, deadline - time.monotonic())
+        )[1]
     finally:
         uncommitted.close()
 
@@ -272,9 +221,11 @@ def read_changelog_range(
         end of the partition's log (the topic was re-created): the store cannot be rolled
         forward from it.
     """
-    consumer = _consumer(bootstrap_servers, config, "rollforward")
+    consumer = clients.consumer(
+        bootstrap_servers, config, group="spark-statestore-rollforward", what=f"changelog {topic!r}"
+    )
     try:
-        count = _topic_partitions(consumer, topic, timeout_s)
+        count = clients.partition_count(consumer, topic, timeout_s)
         if count is None:
             raise KafkaClientError(
                 f"changelog topic {topic!r} does not exist; check the topic name and "
@@ -293,7 +244,7 @@ def read_changelog_range(
                 _wait_until_stable(
                     bootstrap_servers, config, consumer, topic, partition, end, deadline
                 )
-        for message in _read_ranges(
+        for message in read_ranges(
             consumer, topic, ranges, fail_on_data_loss=True, timeout_s=timeout_s
         ):
             kind, timestamp = message.timestamp()

@@ -29,24 +29,24 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from spark_statestore.changelog.errors import ChangelogFormatError
 from spark_statestore.changelog.headers import position_headers
 from spark_statestore.changelog.partitioner import partition_for_key
+from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import (
     KafkaClientError,
     ProducerFencedError,
     TransactionTimeoutError,
-    _describe,
-    _kafka_error,
+    describe_error,
+    kafka_error_of,
 )
 from spark_statestore.connectors.kafka.sink.progress import (
     PROGRESS_SUFFIX,
     ProgressRecord,
-    _require_progress_topic,
+    require_progress_topic,
 )
-from spark_statestore.connectors.kafka.sink.ranges import _topic_partitions
 from spark_statestore.position import Position
 
 __all__ = [
@@ -198,15 +198,9 @@ class ChangelogWriter:
         self._partitions: int | None = None
         self._ends: dict[int, int] = {}
         self._delivery_error: tuple[KafkaError, str, int | None] | None = None
-        try:
-            self._producer = Producer(settings)
-        except KafkaException as exc:
-            error = _kafka_error(exc)
-            raise KafkaClientError(
-                f"the Kafka client refused the producer settings for changelog "
-                f"{changelog_topic!r}: {_describe(error, exc)}; check the kafka.* options",
-                error.code() if error is not None else None,
-            ) from exc
+        self._producer = clients.producer(
+            bootstrap_servers, settings, what=f"changelog {changelog_topic!r}"
+        )
 
     # -- facts ----------------------------------------------------------------------------
     @property
@@ -230,7 +224,7 @@ class ChangelogWriter:
         KafkaClientError
             If the changelog does not exist.
         """
-        count = _topic_partitions(self._producer, self._topic, self._timeout_s)
+        count = clients.partition_count(self._producer, self._topic, self._timeout_s)
         if count is None:
             raise KafkaClientError(
                 f"changelog topic {self._topic!r} does not exist: the sink never creates it; "
@@ -257,7 +251,7 @@ class ChangelogWriter:
                 "is called once, on a new writer"
             )
         self._partitions = self.partition_count()
-        _require_progress_topic(self._producer, self.progress_topic, self._timeout_s)
+        require_progress_topic(self._producer, self.progress_topic, self._timeout_s)
         try:
             self._retrying(
                 "initialize transactions", self._producer.init_transactions, in_transaction=False
@@ -470,7 +464,7 @@ class ChangelogWriter:
         if isinstance(exc, TransactionTimeoutError):
             return exc
         elapsed = time.monotonic() - began
-        error = _kafka_error(exc) or abort_error
+        error = kafka_error_of(exc) or abort_error
         fenced = (
             _is_fenced(error)
             or isinstance(exc, ProducerFencedError)
@@ -531,7 +525,7 @@ class ChangelogWriter:
                 raise self._fenced_error(error)
             raise KafkaClientError(
                 f"changelog writer {self._transactional_id!r}: delivery to {topic}-{partition} "
-                f"failed: {_describe(error)}. The transaction was aborted, nothing of this "
+                f"failed: {describe_error(error)}. The transaction was aborted, nothing of this "
                 "batch is visible",
                 error.code(),
             )
@@ -557,7 +551,7 @@ class ChangelogWriter:
                 call(max(0.1, deadline - time.monotonic()))
                 return
             except KafkaException as exc:
-                error = _kafka_error(exc)
+                error = kafka_error_of(exc)
                 if error is not None and error.retriable() and time.monotonic() < deadline:
                     _log.info("retrying to %s for %r: %s", what, self._transactional_id, error)
                     continue
@@ -572,12 +566,12 @@ class ChangelogWriter:
         try:
             self._producer.abort_transaction(self._timeout_s)
         except (KafkaException, SystemError) as exc:
-            error = _kafka_error(exc) or _kafka_error(cause)
+            error = kafka_error_of(exc) or kafka_error_of(cause)
             self._state = _State.FENCED if _is_fenced(error) else _State.FAILED
             _log.warning(
                 "changelog writer %r: aborting the transaction failed: %s",
                 self._transactional_id,
-                _describe(error, exc),
+                describe_error(error, exc),
             )
             return error
         finally:
@@ -614,7 +608,7 @@ class ChangelogWriter:
 
         ``fallback``: the error to classify when ``exc`` carries no KafkaError.
         """
-        error = _kafka_error(exc) or fallback
+        error = kafka_error_of(exc) or fallback
         if _is_fenced(error) or self._state is _State.FENCED:
             self._state = _State.FENCED
             return self._fenced_error(error)
@@ -626,6 +620,6 @@ class ChangelogWriter:
         return KafkaClientError(
             f"changelog writer {self._transactional_id!r} could not {what} (changelog "
             f"{self._topic!r}, progress topic {self.progress_topic!r}): "
-            f"{_describe(error, exc)}{outcome}",
+            f"{describe_error(error, exc)}{outcome}",
             error.code() if error is not None else None,
         )

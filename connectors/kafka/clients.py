@@ -1,0 +1,160 @@
+"""Building Kafka clients and asking Kafka about topics: one place for every binding.
+
+* :func:`consumer` and :func:`producer` build clients from our defaults, the purpose's own
+  defaults and the user's ``kafka.*`` settings (which win, except the isolation level of a
+  reading consumer: read_committed always, so aborted transactions never reach a store), and
+  name what the client is for when librdkafka refuses the settings.
+* :func:`partition_count` asks a topic's partition count; :func:`watermarks` where a
+  partition begins and ends, through leader changes and restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from spark_statestore.connectors.kafka.errors import (
+    KafkaClientError,
+    describe_error,
+    is_transient,
+    kafka_error_of,
+)
+
+__all__ = ["consumer", "partition_count", "producer", "watermarks"]
+
+_WATERMARK_ATTEMPT_S = 5.0
+
+_CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,  # offsets are never committed: stores keep their own
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+}
+
+
+def consumer(
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    *,
+    group: str,
+    what: str,
+    defaults: Mapping[str, Any] | None = None,
+    read_committed: bool = True,
+) -> Consumer:
+    """A consumer of ``bootstrap_servers``, never joining ``group`` (a required id).
+
+    Parameters
+    ----------
+    config
+        The user's ``kafka.*`` settings (prefix removed); they override the defaults.
+    group
+        The ``group.id`` librdkafka requires; no offsets are committed under it.
+    what
+        What it reads, for error messages (e.g. ``changelog 'app-store-changelog'``).
+    defaults
+        This reader's own defaults (fetch sizes, ``auto.offset.reset``).
+    read_committed
+        False only for a client that asks where a log ends and reads no record.
+
+    Raises
+    ------
+    KafkaClientError
+        ``config`` sets another isolation level for a reading consumer, or librdkafka
+        refuses the settings.
+    """
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group,
+        **_CONSUMER_DEFAULTS,
+        **(defaults or {}),
+        **(config or {}),
+    }
+    if not read_committed:
+        settings["isolation.level"] = "read_uncommitted"
+    elif settings.get("isolation.level", "read_committed") != "read_committed":
+        raise KafkaClientError(
+            f"{what} must be read with isolation.level=read_committed (aborted transactions "
+            f"must never count), got {settings['isolation.level']!r}; remove that setting"
+        )
+    else:
+        settings["isolation.level"] = "read_committed"
+    try:
+        return Consumer(settings)
+    except KafkaException as exc:
+        error = kafka_error_of(exc)
+        raise KafkaClientError(
+            f"the Kafka client refused the consumer settings for {what}: "
+            f"{describe_error(error, exc)}; check the kafka.* options",
+            error.code() if error is not None else None,
+        ) from exc
+
+
+def producer(bootstrap_servers: str, config: Mapping[str, Any] | None, *, what: str) -> Producer:
+    """A producer of ``bootstrap_servers`` with the user's ``kafka.*`` settings.
+
+    Raises
+    ------
+    KafkaClientError
+        librdkafka refuses the settings (the message names ``what``).
+    """
+    try:
+        return Producer({"bootstrap.servers": bootstrap_servers, **(config or {})})
+    except KafkaException as exc:
+        error = kafka_error_of(exc)
+        raise KafkaClientError(
+            f"the Kafka client refused the producer settings for {what}: "
+            f"{describe_error(error, exc)}; check the kafka.* options",
+            error.code() if error is not None else None,
+        ) from exc
+
+
+def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -> int | None:
+    """The partition count of ``topic``, None when it does not exist.
+
+    Raises
+    ------
+    KafkaClientError
+        The cluster's metadata cannot be read.
+    """
+    try:
+        metadata = client.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        error = kafka_error_of(exc)
+        raise KafkaClientError(
+            f"cannot read the metadata of topic {topic!r}: {describe_error(error, exc)}; check "
+            "kafka.bootstrap.servers",
+            error.code() if error is not None else None,
+        ) from exc
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        return None
+    return len(info.partitions)
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """``(earliest, end)`` of a partition: ``end`` is the last stable offset for a read_committed
+    consumer, the end of the log for a read_uncommitted one.
+
+    A client asks the leader it last heard of; after a leader change or a broker restart
+    that request can wait out its whole timeout. So each attempt is short, and a transient
+    failure refreshes the topic's metadata before the next one, until ``timeout_s``.
+    """
+    tp = TopicPartition(topic, partition)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        attempt = max(0.1, min(_WATERMARK_ATTEMPT_S, deadline - time.monotonic()))
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=attempt)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = kafka_error_of(exc)
+            if error is None or not is_transient(error) or time.monotonic() >= deadline:
+                raise KafkaClientError(
+                    f"cannot read the offsets of {topic}-{partition}: {describe_error(error, exc)}",
+                    error.code() if error is not None else None,
+                ) from exc
+        with contextlib.suppress(KafkaException):
+            consumer.list_topics(topic, timeout=max(0.1, min(attempt, deadline - time.monotonic())))
