@@ -26,7 +26,6 @@ Undecodable values fail the read (FAILFAST) or become nulls that are counted (PE
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import struct
 import zoneinfo
 from collections.abc import Callable, Sequence
@@ -49,7 +48,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_statestore.errors import OptionError
+from spark_statestore.errors import OptionError, closest_hint
 
 from .ddl import parse_ddl, type_to_ddl
 from .errors import DDLError, DecodeError, EncodeError
@@ -82,11 +81,9 @@ class ValueFormat(str, Enum):
             if member.value == name:
                 return member
         valid = [member.value for member in cls]
-        close = difflib.get_close_matches(name, valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise OptionError(
-            f"option {option_name}: unknown format {text!r}.{hint} "
-            f"Valid formats: {', '.join(valid)}."
+            f"option {option_name}: unknown format {text!r}"
+            + closest_hint(name, valid, noun="formats")
         )
 
 

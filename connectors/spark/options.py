@@ -11,7 +11,6 @@ closest valid name.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from spark_statestore.errors import InvalidPositionError, OptionError
+from spark_statestore.errors import InvalidPositionError, OptionError, closest_hint
 from spark_statestore.integer_spec import INT64_MAX, ascii_integer, parse_integer
 from spark_statestore.partition_spec import MAX_PARTITION, parse_partitions
 from spark_statestore.position import Position, PositionBound
@@ -301,13 +300,10 @@ class _Options:
             _check_text(name, str(value))
         unknown = [k for k in self._raw if k not in valid and not k.startswith(KAFKA_PREFIX)]
         if unknown:
-            name = unknown[0]
-            close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-            hint = f"; did you mean {spelling(close[0])!r}?" if close else ""
+            names = [*(spelling(v) for v in valid), f"{KAFKA_PREFIX}*"]
             raise OptionError(
-                f"unknown option {name!r} for {surface}{hint} Valid options: "
-                + ", ".join(spelling(v) for v in valid)
-                + ", kafka.*"
+                f"unknown option {unknown[0]!r} for {surface}"
+                + closest_hint(unknown[0], names, noun="options")
             )
 
     def text(self, name: str, default: str | None = None) -> str | None:
@@ -362,10 +358,9 @@ class _Options:
             return enum(value.lower())
         except ValueError:
             choices = [str(member.value) for member in enum]
-            close = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.5)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise OptionError(
-                f"option {spelling(name)!r} must be one of {choices}, got {value!r}{hint}"
+                f"option {spelling(name)!r} of {self._surface}: unknown value {value!r}"
+                + closest_hint(value, choices, noun="values")
             ) from None
 
     def kafka(self) -> dict[str, str]:
