@@ -30,7 +30,6 @@ import struct
 import zoneinfo
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import pyarrow as pa
@@ -48,43 +47,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_statestore.errors import OptionError, closest_hint
+from spark_statestore.errors import OptionError
 
 from .ddl import parse_ddl, type_to_ddl
 from .errors import DDLError, DecodeError, EncodeError
 from .json_values import JsonMismatch, json_row, struct_converter
+from .option_table import ValueFormat
 
 __all__ = ["ColumnCodec", "ValueFormat"]
-
-
-class ValueFormat(str, Enum):
-    """How a key or value column is decoded (the ``keyFormat``/``valueFormat`` options)."""
-
-    BINARY = "binary"
-    STRING = "string"
-    LONG = "long"
-    INT = "int"
-    DOUBLE = "double"
-    JSON = "json"
-
-    @classmethod
-    def parse(cls, option_name: str, text: str) -> ValueFormat:
-        """Parse an option value (case-insensitive).
-
-        Raises
-        ------
-        OptionError
-            Naming the option, the bad value, the closest valid value and all valid values.
-        """
-        name = text.strip().lower()
-        for member in cls:
-            if member.value == name:
-                return member
-        valid = [member.value for member in cls]
-        raise OptionError(
-            f"option {option_name}: unknown format {text!r}"
-            + closest_hint(name, valid, noun="formats")
-        )
 
 
 _FIXED_WIDTH = {ValueFormat.LONG: (8, "q"), ValueFormat.INT: (4, "i"), ValueFormat.DOUBLE: (8, "d")}
