@@ -86,7 +86,6 @@ def messages_to_batch(
 
     from spark_statestore.connectors.kafka.tail import message_to_record
 
-    on_missing = "skip" if options.skip_missing_positions else "error"
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     topics, partitions, offsets, stamps, stamp_types, ops = [], [], [], [], [], []
@@ -95,7 +94,7 @@ def messages_to_batch(
     headers: list[Any] = []
     window = options.store_type is StoreType.WINDOW
     for message in messages:
-        record = message_to_record(message, on_missing)  # type: ignore[arg-type]
+        record = message_to_record(message, options.on_missing_position)
         key = record.key
         if window:
             try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.errors import OptionError, closest_hint
 from spark_statestore.integer_spec import INT64_MAX, parse_integer
 
@@ -202,7 +203,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "onMissingPosition",
-        str,
+        OnMissingPosition,
         _SOURCE,
         "a record with v=0 and no valid c header: fail naming it, or skip its position",
         default="fail",

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.connectors.spark.option_table import (
     DecodeMode,
     OptionReader,
@@ -103,7 +104,7 @@ class SourceOptions:
     key_prefix: bytes | None
     store_type: StoreType
     formats: FormatOptions
-    skip_missing_positions: bool
+    on_missing_position: OnMissingPosition
     serve_host: str
     serve_port: int
     serve_tls_cert: str | None = None
@@ -285,21 +286,11 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         key_prefix=_key_prefix(options.text("keyPrefix")),
         store_type=options.choice("storeType", StoreType),
         formats=_formats(options),
-        skip_missing_positions=_on_missing_position(options.text("onMissingPosition")),
+        on_missing_position=options.choice("onMissingPosition", OnMissingPosition),
         serve_host=serve_host,
         serve_port=0 if serve_port is None else serve_port,
         serve_tls_cert=tls_cert,
         serve_tls_key=tls_key,
-    )
-
-
-def _on_missing_position(text: str | None) -> bool:
-    if text is None or text.lower() == "fail":
-        return False
-    if text.lower() == "skip":
-        return True
-    raise OptionError(
-        f"option 'onMissingPosition' must be 'fail' (default) or 'skip', got {text!r}"
     )
 
 

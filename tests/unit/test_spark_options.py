@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.connectors.spark.option_table import OPTIONS, OptionReader, Surface
 from spark_statestore.connectors.spark.options import (
     DecodeMode,
@@ -149,6 +150,14 @@ def test_the_sink_accepts_the_options_spark_passes_itself() -> None:
         {"path": "/tmp/s", "checkpointlocation": "/tmp/cp", "queryname": "orders"}, streaming=True
     )
     assert options.path == "/tmp/s" and options.checkpoint_location == "/tmp/cp"
+
+
+def test_on_missing_position_is_carried_as_the_engine_enum() -> None:
+    assert source().on_missing_position is OnMissingPosition.FAIL  # type: ignore[attr-defined]
+    skip = source(onMissingPosition="SKIP")
+    assert skip.on_missing_position is OnMissingPosition.SKIP  # type: ignore[attr-defined]
+    with pytest.raises(OptionError, match=r"unknown value 'error' \(valid values: fail, skip\)"):
+        source(onMissingPosition="error")
 
 
 def test_a_misspelled_option_suggests_the_documented_spelling() -> None:
