@@ -11,7 +11,13 @@ to do about it.
 
 from __future__ import annotations
 
-__all__ = ["InvalidPositionError", "OptionError", "StateStoreError"]
+import difflib
+from collections.abc import Iterable
+
+__all__ = ["InvalidPositionError", "OptionError", "StateStoreError", "closest_hint"]
+
+SUGGESTION_CUTOFF = 0.6
+"""How alike a valid name must be to be suggested (:func:`difflib.get_close_matches`)."""
 
 
 class StateStoreError(Exception):
@@ -24,3 +30,27 @@ class OptionError(StateStoreError, ValueError):
 
 class InvalidPositionError(StateStoreError, ValueError):
     """A Position or PositionBound could not be built from the given data (JSON, mapping)."""
+
+
+def closest_hint(given: str, valid: Iterable[str], *, noun: str) -> str:
+    """The end of an error about an unknown name: the closest valid one and all of them.
+
+    ``"; did you mean 'b'? (valid options: a, b, c)"``, or only the parenthesis when no valid
+    name is close. Case is ignored when comparing (Spark lower-cases option names) and the
+    suggestion is spelled as in ``valid``. Every "unknown option / value / field / suite"
+    error ends this way.
+
+    Parameters
+    ----------
+    given
+        The name that was not recognized.
+    valid
+        The valid names, spelled as users write them, in the order to list them.
+    noun
+        What the names are (``options``, ``values``, ``fields``, ...), for the listing.
+    """
+    names = list(dict.fromkeys(valid))
+    spelled = {name.lower(): name for name in reversed(names)}  # the first spelling wins
+    close = difflib.get_close_matches(given.lower(), spelled, n=1, cutoff=SUGGESTION_CUTOFF)
+    hint = f"; did you mean {spelled[close[0]]!r}?" if close else ""
+    return f"{hint} (valid {noun}: {', '.join(names)})"

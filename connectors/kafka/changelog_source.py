@@ -13,7 +13,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from spark_statestore.changelog.headers import OnMissing, PositionMerger
+from spark_statestore.changelog.headers import PositionMerger
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.tail import message_to_record
@@ -51,7 +52,8 @@ class KafkaChangelogSource:
         override the defaults here, except the isolation level, which must stay
         read_committed.
     on_missing_position
-        A record with ``v``=0 and no valid ``c`` header: ``"error"`` or ``"skip"``.
+        A record with ``v``=0 and no valid ``c`` header: fail (the default) or skip its
+        position.
     timeout_s
         Timeout of metadata and offset requests.
     fail_on_data_loss
@@ -66,13 +68,13 @@ class KafkaChangelogSource:
         topic: str,
         *,
         config: Mapping[str, Any] | None = None,
-        on_missing_position: OnMissing = "error",
+        on_missing_position: OnMissingPosition = OnMissingPosition.FAIL,
         timeout_s: float = 30.0,
         fail_on_data_loss: bool = True,
     ) -> None:
         self._topic = topic
         self._timeout_s = timeout_s
-        self._on_missing: OnMissing = on_missing_position
+        self._on_missing = OnMissingPosition.check(on_missing_position, "on_missing_position")
         self._bootstrap = bootstrap_servers
         self._group = f"spark-statestore-follower-{topic}"
         self._user = dict(config or {})

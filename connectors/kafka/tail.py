@@ -13,14 +13,16 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from spark_statestore.changelog import ChangelogRecord
-from spark_statestore.changelog.headers import OnMissing
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError
 
 __all__ = ["format_record", "message_to_record", "tail_changelog"]
 
 
-def message_to_record(msg: Message, on_missing_position: OnMissing = "error") -> ChangelogRecord:
+def message_to_record(
+    msg: Message, on_missing_position: OnMissingPosition = OnMissingPosition.FAIL
+) -> ChangelogRecord:
     """Decode one consumed changelog message (not an error event) into a ChangelogRecord."""
     timestamp_type, timestamp = msg.timestamp()
     raw_headers = msg.headers()
@@ -46,7 +48,7 @@ def tail_changelog(
     topic: str,
     *,
     timeout_s: float = 30.0,
-    on_missing_position: OnMissing = "error",
+    on_missing_position: OnMissingPosition = OnMissingPosition.FAIL,
     consumer_config: dict[str, Any] | None = None,
 ) -> Iterator[ChangelogRecord]:
     """Yield the committed records of ``topic``, partition by partition in offset order.
@@ -60,7 +62,7 @@ def tail_changelog(
         The topic does not exist, or the end was not reached within ``timeout_s``.
     ChangelogFormatError
         A record's key is null or its position headers are malformed (with
-        ``on_missing_position="error"``); the error names topic, partition and offset.
+        ``OnMissingPosition.FAIL``); the error names topic, partition and offset.
     """
     consumer = clients.consumer(
         bootstrap_servers,

@@ -21,7 +21,6 @@ accepts; ``parse_ddl(to_ddl(s)) == s`` for every schema this module can produce.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +45,8 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+
+from spark_statestore.errors import closest_hint
 
 from .errors import DDLError
 
@@ -440,9 +441,7 @@ class _Parser:
 
     # -- errors ---------------------------------------------------------------------------
     def _suggest(self, name: str) -> str:
-        close = difflib.get_close_matches(name, _TYPE_NAMES, n=1)
-        hint = f"; did you mean {close[0].upper()}?" if close else ""
-        return f"{hint} (supported: {', '.join(n.upper() for n in _TYPE_NAMES)})"
+        return closest_hint(name, [n.upper() for n in _TYPE_NAMES], noun="types")
 
     def _unexpected(self, expected: str) -> DDLError:
         token = self._peek()

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 from spark_statestore.changelog.errors import ChangelogFormatError
 from spark_statestore.changelog.headers import HeaderStatus
 from spark_statestore.changelog.keys import decode_window_key
-from spark_statestore.connectors.spark.options import SourceOptions, StoreType, codecs_for
+from spark_statestore.connectors.spark.options import (
+    DecodeMode,
+    SourceOptions,
+    StoreType,
+    codecs_for,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -81,7 +86,6 @@ def messages_to_batch(
 
     from spark_statestore.connectors.kafka.tail import message_to_record
 
-    on_missing = "skip" if options.skip_missing_positions else "error"
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     topics, partitions, offsets, stamps, stamp_types, ops = [], [], [], [], [], []
@@ -90,7 +94,7 @@ def messages_to_batch(
     headers: list[Any] = []
     window = options.store_type is StoreType.WINDOW
     for message in messages:
-        record = message_to_record(message, on_missing)  # type: ignore[arg-type]
+        record = message_to_record(message, options.on_missing_position)
         key = record.key
         if window:
             try:
@@ -124,7 +128,7 @@ def messages_to_batch(
     def locate(i: int) -> str:
         return f"changelog topic {topics[i]} partition {partitions[i]} offset {offsets[i]}"
 
-    permissive = options.formats.mode.value == "permissive"
+    permissive = options.formats.mode is DecodeMode.PERMISSIVE
     key_codec, value_codec = codecs
     key_array, bad_keys = key_codec.decode(keys, locate=locate, permissive=permissive)
     value_array, bad_values = value_codec.decode(values, locate=locate, permissive=permissive)

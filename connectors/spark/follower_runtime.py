@@ -42,7 +42,7 @@ class FollowerRuntime:
             options.bootstrap_servers,
             options.changelog,
             config=options.kafka,
-            on_missing_position="skip" if options.skip_missing_positions else "error",
+            on_missing_position=options.on_missing_position,
             fail_on_data_loss=options.fail_on_data_loss,
         )
         closers: list[Callable[[], None]] = [source.close]

@@ -26,12 +26,10 @@ Undecodable values fail the read (FAILFAST) or become nulls that are counted (PE
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import struct
 import zoneinfo
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import pyarrow as pa
@@ -54,40 +52,9 @@ from spark_statestore.errors import OptionError
 from .ddl import parse_ddl, type_to_ddl
 from .errors import DDLError, DecodeError, EncodeError
 from .json_values import JsonMismatch, json_row, struct_converter
+from .option_table import ValueFormat
 
 __all__ = ["ColumnCodec", "ValueFormat"]
-
-
-class ValueFormat(str, Enum):
-    """How a key or value column is decoded (the ``keyFormat``/``valueFormat`` options)."""
-
-    BINARY = "binary"
-    STRING = "string"
-    LONG = "long"
-    INT = "int"
-    DOUBLE = "double"
-    JSON = "json"
-
-    @classmethod
-    def parse(cls, option_name: str, text: str) -> ValueFormat:
-        """Parse an option value (case-insensitive).
-
-        Raises
-        ------
-        OptionError
-            Naming the option, the bad value, the closest valid value and all valid values.
-        """
-        name = text.strip().lower()
-        for member in cls:
-            if member.value == name:
-                return member
-        valid = [member.value for member in cls]
-        close = difflib.get_close_matches(name, valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise OptionError(
-            f"option {option_name}: unknown format {text!r}.{hint} "
-            f"Valid formats: {', '.join(valid)}."
-        )
 
 
 _FIXED_WIDTH = {ValueFormat.LONG: (8, "q"), ValueFormat.INT: (4, "i"), ValueFormat.DOUBLE: (8, "d")}

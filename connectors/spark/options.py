@@ -1,35 +1,43 @@
 """The options of the ``spark_statestore`` data source, parsed once into frozen dataclasses.
 
-Spark passes options as a case-insensitive map of strings. :func:`parse_source_options`
-and :func:`parse_reader_options` turn that map into :class:`SourceOptions` (the follower
-source, ``spark.readStream``) and :class:`ReaderOptions` (the snapshot reader,
-``spark.read``). Nothing else in the connector reads raw option strings. An unknown or
-misspelled option, a malformed value or a missing required option raises
+Spark passes options as a case-insensitive map of strings. :func:`parse_source_options`,
+:func:`parse_reader_options` and :func:`parse_sink_options` turn that map into
+:class:`SourceOptions` (the follower source, ``spark.readStream``), :class:`ReaderOptions`
+(the snapshot reader, ``spark.read``) and :class:`SinkOptions` (the sink and the batch
+writer). Nothing else in the connector reads raw option strings. An unknown or misspelled
+option, a malformed value or a missing required option raises
 :class:`~spark_statestore.errors.OptionError` naming the option and, for a misspelling, the
 closest valid name.
+
+Which options exist, their types, defaults and surfaces are declared once in
+:mod:`~spark_statestore.connectors.spark.option_table`, which also reads booleans, integers
+and enums generically; this module adds the values with their own syntax (offsets JSON,
+positions, partitions, key lookups) and the rules that tie options together.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
+from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.connectors.spark.option_table import (
+    DecodeMode,
+    OptionReader,
+    StoreType,
+    Surface,
+    ValueFormat,
+    View,
+)
 from spark_statestore.errors import InvalidPositionError, OptionError
-from spark_statestore.integer_spec import INT64_MAX, ascii_integer, parse_integer
+from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.partition_spec import MAX_PARTITION, parse_partitions
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
 from spark_statestore.sink.staging import MAX_QUERY_ID_BYTES, query_id_problem
 from spark_statestore.store.scan import ScanSpec
-
-# Kafka's legal topic names (kafka.common.internals.Topic); Kafka Streams derives topic names,
-# group and transactional ids from application.id, so it takes the same characters.
-_KAFKA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 __all__ = [
     "EARLIEST",
@@ -52,32 +60,6 @@ EARLIEST = -2
 LATEST = -1
 """Kafka's (and Spark's offsets JSON) marker for the end of a partition."""
 
-KAFKA_PREFIX = "kafka."
-
-
-class StoreType(str, Enum):
-    """What kind of Kafka Streams store the changelog belongs to (``storeType``)."""
-
-    KEY_VALUE = "keyvalue"
-    TIMESTAMPED = "timestamped"
-    WINDOW = "window"
-
-
-class View(str, Enum):
-    """What a snapshot read returns (``view``)."""
-
-    DATA = "data"
-    POSITION = "position"
-    LAG = "lag"
-    METADATA = "metadata"
-
-
-class DecodeMode(str, Enum):
-    """What an undecodable key or value does (``mode``), as in Spark's JSON/CSV readers."""
-
-    FAILFAST = "failfast"
-    PERMISSIVE = "permissive"
-
 
 @dataclass(frozen=True, slots=True)
 class StartingOffsets:
@@ -99,8 +81,8 @@ class FormatOptions:
     parsing and the codecs live in :mod:`spark_statestore.connectors.spark.formats`.
     """
 
-    key_format: str = "binary"
-    value_format: str = "binary"
+    key_format: ValueFormat = ValueFormat.BINARY
+    value_format: ValueFormat = ValueFormat.BINARY
     key_schema: str | None = None
     value_schema: str | None = None
     mode: DecodeMode = DecodeMode.FAILFAST
@@ -122,7 +104,7 @@ class SourceOptions:
     key_prefix: bytes | None
     store_type: StoreType
     formats: FormatOptions
-    skip_missing_positions: bool
+    on_missing_position: OnMissingPosition
     serve_host: str
     serve_port: int
     serve_tls_cert: str | None = None
@@ -165,234 +147,16 @@ class SinkOptions:
     txn_version: int | None
 
 
-# -- the option names ---------------------------------------------------------------------
-_FORMAT_OPTIONS = ("keyformat", "valueformat", "keyschema", "valueschema", "mode")
-_SOURCE_OPTIONS = (
-    "path",
-    "changelog",
-    "startingoffsets",
-    "maxoffsetspertrigger",
-    "failondataloss",
-    "includeheaders",
-    "partitions",
-    "keyprefix",
-    "storetype",
-    "onmissingposition",
-    "servehost",
-    "serveport",
-    "servetlscert",
-    "servetlskey",
-    *_FORMAT_OPTIONS,
-)
-_READER_OPTIONS = (
-    "path",
-    "view",
-    "positionbound",
-    "positionboundtimeoutms",
-    "maxlag",
-    "keys",
-    "keyprefix",
-    "keyfrom",
-    "keyto",
-    "partitions",
-    *_FORMAT_OPTIONS,
-)
-_SINK_OPTIONS = (
-    "path",
-    "checkpointlocation",
-    "queryname",  # Spark passes writeStream.queryName(...) to the sink as an option
-    "changelog",
-    "application.id",
-    "allowforeignchangelog",
-    "uncommitted.max.bytes",
-    "txnappid",
-    "txnversion",
-)
-
 MAX_POSITION_BOUND_TIMEOUT_MS = int(MAX_PIN_WAIT_S * 1000)  # what a store server waits at most
 
-# Spark lower-cases option names; error messages use the documented spelling.
-_SPELLING = {
-    name.lower(): name
-    for name in (
-        "path",
-        "changelog",
-        "startingOffsets",
-        "maxOffsetsPerTrigger",
-        "failOnDataLoss",
-        "includeHeaders",
-        "partitions",
-        "keyPrefix",
-        "storeType",
-        "onMissingPosition",
-        "serveHost",
-        "servePort",
-        "serveTlsCert",
-        "serveTlsKey",
-        "keyFormat",
-        "valueFormat",
-        "keySchema",
-        "valueSchema",
-        "mode",
-        "view",
-        "positionBound",
-        "positionBoundTimeoutMs",
-        "maxLag",
-        "keys",
-        "keyFrom",
-        "keyTo",
-        "kafka.bootstrap.servers",
-        "checkpointLocation",
-        "application.id",
-        "allowForeignChangelog",
-        "uncommitted.max.bytes",
-        "txnAppId",
-        "txnVersion",
-    )
-}
 
-# Consumer settings the connector owns: passing them would break its guarantees.
-_RESERVED_KAFKA = {
-    "group.id": "the connector never joins a consumer group",
-    "enable.auto.commit": "the store records what it applied; offsets are never committed",
-    "isolation.level": "changelogs are always read with read_committed",
-    "auto.offset.reset": "use startingOffsets and failOnDataLoss",
-    "key.deserializer": "keys are bytes; use keyFormat",
-    "value.deserializer": "values are bytes; use valueFormat",
-}
-
-
-def spelling(name: str) -> str:
-    """The documented spelling of a (lower-cased) option name."""
-    return _SPELLING.get(name.lower(), name)
-
-
-# Options naming files, and settings handed to librdkafka (a C string ends at a NUL).
-_NO_NUL = ("path", "checkpointlocation", "servetlscert", "servetlskey")
-
-
-def _check_text(name: str, value: str) -> None:
-    """Refuse option text no reader can take: a lone surrogate (not Unicode, so not UTF-8:
-    file names, Kafka settings and keys fail later with a raw error) or a NUL in a path or
-    a Kafka setting."""
-    for text in (name, value):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise OptionError(
-                f"option {spelling(name)[:80]!r} is not valid Unicode text: it holds a lone "
-                f"surrogate {text[exc.start]!r} at character {exc.start} (a broken string "
-                "conversion?); give it as text"
-            ) from None
-    if "\0" in value and (name in _NO_NUL or name.startswith(KAFKA_PREFIX)):
-        raise OptionError(
-            f"option {spelling(name)!r} contains a NUL character at character "
-            f"{value.index(chr(0))}: a file name or Kafka setting cannot hold one"
-        )
-
-
-class _Options:
-    """A view of Spark's option map that records which options were read."""
-
-    def __init__(self, raw: Mapping[str, Any], valid: tuple[str, ...], surface: str) -> None:
-        self._raw = {str(k).lower(): v for k, v in raw.items()}
-        self._surface = surface
-        for name, value in self._raw.items():
-            _check_text(name, str(value))
-        unknown = [k for k in self._raw if k not in valid and not k.startswith(KAFKA_PREFIX)]
-        if unknown:
-            name = unknown[0]
-            close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-            hint = f"; did you mean {spelling(close[0])!r}?" if close else ""
-            raise OptionError(
-                f"unknown option {name!r} for {surface}{hint} Valid options: "
-                + ", ".join(spelling(v) for v in valid)
-                + ", kafka.*"
-            )
-
-    def text(self, name: str, default: str | None = None) -> str | None:
-        value = self._raw.get(name)
-        if value is None:
-            return default
-        value = str(value).strip()
-        if not value:
-            raise OptionError(f"option {spelling(name)!r} of {self._surface} is empty")
-        return value
-
-    def kafka_name(self, name: str, what: str, *, required: str | None = None) -> str | None:
-        """A topic name or an ``application.id``: Kafka's legal characters and length.
-
-        ``required`` (what the option is for) makes a missing value an error.
-        """
-        value = self.required(name, required) if required else self.text(name)
-        if value is not None and (_KAFKA_NAME.fullmatch(value) is None or value in (".", "..")):
-            shown = repr(value) if len(value) <= 80 else f"{value[:80]!r}... ({len(value)} chars)"
-            raise OptionError(
-                f"option {spelling(name)!r} of {self._surface} is not a valid Kafka {what}: "
-                f"{shown}; use 1-249 of the characters a-z A-Z 0-9 . _ - (and not '.' or '..')"
-            )
-        return value
-
-    def required(self, name: str, what: str) -> str:
-        value = self.text(name)
-        if value is None:
-            raise OptionError(f"option {spelling(name)!r} is required for {self._surface}: {what}")
-        return value
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self.text(name)
-        if value is None:
-            return default
-        lowered = value.lower()
-        if lowered not in ("true", "false"):
-            raise OptionError(f"option {spelling(name)!r} must be 'true' or 'false', got {value!r}")
-        return lowered == "true"
-
-    def integer(self, name: str, minimum: int, maximum: int = INT64_MAX) -> int | None:
-        value = self.text(name)
-        if value is None:
-            return None
-        return parse_integer(value, option=repr(spelling(name)), minimum=minimum, maximum=maximum)
-
-    def choice(self, name: str, enum: type[Enum], default: Enum) -> Any:
-        value = self.text(name)
-        if value is None:
-            return default
-        try:
-            return enum(value.lower())
-        except ValueError:
-            choices = [str(member.value) for member in enum]
-            close = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.5)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise OptionError(
-                f"option {spelling(name)!r} must be one of {choices}, got {value!r}{hint}"
-            ) from None
-
-    def kafka(self) -> dict[str, str]:
-        settings = {
-            k[len(KAFKA_PREFIX) :]: str(v)
-            for k, v in self._raw.items()
-            if k.startswith(KAFKA_PREFIX)
-        }
-        for key, why in _RESERVED_KAFKA.items():
-            if key in settings:
-                raise OptionError(f"option 'kafka.{key}' cannot be set: {why}")
-        return settings
-
-
-def _formats(options: _Options) -> FormatOptions:
-    from spark_statestore.connectors.spark.formats import ValueFormat
-
-    key_format = ValueFormat.parse("keyFormat", options.text("keyformat", "binary") or "binary")
-    value_format = ValueFormat.parse(
-        "valueFormat", options.text("valueformat", "binary") or "binary"
-    )
+def _formats(options: OptionReader) -> FormatOptions:
     formats = FormatOptions(
-        key_format=key_format.value,
-        value_format=value_format.value,
-        key_schema=options.text("keyschema"),
-        value_schema=options.text("valueschema"),
-        mode=options.choice("mode", DecodeMode, DecodeMode.FAILFAST),
+        key_format=options.choice("keyFormat", ValueFormat),
+        value_format=options.choice("valueFormat", ValueFormat),
+        key_schema=options.text("keySchema"),
+        value_schema=options.text("valueSchema"),
+        mode=options.choice("mode", DecodeMode),
     )
     # Build the codecs once here, so a bad schema or format combination fails at the
     # boundary with the option's name, not later in a task.
@@ -403,13 +167,13 @@ def _formats(options: _Options) -> FormatOptions:
 def codecs_for(formats: FormatOptions) -> tuple[Any, Any]:
     """The key and value :class:`~spark_statestore.connectors.spark.formats.ColumnCodec`."""
     from spark_statestore.connectors.spark.ddl import parse_ddl
-    from spark_statestore.connectors.spark.formats import ColumnCodec, ValueFormat
+    from spark_statestore.connectors.spark.formats import ColumnCodec
 
-    def codec(fmt: str, schema: str | None, column: str) -> Any:
+    def codec(fmt: ValueFormat, schema: str | None, column: str) -> Any:
         struct = None
         if schema is not None:
             struct = parse_ddl(schema, option=f"{column}Schema")
-        return ColumnCodec.create(ValueFormat(fmt), struct, column=column)
+        return ColumnCodec.create(fmt, struct, column=column)
 
     return (
         codec(formats.key_format, formats.key_schema, "key"),
@@ -483,26 +247,19 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
     OptionError
         Naming the unknown, misspelled, malformed or missing option.
     """
-    options = _Options(raw, _SOURCE_OPTIONS, "the spark_statestore follower source")
-    path = options.required("path", "the store directory, e.g. .load('/data/stores/orders')")
+    options = OptionReader(raw, Surface.SOURCE)
+    path = options.required("path")
+    bootstrap = options.required("kafka.bootstrap.servers")
     kafka = options.kafka()
-    bootstrap = kafka.pop("bootstrap.servers", None)
-    if not bootstrap:
-        raise OptionError(
-            "option 'kafka.bootstrap.servers' is required for the spark_statestore follower "
-            "source: the Kafka cluster of the changelog, e.g. 'broker1:9092'"
-        )
-    changelog = options.kafka_name(
-        "changelog", "topic", required="the changelog topic to follow, e.g. 'app-store-changelog'"
-    )
-    assert changelog is not None
+    changelog = options.kafka_name("changelog", "topic")
+    assert changelog is not None  # required for the source
     partitions_text = options.text("partitions")
     partitions = None
     if partitions_text is not None:
         partitions = tuple(parse_partitions(partitions_text, option="partitions"))
-    serve_port = options.integer("serveport", 0, 65535)
-    serve_host = options.text("servehost", "127.0.0.1") or "127.0.0.1"
-    tls_cert, tls_key = options.text("servetlscert"), options.text("servetlskey")
+    serve_port = options.integer("servePort")
+    serve_host = options.required("serveHost")  # has a default
+    tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
     if (tls_cert is None) != (tls_key is None):
         raise OptionError(
             "options 'serveTlsCert' and 'serveTlsKey' go together: the PEM certificate chain "
@@ -521,29 +278,19 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         bootstrap_servers=bootstrap,
         changelog=changelog,
         kafka=kafka,
-        starting_offsets=_starting_offsets(options.text("startingoffsets")),
-        max_offsets_per_trigger=options.integer("maxoffsetspertrigger", 1),
-        fail_on_data_loss=options.boolean("failondataloss", True),
-        include_headers=options.boolean("includeheaders", False),
+        starting_offsets=_starting_offsets(options.text("startingOffsets")),
+        max_offsets_per_trigger=options.integer("maxOffsetsPerTrigger"),
+        fail_on_data_loss=options.boolean("failOnDataLoss"),
+        include_headers=options.boolean("includeHeaders"),
         partitions=partitions,
-        key_prefix=_key_prefix(options.text("keyprefix")),
-        store_type=options.choice("storetype", StoreType, StoreType.KEY_VALUE),
+        key_prefix=_key_prefix(options.text("keyPrefix")),
+        store_type=options.choice("storeType", StoreType),
         formats=_formats(options),
-        skip_missing_positions=_on_missing_position(options.text("onmissingposition")),
+        on_missing_position=options.choice("onMissingPosition", OnMissingPosition),
         serve_host=serve_host,
         serve_port=0 if serve_port is None else serve_port,
         serve_tls_cert=tls_cert,
         serve_tls_key=tls_key,
-    )
-
-
-def _on_missing_position(text: str | None) -> bool:
-    if text is None or text.lower() == "fail":
-        return False
-    if text.lower() == "skip":
-        return True
-    raise OptionError(
-        f"option 'onMissingPosition' must be 'fail' (default) or 'skip', got {text!r}"
     )
 
 
@@ -555,16 +302,16 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
     OptionError
         Naming the unknown, misspelled, malformed or missing option.
     """
-    options = _Options(raw, _READER_OPTIONS, "the spark_statestore snapshot reader")
-    path = options.required("path", "the store directory, e.g. .load('/data/stores/orders')")
-    bound_text = options.text("positionbound")
+    options = OptionReader(raw, Surface.READER)
+    path = options.required("path")
+    bound_text = options.text("positionBound")
     bound = PositionBound.unbounded()
     if bound_text is not None:
         try:
             bound = PositionBound.at(Position.from_json(bound_text))
         except InvalidPositionError as exc:
             raise OptionError(f"option 'positionBound': {exc}") from exc
-    timeout_ms = options.integer("positionboundtimeoutms", 0) or 0
+    timeout_ms = options.integer("positionBoundTimeoutMs") or 0
     if timeout_ms > MAX_POSITION_BOUND_TIMEOUT_MS:
         raise OptionError(
             f"option 'positionBoundTimeoutMs' must be at most {MAX_POSITION_BOUND_TIMEOUT_MS} "
@@ -575,13 +322,14 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
             "option 'positionBoundTimeoutMs' waits for positionBound: set positionBound too, "
             "or drop positionBoundTimeoutMs"
         )
+    bootstrap = options.text("kafka.bootstrap.servers")
     kafka = options.kafka()
-    view = options.choice("view", View, View.DATA)
+    view = options.choice("view", View)
     formats = _formats(options)
     lookup_text = {
-        name: options.text(name) for name in ("keys", "keyprefix", "keyfrom", "keyto", "partitions")
+        name: options.text(name) for name in ("keys", "keyPrefix", "keyFrom", "keyTo", "partitions")
     }
-    given = [spelling(name) for name, text in lookup_text.items() if text is not None]
+    given = [name for name, text in lookup_text.items() if text is not None]
     if given and view is not View.DATA:
         raise OptionError(
             f"option {given[0]!r} selects rows of the data view; view {view.value!r} has no "
@@ -591,9 +339,9 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
 
     lookup = parse_lookup(
         keys=lookup_text["keys"],
-        prefix=lookup_text["keyprefix"],
-        key_from=lookup_text["keyfrom"],
-        key_to=lookup_text["keyto"],
+        prefix=lookup_text["keyPrefix"],
+        key_from=lookup_text["keyFrom"],
+        key_to=lookup_text["keyTo"],
         partitions=lookup_text["partitions"],
         key_codec=codecs_for(formats)[0],
     )
@@ -602,8 +350,8 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         view=view,
         formats=formats,
         position_bound=bound,
-        max_lag=options.integer("maxlag", 0),
-        bootstrap_servers=kafka.pop("bootstrap.servers", None),
+        max_lag=options.integer("maxLag"),
+        bootstrap_servers=bootstrap,
         kafka=kafka,
         position_bound_timeout_s=timeout_ms / 1000.0,
         lookup=lookup,
@@ -618,11 +366,10 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
     OptionError
         Naming the unknown, misspelled, malformed or missing option.
     """
-    surface = "the spark_statestore sink" if streaming else "the spark_statestore batch writer"
-    options = _Options(raw, _SINK_OPTIONS, surface)
-    path = options.required("path", "the store directory, e.g. .start('/data/stores/orders')")
+    options = OptionReader(raw, Surface.SINK if streaming else Surface.BATCH_WRITER)
+    path = options.required("path")
+    bootstrap = options.text("kafka.bootstrap.servers")
     kafka = options.kafka()
-    bootstrap = kafka.pop("bootstrap.servers", None)
     changelog = options.kafka_name("changelog", "topic")
     if changelog is not None and not bootstrap:
         raise OptionError(
@@ -635,7 +382,7 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
             "option 'application.id' is required when 'changelog' is set: it owns the "
             "changelog (KIP-813) and names the Kafka transactional id"
         )
-    txn_app_id = options.text("txnappid")
+    txn_app_id = options.text("txnAppId")
     problem = None if txn_app_id is None else query_id_problem(txn_app_id)
     if txn_app_id is not None and problem is not None:
         raise OptionError(
@@ -644,24 +391,18 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
             "without NUL or '/' and must not start with '.'; use a short name such as "
             "'orders-agg'"
         )
-    txn_version = options.integer("txnversion", 0)
-    checkpoint: str | None
-    if streaming:
-        if txn_app_id is not None or txn_version is not None:
-            raise OptionError(
-                "options 'txnAppId' / 'txnVersion' are for the batch writer inside foreachBatch "
-                "(df.write); a streaming sink commits per micro-batch id already"
-            )
-        checkpoint = options.required(
-            "checkpointlocation", "Spark's checkpoint directory of the query"
+    txn_version = options.integer("txnVersion")
+    if streaming and (txn_app_id is not None or txn_version is not None):
+        raise OptionError(
+            "options 'txnAppId' / 'txnVersion' are for the batch writer inside foreachBatch "
+            "(df.write); a streaming sink commits per micro-batch id already"
         )
-    else:
-        checkpoint = options.text("checkpointlocation")
-        if (txn_app_id is None) != (txn_version is None):
-            raise OptionError(
-                "options 'txnAppId' and 'txnVersion' go together: give both (e.g. "
-                ".option('txnAppId', 'orders-agg').option('txnVersion', batch_id)) or neither"
-            )
+    checkpoint = options.text("checkpointLocation")  # required by the streaming sink
+    if not streaming and (txn_app_id is None) != (txn_version is None):
+        raise OptionError(
+            "options 'txnAppId' and 'txnVersion' go together: give both (e.g. "
+            ".option('txnAppId', 'orders-agg').option('txnVersion', batch_id)) or neither"
+        )
     return SinkOptions(
         path=path,
         checkpoint_location=checkpoint,
@@ -669,8 +410,8 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         kafka=kafka,
         changelog=changelog,
         application_id=application_id,
-        allow_foreign_changelog=options.boolean("allowforeignchangelog", False),
-        uncommitted_max_bytes=options.integer("uncommitted.max.bytes", 1),
+        allow_foreign_changelog=options.boolean("allowForeignChangelog"),
+        uncommitted_max_bytes=options.integer("uncommitted.max.bytes"),
         txn_app_id=txn_app_id,
         txn_version=txn_version,
     )

@@ -7,7 +7,6 @@ one, write it in its own module and register it in :data:`SUITES`.
 
 from __future__ import annotations
 
-import difflib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -21,7 +20,7 @@ from spark_statestore.bench.report import machine_facts
 from spark_statestore.bench.sink import run_sink_suite
 from spark_statestore.bench.spark import run_spark_suite
 from spark_statestore.bench.store import run_store_suite
-from spark_statestore.errors import OptionError
+from spark_statestore.errors import OptionError, closest_hint
 
 __all__ = ["SUITES", "Suite", "resolve_suites", "run_suites"]
 
@@ -52,11 +51,9 @@ def resolve_suites(names: Sequence[str] | None) -> tuple[str, ...]:
         return tuple(SUITES)
     for name in names:
         if name not in SUITES:
-            close = difflib.get_close_matches(name, list(SUITES), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
             raise OptionError(
-                f"bench option --suite: unknown suite {name!r}; {hint}"
-                f"known suites: {', '.join(SUITES)}"
+                f"bench option --suite: unknown suite {name!r}"
+                + closest_hint(name, SUITES, noun="suites")
             )
     return tuple(dict.fromkeys(names))
 

@@ -29,6 +29,7 @@ from spark_statestore.changelog.keys import (
     encode_session_key,
     encode_window_key,
 )
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.changelog.partitioner import (
     murmur2,
     partition_for_key,
@@ -48,6 +49,7 @@ __all__ = [
     "HeaderDecision",
     "HeaderStatus",
     "MissingPositionHeaderError",
+    "OnMissingPosition",
     "PartitionerError",
     "PositionHeaderError",
     "SessionKey",

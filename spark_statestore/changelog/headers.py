@@ -24,14 +24,14 @@ import struct
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from spark_statestore.changelog.errors import (
     ChangelogFormatError,
     MissingPositionHeaderError,
     PositionHeaderError,
 )
-from spark_statestore.errors import OptionError
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.position import Position
 
 __all__ = [
@@ -68,7 +68,6 @@ _MAX_INT64 = 2**63 - 1
 _MIN_TOPIC_BYTES = 4 + 1 + 4
 _ENTRY_BYTES = _PARTITION_OFFSET.size
 
-OnMissing = Literal["error", "skip"]
 Headers = Iterable[tuple[str, bytes | None]]
 
 
@@ -300,7 +299,7 @@ class HeaderStatus(enum.Enum):
     POSITION = "position"
     """``v`` = 0 and a valid ``c`` header: :attr:`HeaderDecision.position` is set."""
     SKIPPED = "skipped"
-    """Malformed or missing position headers, skipped because ``on_missing="skip"``."""
+    """Malformed or missing position headers, skipped under ``OnMissingPosition.SKIP``."""
     UNKNOWN_VERSION = "unknown_version"
     """A ``v`` this reader does not understand: the position is ignored (warned once)."""
 
@@ -368,7 +367,7 @@ def _forget_warned_versions() -> None:
 def read_position_headers(
     headers: Headers | None,
     *,
-    on_missing: OnMissing = "error",
+    on_missing: OnMissingPosition = OnMissingPosition.FAIL,
     topic: str | None = None,
     partition: int | None = None,
     offset: int | None = None,
@@ -391,7 +390,7 @@ def read_position_headers(
         ``(key, value)`` pairs as confluent-kafka's ``Message.headers()`` returns them, or
         None for a record without headers.
     on_missing
-        ``"error"`` (default) raises on malformed or missing position headers; ``"skip"``
+        ``FAIL`` (default) raises on malformed or missing position headers; ``SKIP``
         returns a ``SKIPPED`` decision carrying the error, so the caller can count it.
     topic, partition, offset
         The record's location, used in error messages.
@@ -403,14 +402,13 @@ def read_position_headers(
     Raises
     ------
     MissingPositionHeaderError
-        ``v`` = 0 without a ``c`` header (only with ``on_missing="error"``).
+        ``v`` = 0 without a ``c`` header (only with ``OnMissingPosition.FAIL``).
     PositionHeaderError
-        A malformed ``v`` or ``c`` header (only with ``on_missing="error"``).
+        A malformed ``v`` or ``c`` header (only with ``OnMissingPosition.FAIL``).
     OptionError
-        If ``on_missing`` is neither ``"error"`` nor ``"skip"``.
+        If ``on_missing`` is not an :class:`OnMissingPosition`.
     """
-    if on_missing != "error" and on_missing != "skip":
-        raise OptionError(f"on_missing must be 'error' or 'skip', got {on_missing!r}")
+    OnMissingPosition.check(on_missing)
     if not headers:
         return _NO_POSITION
     version_value: bytes | None = None
@@ -450,16 +448,16 @@ def read_position_headers(
         position = _decode_position(position_value)
     except PositionHeaderError as exc:
         located = exc.at(topic, partition, offset)
-        if on_missing == "error":
+        if on_missing is OnMissingPosition.FAIL:
             raise located from exc.__cause__
         return HeaderDecision(HeaderStatus.SKIPPED, version=version, error=located)
     return HeaderDecision(HeaderStatus.POSITION, position, version)
 
 
 def _fail(
-    error: ChangelogFormatError, on_missing: OnMissing, version: int | None
+    error: ChangelogFormatError, on_missing: OnMissingPosition, version: int | None
 ) -> HeaderDecision:
-    if on_missing == "error":
+    if on_missing is OnMissingPosition.FAIL:
         raise error
     return HeaderDecision(HeaderStatus.SKIPPED, version=version, error=error)
 
@@ -473,7 +471,7 @@ def position_from_headers(
 ) -> Position | None:
     """The position a record's headers carry, or None (strict header rules).
 
-    Shorthand for ``read_position_headers(headers, on_missing="error", ...).position``: None
+    Shorthand for ``read_position_headers(headers, ...).position``: None
     when there is no ``v`` header or ``v`` is an unknown version.
 
     Raises
@@ -539,16 +537,14 @@ class PositionMerger:
         "without",
     )
 
-    def __init__(self, on_missing: OnMissing = "error") -> None:
-        if on_missing != "error" and on_missing != "skip":
-            raise OptionError(f"on_missing must be 'error' or 'skip', got {on_missing!r}")
-        self.on_missing: OnMissing = on_missing
+    def __init__(self, on_missing: OnMissingPosition = OnMissingPosition.FAIL) -> None:
+        self.on_missing = OnMissingPosition.check(on_missing)
         self._offsets: dict[tuple[str, int], int] = {}
         self._heads: dict[tuple[bytes, int], tuple[str, int]] = {}
         self._last_raw: bytes | None = None
         self._last_entries: list[tuple[str, int, int]] = []
         self.skipped = 0
-        """Records whose malformed position headers were skipped (``on_missing="skip"``)."""
+        """Records whose malformed position headers were skipped (``OnMissingPosition.SKIP``)."""
         self.without = 0
         """Records without a position (no ``v`` header, or an unknown version)."""
 
@@ -558,7 +554,7 @@ class PositionMerger:
         Raises
         ------
         PositionHeaderError
-            As :func:`read_position_headers` with ``on_missing="error"``.
+            As :func:`read_position_headers` with ``OnMissingPosition.FAIL``.
         """
         if not headers:
             self.without += 1

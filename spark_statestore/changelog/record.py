@@ -9,9 +9,9 @@ from spark_statestore.changelog.errors import ChangelogFormatError
 from spark_statestore.changelog.headers import (
     Headers,
     HeaderStatus,
-    OnMissing,
     read_position_headers,
 )
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.position import Position
 
 __all__ = ["ChangelogRecord", "TimestampType"]
@@ -110,7 +110,7 @@ class ChangelogRecord:
         timestamp: int = -1,
         timestamp_type: int = TimestampType.NOT_AVAILABLE,
         headers: Headers | None = None,
-        on_missing: OnMissing = "error",
+        on_missing: OnMissingPosition = OnMissingPosition.FAIL,
     ) -> ChangelogRecord:
         """Build a record from the parts of a consumed message, decoding its position.
 
@@ -123,15 +123,15 @@ class ChangelogRecord:
         headers
             ``Message.headers()``: ``(key, value)`` pairs or None.
         on_missing
-            What to do with malformed or missing position headers: ``"error"`` raises,
-            ``"skip"`` keeps the record without a position and sets ``position_status`` to
+            What to do with malformed or missing position headers: ``FAIL`` raises,
+            ``SKIP`` keeps the record without a position and sets ``position_status`` to
             ``SKIPPED`` so the caller can count it. See
             :func:`~spark_statestore.changelog.headers.read_position_headers`.
 
         Raises
         ------
         ChangelogFormatError
-            A null key, an unknown timestamp type, or (with ``on_missing="error"``)
+            A null key, an unknown timestamp type, or (with ``OnMissingPosition.FAIL``)
             malformed position headers; the message and attributes carry the location.
         """
         if key is None:

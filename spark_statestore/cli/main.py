@@ -16,10 +16,14 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_statestore import __version__
-from spark_statestore.errors import StateStoreError
+from spark_statestore.errors import StateStoreError, closest_hint
 from spark_statestore.integer_spec import ascii_integer
+
+if TYPE_CHECKING:
+    from spark_statestore.changelog.missing_position import OnMissingPosition
 
 __all__ = ["main"]
 
@@ -52,6 +56,24 @@ def _seconds(text: str) -> float:
             f"{text[:40]!r} is not a number of seconds (ASCII digits, e.g. 30 or 2.5)"
         )
     return float(text)
+
+
+def _on_missing_position(text: str) -> OnMissingPosition:
+    """The argparse type of ``--on-missing-position``: ``fail`` or ``skip``, as the Spark
+    option ``onMissingPosition``. ``error``, this flag's former spelling of ``fail`` (the
+    README documented it), is still taken, with a warning."""
+    from spark_statestore.changelog.missing_position import OnMissingPosition
+
+    if text == "error":
+        print("--on-missing-position error is deprecated: use fail", file=sys.stderr)
+        return OnMissingPosition.FAIL
+    try:
+        return OnMissingPosition(text)
+    except ValueError:
+        values = [member.value for member in OnMissingPosition]
+        raise argparse.ArgumentTypeError(
+            f"unknown value {text[:40]!r}" + closest_hint(text, values, noun="values")
+        ) from None
 
 
 def _wait_for_signal() -> int:
@@ -243,8 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tail.add_argument(
         "--on-missing-position",
-        choices=["error", "skip"],
-        default="error",
+        type=_on_missing_position,
+        default="fail",
+        metavar="{fail,skip}",
         help="a record with v=0 but no valid c header: fail (default) or skip its position",
     )
     tail.add_argument(

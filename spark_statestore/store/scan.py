@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import difflib
 import json
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from spark_statestore.errors import closest_hint
 from spark_statestore.store.errors import StoreError
 from spark_statestore.store.layout import DATA_PREFIX
 from spark_statestore.store.snapshot import (
@@ -291,11 +291,9 @@ class ScanSpec:
             raise InvalidScanError(f"a scan spec must be a JSON object, got {data!r}")
         for name in data:
             if name not in _FIELDS:
-                close = difflib.get_close_matches(str(name), _FIELDS, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise InvalidScanError(
-                    f"scan spec JSON has an unknown field {name!r}{hint} "
-                    f"(valid fields: {', '.join(_FIELDS)})"
+                    f"scan spec JSON has an unknown field {name!r}"
+                    + closest_hint(str(name), _FIELDS, noun="fields")
                 )
         keys = data.get("keys")
         if keys is not None and not isinstance(keys, list):

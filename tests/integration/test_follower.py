@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from spark_statestore.changelog import partition_for_key
+from spark_statestore.changelog import OnMissingPosition, partition_for_key
 from spark_statestore.changelog.headers import encode_position
 from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
@@ -264,7 +264,7 @@ def test_lost_offsets_fail_or_are_skipped_per_fail_on_data_loss(
     spec = StoreSpec(Role.FOLLOWER, topic, 1)
     with Store.open(tmp_path / "strict", spec, options=StoreOptions(sync=False)) as store:
         source = KafkaChangelogSource(
-            kafka_broker.bootstrap_servers, topic, on_missing_position="skip"
+            kafka_broker.bootstrap_servers, topic, on_missing_position=OnMissingPosition.SKIP
         )
         low, high = source.watermarks([0])[0]
         assert low > 0  # the test needs offsets that are gone
@@ -278,7 +278,7 @@ def test_lost_offsets_fail_or_are_skipped_per_fail_on_data_loss(
         source = KafkaChangelogSource(
             kafka_broker.bootstrap_servers,
             topic,
-            on_missing_position="skip",
+            on_missing_position=OnMissingPosition.SKIP,
             fail_on_data_loss=False,
         )
         follower = Follower(store, source)

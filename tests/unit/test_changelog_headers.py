@@ -15,6 +15,7 @@ from spark_statestore.changelog import (
     ChangelogFormatError,
     HeaderStatus,
     MissingPositionHeaderError,
+    OnMissingPosition,
     PositionHeaderError,
     decode_position,
     encode_position,
@@ -23,6 +24,7 @@ from spark_statestore.changelog import (
     read_position_headers,
 )
 from spark_statestore.changelog import headers as headers_module
+from spark_statestore.changelog.headers import PositionMerger
 from spark_statestore.errors import InvalidPositionError, OptionError, StateStoreError
 from spark_statestore.position import Position
 
@@ -428,7 +430,7 @@ def test_version_zero_without_position_header_is_an_error() -> None:
 
 
 def test_version_zero_without_position_header_can_be_skipped() -> None:
-    decision = read_position_headers([V0, ("x", b"")], on_missing="skip", offset=9)
+    decision = read_position_headers([V0, ("x", b"")], on_missing=OnMissingPosition.SKIP, offset=9)
     assert decision.status is HeaderStatus.SKIPPED
     assert decision.skipped
     assert decision.position is None
@@ -443,7 +445,7 @@ def test_undecodable_position_header(value: bytes | None) -> None:
         read_position_headers(headers, topic="t", partition=0, offset=1)
     assert info.value.offset == 1
     assert "at topic t partition 0 offset 1" in str(info.value)
-    decision = read_position_headers(headers, on_missing="skip", topic="t")
+    decision = read_position_headers(headers, on_missing=OnMissingPosition.SKIP, topic="t")
     assert decision.status is HeaderStatus.SKIPPED
     assert isinstance(decision.error, PositionHeaderError)
     assert decision.error.topic == "t"
@@ -453,7 +455,7 @@ def test_undecodable_position_header(value: bytes | None) -> None:
 def test_version_header_without_value(value: bytes | None) -> None:
     with pytest.raises(PositionHeaderError, match="'v' must be one byte"):
         read_position_headers([("v", value), c(P1)])
-    decision = read_position_headers([("v", value), c(P1)], on_missing="skip")
+    decision = read_position_headers([("v", value), c(P1)], on_missing=OnMissingPosition.SKIP)
     assert decision.status is HeaderStatus.SKIPPED
     assert decision.version is None
 
@@ -478,9 +480,13 @@ def test_unknown_version_warns_once_per_version_and_ignores_the_position(
     assert "larger than this reader understands" in warnings[0].getMessage()
 
 
-def test_invalid_on_missing_is_an_option_error() -> None:
-    with pytest.raises(OptionError, match="on_missing"):
-        read_position_headers([V0], on_missing="ignore")  # type: ignore[arg-type]
+@pytest.mark.parametrize("policy", ["ignore", "skip", "error", True])
+def test_on_missing_is_an_enum_member_or_an_option_error(policy: object) -> None:
+    # Before, the strings "error" and "skip" were the policy (and the Spark option a bool).
+    with pytest.raises(OptionError, match=r"on_missing must be OnMissingPosition\.FAIL or"):
+        read_position_headers([V0], on_missing=policy)  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match=r"on_missing must be OnMissingPosition\.FAIL or"):
+        PositionMerger(policy)  # type: ignore[arg-type]
 
 
 def test_position_headers_for_writers() -> None:

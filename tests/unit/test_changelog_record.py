@@ -12,6 +12,7 @@ from spark_statestore.changelog import (
     ChangelogRecord,
     HeaderStatus,
     MissingPositionHeaderError,
+    OnMissingPosition,
     PositionHeaderError,
     TimestampType,
     encode_position,
@@ -84,7 +85,7 @@ def test_from_parts_header_errors_carry_the_location() -> None:
 
 
 def test_from_parts_skip_mode_keeps_the_record_and_says_so() -> None:
-    record = make_record(headers=[("v", b"\x00")], on_missing="skip")
+    record = make_record(headers=[("v", b"\x00")], on_missing=OnMissingPosition.SKIP)
     assert record.position is None
     assert record.position_status is HeaderStatus.SKIPPED
     assert record.value == b"v"

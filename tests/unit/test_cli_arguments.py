@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.cli import build_parser
 from spark_statestore.connectors.kafka.errors import LocalKafkaError
 from spark_statestore.connectors.kafka.local import parse_topic_spec
@@ -40,3 +41,25 @@ def test_topic_specs_take_an_ascii_partition_count(count: str) -> None:
     with pytest.raises(LocalKafkaError, match="PARTITIONS in ASCII digits >= 1"):
         parse_topic_spec(f"orders:{count}")
     assert parse_topic_spec("orders:3") == ("orders", 3) and parse_topic_spec("a") == ("a", 1)
+
+
+TAIL = ["tail", "--bootstrap-servers", "b:9092", "--changelog", "c"]
+
+
+def test_tail_takes_the_missing_position_policy_as_the_spark_option_spells_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before, the flag took error|skip while the Spark option takes fail|skip.
+    assert build_parser().parse_args(TAIL).on_missing_position is OnMissingPosition.FAIL
+    for text, policy in (("fail", OnMissingPosition.FAIL), ("skip", OnMissingPosition.SKIP)):
+        args = build_parser().parse_args([*TAIL, "--on-missing-position", text])
+        assert args.on_missing_position is policy
+    assert capsys.readouterr().err == ""
+    # "error" was documented in the README: still taken, with a warning.
+    args = build_parser().parse_args([*TAIL, "--on-missing-position", "error"])
+    assert args.on_missing_position is OnMissingPosition.FAIL
+    assert "--on-missing-position error is deprecated: use fail" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*TAIL, "--on-missing-position", "skp"])
+    assert exited.value.code == 2
+    assert "unknown value 'skp'; did you mean 'skip'?" in capsys.readouterr().err

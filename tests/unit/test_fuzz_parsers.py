@@ -31,6 +31,7 @@ from spark_statestore.changelog.keys import (
     encode_session_key,
     encode_window_key,
 )
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.connectors.spark.ddl import parse_ddl, to_ddl
 from spark_statestore.connectors.spark.errors import DecodeError
 from spark_statestore.connectors.spark.formats import ColumnCodec
@@ -172,8 +173,8 @@ def _header_records(rng: random.Random) -> list[list[tuple[str, bytes | None]] |
 
 
 def _parse_headers(records: list[list[tuple[str, bytes | None]] | None]) -> None:
-    for on_missing in ("skip", "error"):
-        reference, bulk, single = merge_outcomes(records, on_missing)  # type: ignore[arg-type]
+    for on_missing in (OnMissingPosition.SKIP, OnMissingPosition.FAIL):  # strict mode last
+        reference, bulk, single = merge_outcomes(records, on_missing)
         assert bulk == reference, f"add_all: {bulk} but the reference decoder: {reference}"
         assert single == reference, f"add: {single} but the reference decoder: {reference}"
     for headers in records:

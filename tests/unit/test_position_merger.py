@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from spark_statestore.changelog.errors import ChangelogFormatError, PositionHeaderError
 from spark_statestore.changelog.headers import (
     HeaderStatus,
-    OnMissing,
     PositionMerger,
     encode_position,
     read_position_headers,
 )
+from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
 
@@ -43,13 +43,15 @@ headers = st.one_of(
 )
 
 
-def reference(records: list[object], on_missing: str) -> tuple[Position | None, int, int]:
+def reference(
+    records: list[object], on_missing: OnMissingPosition
+) -> tuple[Position | None, int, int]:
     merged: Position | None = None
     skipped = without = 0
     for i, record in enumerate(records):
         decision = read_position_headers(
             record,  # type: ignore[arg-type]
-            on_missing=on_missing,  # type: ignore[arg-type]
+            on_missing=on_missing,
             topic="t",
             partition=0,
             offset=i,
@@ -67,44 +69,46 @@ def reference(records: list[object], on_missing: str) -> tuple[Position | None, 
 
 @given(st.lists(headers, max_size=8))
 def test_skip_mode_agrees_with_the_reference(records: list[object]) -> None:
-    merger = PositionMerger("skip")
+    merger = PositionMerger(OnMissingPosition.SKIP)
     for i, record in enumerate(records):
         merger.add(record, "t", 0, i)  # type: ignore[arg-type]
-    assert (merger.position(), merger.skipped, merger.without) == reference(records, "skip")
+    assert (merger.position(), merger.skipped, merger.without) == reference(
+        records, OnMissingPosition.SKIP
+    )
     # The bulk path, twice over the same records (the second pass hits the inline cache).
-    bulk = PositionMerger("skip")
+    bulk = PositionMerger(OnMissingPosition.SKIP)
     rows = [(b"k", b"v", 0, i, -1) for i in range(len(records))]
     bulk.add_all(records, "t", rows)  # type: ignore[arg-type]
     bulk.add_all(records, "t", rows)  # type: ignore[arg-type]
-    position, skipped, without = reference(records, "skip")
+    position, skipped, without = reference(records, OnMissingPosition.SKIP)
     assert (bulk.position(), bulk.skipped, bulk.without) == (position, 2 * skipped, 2 * without)
 
 
 @given(st.lists(headers, max_size=8))
 def test_error_mode_raises_exactly_when_the_reference_does(records: list[object]) -> None:
     try:
-        expected = reference(records, "error")
+        expected = reference(records, OnMissingPosition.FAIL)
     except ChangelogFormatError as exc:
-        merger = PositionMerger("error")
+        merger = PositionMerger(OnMissingPosition.FAIL)
         with pytest.raises(type(exc), match="offset"):
             for i, record in enumerate(records):
                 merger.add(record, "t", 0, i)  # type: ignore[arg-type]
         rows = [(b"k", b"v", 0, i, -1) for i in range(len(records))]
         with pytest.raises(type(exc), match=f"offset {exc.offset}"):  # type: ignore[attr-defined]
-            PositionMerger("error").add_all(records, "t", rows)  # type: ignore[arg-type]
+            PositionMerger(OnMissingPosition.FAIL).add_all(records, "t", rows)  # type: ignore[arg-type]
         return
-    merger = PositionMerger("error")
+    merger = PositionMerger(OnMissingPosition.FAIL)
     for i, record in enumerate(records):
         merger.add(record, "t", 0, i)  # type: ignore[arg-type]
     assert (merger.position(), merger.skipped, merger.without) == expected
-    bulk = PositionMerger("error")
+    bulk = PositionMerger(OnMissingPosition.FAIL)
     bulk.add_all(records, "t", [(b"k", b"v", 0, i, -1) for i in range(len(records))])  # type: ignore[arg-type]
     assert (bulk.position(), bulk.skipped, bulk.without) == expected
 
 
 def test_the_single_topic_fast_path_checks_what_it_skips() -> None:
     good = encode_position(Position.from_map({"orders": {1: 7}}), pad_like_kafka_streams=True)
-    merger = PositionMerger("skip")
+    merger = PositionMerger(OnMissingPosition.SKIP)
     merger.add([("v", b"\x00"), ("c", good)], "t", 0, 0)
     # Same topic and partition bytes (cached), but another serde version / a negative offset.
     merger.add([("v", b"\x00"), ("c", b"\x01" + good[1:])], "t", 0, 1)
@@ -112,7 +116,9 @@ def test_the_single_topic_fast_path_checks_what_it_skips() -> None:
     merger.add([("v", b"\x00"), ("c", negative)], "t", 0, 2)
     assert merger.skipped == 2 and merger.position() == Position.from_map({"orders": {1: 7}})
     with pytest.raises(ChangelogFormatError, match="offset 1"):
-        PositionMerger("error").add([("v", b"\x00"), ("c", b"\x01" + good[1:])], "t", 0, 1)
+        PositionMerger(OnMissingPosition.FAIL).add(
+            [("v", b"\x00"), ("c", b"\x01" + good[1:])], "t", 0, 1
+        )
 
 
 # -- any header bytes: the fast paths agree with the reference decoder ---------------------
@@ -168,7 +174,9 @@ record_headers = st.one_of(
 Records = list[list[tuple[str, bytes | None]] | None]
 
 
-def merge_outcomes(records: Records, on_missing: OnMissing) -> tuple[tuple[object, ...], ...]:
+def merge_outcomes(
+    records: Records, on_missing: OnMissingPosition
+) -> tuple[tuple[object, ...], ...]:
     """What the reference decoder, ``PositionMerger.add_all`` and ``PositionMerger.add`` make
     of ``records`` (record ``i`` at partition 2, offset ``100 + i`` of topic ``t``): each the
     merged position with the skipped and without counts, or the error's type, reason and
@@ -212,20 +220,20 @@ def _outcome(merge: Callable[[], tuple[object, ...]]) -> tuple[object, ...]:
         return (type(exc), exc.reason, exc.topic, exc.partition, exc.offset)
 
 
-@pytest.mark.parametrize("on_missing", ["error", "skip"])
+@pytest.mark.parametrize("on_missing", list(OnMissingPosition))
 @settings(max_examples=200, deadline=None)
 @given(records=st.lists(record_headers, max_size=8))
 def test_bulk_and_single_merges_agree_with_the_reference_on_any_header_bytes(
-    on_missing: OnMissing, records: Records
+    on_missing: OnMissingPosition, records: Records
 ) -> None:
     reference, bulk, single = merge_outcomes(records, on_missing)
     assert bulk == reference and single == reference
 
 
 @pytest.mark.parametrize("length", [5, 6, 7, 8])
-@pytest.mark.parametrize("on_missing", ["error", "skip"])
+@pytest.mark.parametrize("on_missing", list(OnMissingPosition))
 def test_a_truncated_single_topic_header_is_named_or_skipped_never_a_struct_error(
-    length: int, on_missing: OnMissing
+    length: int, on_missing: OnMissingPosition
 ) -> None:
     # Serde version 0 and a topic count of 1, then fewer than the 4 bytes of a name length.
     data = bytes.fromhex("0000000001000000")[:length]
@@ -235,7 +243,7 @@ def test_a_truncated_single_topic_header_is_named_or_skipped_never_a_struct_erro
         lambda m: m.add(records[0], "t", 4, 17),
     ):
         merger = PositionMerger(on_missing)
-        if on_missing == "skip":
+        if on_missing is OnMissingPosition.SKIP:
             merge(merger)
             assert (merger.skipped, merger.position()) == (1, None)
         else:

@@ -138,7 +138,7 @@ def test_backquoted_names() -> None:
     ("text", "position", "fragment"),
     [
         ("", 0, "expected a column name"),
-        ("id INTT", 3, "did you mean INT?"),
+        ("id INTT", 3, "did you mean 'INT'?"),
         ("id INT,", 7, "expected a column name"),
         ("id INT name STRING", 7, "expected ',' and another column, or end of schema"),
         ("id ARRAY<INT", 12, "expected '>' closing ARRAY"),
@@ -179,7 +179,7 @@ def test_error_shows_the_line_with_a_caret() -> None:
     lines = str(caught.value).splitlines()
     assert lines[1] == "    name STRNG"
     assert lines[2] == "  " + " " * 7 + "^"
-    assert "did you mean STRING?" in lines[0]
+    assert "did you mean 'STRING'?" in lines[0]
 
 
 def test_ddl_error_is_an_option_error_of_the_connector() -> None:

@@ -7,11 +7,14 @@ import re
 
 import pytest
 
+from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.connectors.spark.option_table import OPTIONS, OptionReader, Surface
 from spark_statestore.connectors.spark.options import (
     DecodeMode,
     StoreType,
     View,
     parse_reader_options,
+    parse_sink_options,
     parse_source_options,
 )
 from spark_statestore.connectors.spark.stream_reader import rate_limit
@@ -143,12 +146,48 @@ def test_rate_limit_prorates_by_backlog_and_always_progresses() -> None:
 
 
 def test_the_sink_accepts_the_options_spark_passes_itself() -> None:
-    from spark_statestore.connectors.spark.options import parse_sink_options
-
     options = parse_sink_options(
         {"path": "/tmp/s", "checkpointlocation": "/tmp/cp", "queryname": "orders"}, streaming=True
     )
     assert options.path == "/tmp/s" and options.checkpoint_location == "/tmp/cp"
+
+
+def test_on_missing_position_is_carried_as_the_engine_enum() -> None:
+    assert source().on_missing_position is OnMissingPosition.FAIL  # type: ignore[attr-defined]
+    skip = source(onMissingPosition="SKIP")
+    assert skip.on_missing_position is OnMissingPosition.SKIP  # type: ignore[attr-defined]
+    with pytest.raises(OptionError, match=r"unknown value 'error' \(valid values: fail, skip\)"):
+        source(onMissingPosition="error")
+
+
+def test_a_misspelled_option_suggests_the_documented_spelling() -> None:
+    # Before, the sink suggested 'queryname' (missing from the spelling table) and listed it so.
+    with pytest.raises(OptionError) as caught:
+        sink(queryNme="orders")
+    message = str(caught.value)
+    assert "unknown option 'querynme' for the spark_statestore batch writer" in message
+    assert "did you mean 'queryName'?" in message and "checkpointLocation, queryName," in message
+    with pytest.raises(OptionError, match="did you mean 'keyValue'"):
+        source(storeType="keyvalu")  # enum values are suggested as documented too
+
+
+@pytest.mark.parametrize("surface", list(Surface))
+def test_every_declared_option_is_known_to_its_surfaces_only(surface: Surface) -> None:
+    for spec in OPTIONS:
+        raw = {spec.name.lower(): "x"}
+        if surface in spec.surfaces:
+            OptionReader(raw, surface)  # no "unknown option"
+        else:
+            with pytest.raises(OptionError, match=f"unknown option '{re.escape(spec.key)}'"):
+                OptionReader(raw, surface)
+
+
+def test_required_options_say_what_they_are_for() -> None:
+    with pytest.raises(
+        OptionError, match="'checkpointLocation' is required for the spark_statestore sink: Spark"
+    ):
+        parse_sink_options({"path": "/s"}, streaming=True)
+    assert parse_sink_options({"path": "/s"}, streaming=False).checkpoint_location is None
 
 
 def test_serving_beyond_loopback_needs_tls() -> None:
@@ -166,8 +205,6 @@ SINK = {"path": "/tmp/s"}
 
 
 def sink(**extra: str) -> object:
-    from spark_statestore.connectors.spark.options import parse_sink_options
-
     return parse_sink_options({**SINK, **{k.lower(): v for k, v in extra.items()}}, streaming=False)
 
 
