@@ -9,7 +9,6 @@ failures become :class:`~spark_statestore.serve.errors.ServerUnavailableError`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -214,7 +213,7 @@ class StoreClient:
         timeout_s = self.timeout_s
         if bound is not None and bound.position is not None and wait_s > 0:
             body = {
-                "position_bound": json.loads(bound.position.to_json()),
+                "position_bound": bound.to_dict(),
                 "wait_ms": int(wait_s * 1000),
             }
             timeout_s += min(wait_s, MAX_PIN_WAIT_S)

@@ -193,7 +193,7 @@ def describe_state(path: str, manifest: StoreManifest, metadata: StoreMetadata) 
         "key_prefix": None if manifest.key_prefix is None else manifest.key_prefix.hex(),
         "role": manifest.role.value,
         "created_at": manifest.created_at,
-        "position": json.loads(metadata.position.to_json()),
+        "position": metadata.position.to_dict(),
         "changelog_offsets": {str(p): o for p, o in sorted(metadata.changelog_offsets.items())},
         "commit_seq": metadata.commit_seq,
         "commit_record": None if record is None else json.loads(record.to_json()),
@@ -202,7 +202,7 @@ def describe_state(path: str, manifest: StoreManifest, metadata: StoreMetadata) 
 
 def position_from_dict(description: Mapping[str, Any]) -> Position:
     """The :class:`Position` of a description (validated like any position JSON)."""
-    return Position.from_json(json.dumps(description.get("position", {})))
+    return Position.from_dict(description.get("position", {}))
 
 
 def offsets_from_dict(description: Mapping[str, Any]) -> dict[int, int]:

@@ -10,7 +10,6 @@ process reads pinned or fresh snapshots of the store through a
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
@@ -582,7 +581,7 @@ def _pin_wait(body: Mapping[str, Any]) -> tuple[PositionBound | None, float]:
             f'action "pin": position_bound must be an offsets JSON object, got {raw_bound!r}'
         )
     try:
-        bound = PositionBound.from_json(json.dumps(raw_bound))
+        bound = PositionBound.from_dict(raw_bound)
     except StateStoreError as exc:
         raise BadRequestError(f'action "pin": bad position_bound: {exc}') from exc
     return bound, min(wait_ms / 1000.0, MAX_PIN_WAIT_S)
