@@ -1,4 +1,5 @@
-"""The embedded broker as a child process, for the suites that measure against Kafka."""
+"""A local Apache Kafka broker (``spark-statestore broker``) as a child process, for the
+suites that measure against Kafka."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def broker_process(
             first = proc.stdout.readline().strip()
             if not first.startswith("bootstrap.servers="):
                 raise BenchError(
-                    f"bench suite {suite}: the embedded broker did not start (it said "
+                    f"bench suite {suite}: the local Kafka broker did not start (it said "
                     f"{first!r}): {log_path.read_text().strip()[-2000:]}"
                 )
             yield first.split("=", 1)[1]
