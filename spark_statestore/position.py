@@ -5,7 +5,9 @@ last processed input record* (not +1, unlike a consumer's committed offset). Sto
 position of the input that produced their content; queries can demand a minimum position
 with a :class:`PositionBound` ("read your writes").
 
-JSON uses the shape of Spark's Kafka offsets JSON: ``{"topic": {"0": 42, "1": 7}}``.
+JSON uses the shape of Spark's Kafka offsets JSON: ``{"topic": {"0": 42, "1": 7}}``. The same
+shape as a dict (``to_dict``/``from_dict``) is how positions and bounds cross process
+boundaries (the store server's protocol); the JSON text is for users (options, output).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from spark_statestore.errors import InvalidPositionError
 
@@ -43,6 +46,26 @@ def _check_entry(topic: object, partition: object, offset: object) -> _Entry:
     return (topic, partition, offset)
 
 
+def _partition_number(topic: object, partition: object) -> int:
+    """A partition given as an object key: the canonical decimal text of an int."""
+    if not isinstance(partition, str):
+        raise InvalidPositionError(
+            f"position JSON for topic {topic!r} has partition {partition!r}; partitions are "
+            'decimal text, like "0"'
+        )
+    try:
+        number = int(partition)
+    except ValueError:
+        raise InvalidPositionError(
+            f"position JSON for topic {topic!r} has a non-integer partition {partition!r}"
+        ) from None
+    if str(number) != partition:
+        raise InvalidPositionError(
+            f"position JSON for topic {topic!r} has a malformed partition {partition!r}"
+        )
+    return number
+
+
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """json object hook: a key given twice is an error, not "last one wins"."""
     out: dict[str, object] = {}
@@ -57,7 +80,7 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
 class Position:
     """An immutable topic -> partition -> offset vector.
 
-    Build one with :meth:`empty`, :meth:`from_map`, :meth:`from_json` or
+    Build one with :meth:`empty`, :meth:`from_map`, :meth:`from_dict`, :meth:`from_json` or
     :meth:`with_offset`; combine with :meth:`merge`.
 
     Parameters
@@ -122,13 +145,44 @@ class Position:
         return cls(tuple(sorted(entries)))
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Position:
-        """Parse Spark's offsets-JSON shape, ``{"topic": {"0": 42}}``.
+    def from_dict(cls, data: Mapping[str, Any]) -> Position:
+        """Rebuild a position from :meth:`to_dict`'s form, ``{"topic": {"0": 42}}``.
+
+        Partitions are the canonical decimal text of an int (as JSON object keys must be
+        strings); offsets are ints. The dict may come from an untrusted peer: anything else
+        is refused.
 
         Raises
         ------
         InvalidPositionError
-            On malformed JSON, non-integer partitions or offsets, or negative values.
+            On a non-object, non-integer partitions or offsets, or negative values.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidPositionError(
+                f'a position must be an object like {{"topic": {{"0": 42}}}}, got {data!r}'
+            )
+        converted: dict[str, dict[int, int]] = {}
+        for topic, partitions in data.items():
+            if not isinstance(partitions, Mapping):
+                raise InvalidPositionError(
+                    f"position JSON for topic {topic!r} must be an object of partition -> "
+                    f"offset, got {partitions!r}"
+                )
+            converted[topic] = {}
+            for partition, offset in partitions.items():
+                number = _partition_number(topic, partition)
+                converted[topic][number] = offset
+        return cls.from_map(converted)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Position:
+        """Parse Spark's offsets-JSON shape, ``{"topic": {"0": 42}}`` (see :meth:`from_dict`).
+
+        Raises
+        ------
+        InvalidPositionError
+            On malformed JSON, a key given twice, non-integer partitions or offsets, or
+            negative values.
         """
         try:
             raw = json.loads(text, object_pairs_hook=_unique_keys)
@@ -140,32 +194,7 @@ class Position:
             raise InvalidPositionError(
                 f'position JSON must be an object like {{"topic": {{"0": 42}}}}, got {text!r}'
             )
-        converted: dict[str, dict[int, int]] = {}
-        for topic, partitions in raw.items():
-            if not isinstance(partitions, dict):
-                raise InvalidPositionError(
-                    f"position JSON for topic {topic!r} must be an object of partition -> "
-                    f"offset, got {partitions!r}"
-                )
-            converted[topic] = {}
-            for partition, offset in partitions.items():
-                try:
-                    number = int(partition)
-                except ValueError:
-                    raise InvalidPositionError(
-                        f"position JSON for topic {topic!r} has a non-integer partition "
-                        f"{partition!r}"
-                    ) from None
-                if str(number) != partition:
-                    raise InvalidPositionError(
-                        f"position JSON for topic {topic!r} has a malformed partition {partition!r}"
-                    )
-                if number in converted[topic]:
-                    raise InvalidPositionError(
-                        f"position JSON for topic {topic!r} names partition {number} twice"
-                    )
-                converted[topic][number] = offset
-        return cls.from_map(converted)
+        return cls.from_dict(raw)
 
     # -- queries ------------------------------------------------------------------------
     def topics(self) -> frozenset[str]:
@@ -194,13 +223,17 @@ class Position:
             out.setdefault(topic, {})[partition] = offset
         return out
 
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        """The JSON-ready form, ``{"topic": {"0": 42}}`` (partitions as text, as in JSON);
+        :meth:`from_dict` reads it back."""
+        out: dict[str, dict[str, int]] = {}
+        for topic, partition, offset in self.entries:
+            out.setdefault(topic, {})[str(partition)] = offset
+        return out
+
     def to_json(self) -> str:
         """Spark's offsets-JSON shape, deterministic (sorted keys, compact)."""
-        return json.dumps(
-            {t: {str(p): o for p, o in parts.items()} for t, parts in self.to_map().items()},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     def __iter__(self) -> Iterator[_Entry]:
         return iter(self.entries)
@@ -266,6 +299,18 @@ class PositionBound:
         return cls(position)
 
     @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PositionBound:
+        """Rebuild a bound from :meth:`to_dict`'s form: None is the unbounded bound, a
+        position's dict (:meth:`Position.from_dict`) the bound at that position.
+
+        Raises
+        ------
+        InvalidPositionError
+            If ``data`` is neither None nor a valid position dict.
+        """
+        return _UNBOUNDED if data is None else cls.at(Position.from_dict(data))
+
+    @classmethod
     def from_json(cls, text: str | bytes) -> PositionBound:
         """``PositionBound.at(Position.from_json(text))``."""
         return cls.at(Position.from_json(text))
@@ -301,6 +346,10 @@ class PositionBound:
             if have is None or have < offset:
                 return False
         return True
+
+    def to_dict(self) -> dict[str, dict[str, int]] | None:
+        """The bound's position as :meth:`Position.to_dict`, or None when unbounded."""
+        return None if self.position is None else self.position.to_dict()
 
     def to_json(self) -> str | None:
         """The bound's position as offsets JSON, or None when unbounded."""

@@ -1,8 +1,8 @@
 """The change feed: the follower source's columns, and Kafka messages turned into Arrow.
 
-Columns (DESIGN.md §6): ``key``, ``value`` (binary unless ``keyFormat`` / ``valueFormat``
-say otherwise; ``value`` is null for deletes), ``topic``, ``partition``, ``offset``,
-``timestamp``, ``timestampType``, ``op`` (``upsert`` / ``delete``), ``position``
+Columns (docs/spark.md, "Follower source"): ``key``, ``value`` (binary unless ``keyFormat``
+/ ``valueFormat`` say otherwise; ``value`` is null for deletes), ``topic``, ``partition``,
+``offset``, ``timestamp``, ``timestampType``, ``op`` (``upsert`` / ``delete``), ``position``
 (``map<string,map<int,bigint>>`` from the record's ``c`` header, null when absent),
 ``window_start`` for window stores, and ``headers`` with ``includeHeaders``.
 """

@@ -13,8 +13,6 @@ topic-partition), ``lag`` (per changelog partition: current, end, lag) and ``met
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import time
 from collections.abc import Generator, Iterator, Mapping
@@ -30,6 +28,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
+    from spark_statestore.query import LagInfo
+    from spark_statestore.serve.protocol import StoreDescription
+    from spark_statestore.store.ownership import OwnerInfo
     from spark_statestore.store.scan import ScanSpec
 
 __all__ = [
@@ -164,7 +165,7 @@ class SnapshotReader(DataSourceReader):
             try:
                 self._check_bound(pinned.position)
                 if self._options.max_lag is not None:
-                    self._check_lag(_lags_from(client.describe()))
+                    self._check_lag(_lag_pairs(client.lags()))
             except BaseException:
                 client.release(pinned.snapshot_id)
                 raise
@@ -180,17 +181,15 @@ class SnapshotReader(DataSourceReader):
             return [_Scan(spec_json, client.location, pinned.snapshot_id, pinned.commit_seq)]
         if not bound.is_unbounded() and wait_s > 0:
             client.release(client.pin(bound, wait_s=wait_s).snapshot_id)
-        described = client.describe()
-        metadata = described
-        position = Position.from_json(json.dumps(described["position"]))
-        self._check_bound(position)
-        lags = _lags_from(described)
+        reply = client.describe()
+        self._check_bound(reply.description.position)
+        lags = _lag_pairs(reply.lags)
         if self._options.max_lag is not None:
             self._check_lag(lags)
-        return [_Rows(self._view_rows(metadata, position, lags))]
+        return [_Rows(self._view_rows(reply.description, reply.owner, lags))]
 
     def _plan_local(self) -> list[InputPartition]:
-        from spark_statestore.serve.protocol import describe_state
+        from spark_statestore.serve.protocol import StoreDescription
         from spark_statestore.store import Store, StoreOptions
         from spark_statestore.store.ownership import read_owner
 
@@ -221,10 +220,8 @@ class SnapshotReader(DataSourceReader):
                 metadata.position.to_json(),
             )
             return [_Scan(spec_json, None, None, metadata.commit_seq)]
-        owner = read_owner(self._options.path)
-        described = describe_state(self._options.path, manifest, metadata)
-        described["owner"] = None if owner is None else dataclasses.asdict(owner)
-        return [_Rows(self._view_rows(described, metadata.position, lags))]
+        description = StoreDescription.of_state(self._options.path, manifest, metadata)
+        return [_Rows(self._view_rows(description, read_owner(self._options.path), lags))]
 
     def _check_bound(self, position: Position) -> None:
         bound = self._options.position_bound
@@ -270,40 +267,39 @@ class SnapshotReader(DataSourceReader):
 
     def _view_rows(
         self,
-        described: Mapping[str, Any],
-        position: Position,
+        description: StoreDescription,
+        owner: OwnerInfo | None,
         lags: Mapping[int, tuple[int, int | None]] | None,
     ) -> list[tuple[Any, ...]]:
         view = self._options.view
         if view is View.POSITION:
-            return [(t, p, o) for t, p, o in position.entries]
+            return [(t, p, o) for t, p, o in description.position.entries]
         if view is View.LAG:
             if lags is None:
-                offsets = described.get("changelog_offsets") or {}
-                return [(int(p), int(o), None, None) for p, o in sorted(offsets.items())]
+                offsets = description.changelog_offsets
+                return [(p, o, None, None) for p, o in sorted(offsets.items())]
             return [
                 (p, cur, end, None if end is None else end - cur)
                 for p, (cur, end) in sorted(lags.items())
             ]
-        owner = described.get("owner") or {}
-        prefix = described.get("key_prefix")
+        held = description.held_partitions
         return [
             (
-                described.get("store"),
-                described.get("role"),
-                described.get("changelog_topic"),
-                described.get("partitions"),
-                described.get("held_partitions"),
-                None if prefix is None else bytes.fromhex(prefix),
-                described.get("store_id"),
-                described.get("created_at"),
-                described.get("commit_seq"),
-                position.to_json(),
-                {int(p): int(o) for p, o in (described.get("changelog_offsets") or {}).items()},
-                owner.get("pid"),
-                owner.get("host"),
-                owner.get("purpose"),
-                owner.get("flight_location"),
+                description.store,
+                description.role.value,
+                description.changelog_topic,
+                description.partitions,
+                None if held is None else list(held),
+                description.key_prefix,
+                description.store_id,
+                description.created_at,
+                description.commit_seq,
+                description.position.to_json(),
+                dict(description.changelog_offsets),
+                None if owner is None else owner.pid,
+                None if owner is None else owner.host,
+                None if owner is None else owner.purpose,
+                None if owner is None else owner.flight_location,
             )
         ]
 
@@ -488,8 +484,8 @@ class PushdownSnapshotReader(SnapshotReader):
         yield from rest
 
 
-def _lags_from(described: Mapping[str, Any]) -> dict[int, tuple[int, int | None]] | None:
-    raw = described.get("lags")
-    if raw is None:
+def _lag_pairs(lags: Mapping[int, LagInfo] | None) -> dict[int, tuple[int, int | None]] | None:
+    """``{partition: (current, end)}`` of a server's lags (None: it reports none)."""
+    if lags is None:
         return None
-    return {int(p): (int(v["current"]), int(v["end"])) for p, v in raw.items()}
+    return {p: (info.current_offset_position, info.end_offset_position) for p, info in lags.items()}

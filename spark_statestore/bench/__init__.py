@@ -1,5 +1,5 @@
 """``spark-statestore bench``: each path of the project against the raw limit of the same
-machine, measured in one run (DESIGN.md §10).
+machine, measured in one run (README.md, "spark-statestore bench").
 
 Every measurement interleaves a candidate (a store transaction, a snapshot read, ...) with its
 baseline (a bare plyvel loop doing the same work) for several rounds, keeps each side's best

@@ -11,7 +11,7 @@ store's :class:`~spark_statestore.position.Position`. :class:`LagInfo`, :class:`
 This module only describes queries and results; stores execute them.
 """
 
-from spark_statestore.query._errors import QueryError, QueryFailedError
+from spark_statestore.query._errors import FailureReason, QueryError, QueryFailedError
 from spark_statestore.query._queries import (
     CustomQuery,
     KeyQuery,
@@ -22,7 +22,7 @@ from spark_statestore.query._queries import (
     RawScanQuery,
 )
 from spark_statestore.query._requests import InStore, StateQueryRequest
-from spark_statestore.query._results import FailureReason, QueryResult, StateQueryResult
+from spark_statestore.query._results import QueryResult, StateQueryResult
 from spark_statestore.query._routing import HostInfo, KeyQueryMetadata, LagInfo
 
 __all__ = [

@@ -1,14 +1,28 @@
-"""The errors of the query package, and the argument check every module shares."""
+"""The errors of the query package: why a query failed (:class:`FailureReason`), the
+exceptions, and the argument check every module shares."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from enum import Enum
 
 from spark_statestore.errors import StateStoreError
 
-if TYPE_CHECKING:
-    # Only for annotations: _results imports this module, so a runtime import would cycle.
-    from spark_statestore.query._results import FailureReason
+
+class FailureReason(str, Enum):
+    """Why a store could not answer a query on one partition (KIP-796)."""
+
+    UNKNOWN_QUERY_TYPE = "UNKNOWN_QUERY_TYPE"
+    """The store does not know how to execute this kind of query."""
+    NOT_ACTIVE = "NOT_ACTIVE"
+    """The request required the active (leader) store and this replica is not it."""
+    NOT_UP_TO_BOUND = "NOT_UP_TO_BOUND"
+    """The store has not yet reached the request's position bound."""
+    NOT_PRESENT = "NOT_PRESENT"
+    """The requested partition is not held by this store (or replica)."""
+    DOES_NOT_EXIST = "DOES_NOT_EXIST"
+    """The requested store or partition does not exist at all."""
+    STORE_EXCEPTION = "STORE_EXCEPTION"
+    """The store raised an error while executing the query."""
 
 
 class QueryError(StateStoreError, ValueError):

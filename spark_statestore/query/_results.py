@@ -4,31 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from enum import Enum
 from types import MappingProxyType
 from typing import Generic, TypeVar, cast
 
 from spark_statestore.position import Position, PositionBound
-from spark_statestore.query._errors import QueryError, QueryFailedError, _check_partition
+from spark_statestore.query._errors import (
+    FailureReason,
+    QueryError,
+    QueryFailedError,
+    _check_partition,
+)
 
 R = TypeVar("R")
-
-
-class FailureReason(str, Enum):
-    """Why a store could not answer a query on one partition (KIP-796)."""
-
-    UNKNOWN_QUERY_TYPE = "UNKNOWN_QUERY_TYPE"
-    """The store does not know how to execute this kind of query."""
-    NOT_ACTIVE = "NOT_ACTIVE"
-    """The request required the active (leader) store and this replica is not it."""
-    NOT_UP_TO_BOUND = "NOT_UP_TO_BOUND"
-    """The store has not yet reached the request's position bound."""
-    NOT_PRESENT = "NOT_PRESENT"
-    """The requested partition is not held by this store (or replica)."""
-    DOES_NOT_EXIST = "DOES_NOT_EXIST"
-    """The requested store or partition does not exist at all."""
-    STORE_EXCEPTION = "STORE_EXCEPTION"
-    """The store raised an error while executing the query."""
 
 
 # -- results -------------------------------------------------------------------------------

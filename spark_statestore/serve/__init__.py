@@ -1,4 +1,4 @@
-"""Serving a live store to other processes over Arrow Flight (DESIGN.md §7).
+"""Serving a live store to other processes over Arrow Flight.
 
 LevelDB lets one process open a store. That owner runs a :class:`StoreServer`; other
 processes find it through the store's ``_owner.json`` (:func:`connect_to_owner`, which reads

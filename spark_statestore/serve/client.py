@@ -9,7 +9,6 @@ failures become :class:`~spark_statestore.serve.errors.ServerUnavailableError`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from spark_statestore.errors import InvalidPositionError
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.auth import (
     AUTH_HEADER,
@@ -45,13 +43,12 @@ from spark_statestore.serve.protocol import (
     ACTION_RELEASE,
     ACTION_STATS,
     MAX_PIN_WAIT_S,
+    DescribeReply,
     ScanTicket,
+    StoreDescription,
     decode_error_info,
     decode_object,
     encode_object,
-    lags_from_dict,
-    offsets_from_dict,
-    position_from_dict,
 )
 from spark_statestore.store.ownership import live_owner
 from spark_statestore.store.scan import ScanSpec
@@ -98,7 +95,7 @@ class PinnedSnapshotInfo:
     position: Position
     changelog_offsets: Mapping[int, int]
     commit_seq: int
-    metadata: Mapping[str, Any]
+    metadata: StoreDescription
 
     @classmethod
     def from_reply(cls, reply: Mapping[str, Any]) -> PinnedSnapshotInfo:
@@ -109,21 +106,19 @@ class PinnedSnapshotInfo:
         BadRequestError
             If the reply is malformed.
         """
-        try:
-            snapshot_id = reply["snapshot_id"]
-            metadata = reply["metadata"]
-            commit_seq = metadata["commit_seq"]
-            if not isinstance(snapshot_id, str) or not isinstance(commit_seq, int):
-                raise TypeError("snapshot_id must be a str and commit_seq an int")
-            return cls(
-                snapshot_id=snapshot_id,
-                position=position_from_dict(metadata),
-                changelog_offsets=offsets_from_dict(metadata),
-                commit_seq=commit_seq,
-                metadata=metadata,
-            )
-        except (KeyError, TypeError, InvalidPositionError) as exc:
-            raise BadRequestError(f"malformed pin reply {dict(reply)!r}: {exc}") from exc
+        snapshot_id = reply.get("snapshot_id")
+        if not isinstance(snapshot_id, str):
+            raise BadRequestError(f"malformed pin reply: snapshot_id {snapshot_id!r} is not a str")
+        if "metadata" not in reply:
+            raise BadRequestError('malformed pin reply: no "metadata" (the pinned commit)')
+        description = StoreDescription.from_dict(reply["metadata"])
+        return cls(
+            snapshot_id=snapshot_id,
+            position=description.position,
+            changelog_offsets=description.changelog_offsets,
+            commit_seq=description.commit_seq,
+            metadata=description,
+        )
 
 
 class StoreClient:
@@ -214,7 +209,7 @@ class StoreClient:
         timeout_s = self.timeout_s
         if bound is not None and bound.position is not None and wait_s > 0:
             body = {
-                "position_bound": json.loads(bound.position.to_json()),
+                "position_bound": bound.to_dict(),
                 "wait_ms": int(wait_s * 1000),
             }
             timeout_s += min(wait_s, MAX_PIN_WAIT_S)
@@ -237,34 +232,43 @@ class StoreClient:
         reply = self._action(ACTION_RELEASE, {"snapshot_id": snapshot_id})
         return bool(reply.get("released"))
 
-    def describe(self) -> dict[str, Any]:
-        """The store's latest commit (name, topic, position, offsets...), its ``lags``
-        (``{"0": {...}}`` or None), its ``owner`` and the number of live ``pins``."""
-        return self._check_store(self._action(ACTION_DESCRIBE, {}))
+    def describe(self) -> DescribeReply:
+        """The store's latest commit (name, topic, position, offsets...), its lags, its
+        owner and the number of live pins.
 
-    def _check_store(self, description: Mapping[str, Any]) -> dict[str, Any]:
-        served = description.get("store_id")
+        Raises
+        ------
+        ServeError
+            If the server's reply is malformed.
+        WrongStoreError
+            If the server serves another store than :attr:`store_id`.
+        """
+        raw = self._action(ACTION_DESCRIBE, {})
+        try:
+            reply = DescribeReply.from_dict(raw)
+        except BadRequestError as exc:
+            raise ServeError(
+                f"store server {self.location} sent a malformed describe reply: {exc}",
+                self.location,
+            ) from exc
+        self._check_store(reply.description)
+        return reply
+
+    def _check_store(self, description: StoreDescription) -> None:
+        served = description.store_id
         if self.store_id is not None and served != self.store_id:
             raise WrongStoreError(
                 f"store server {self.location} serves store {served!r} at "
-                f"{description.get('path')!r}, not store {self.store_id!r}: the owner file "
+                f"{description.path!r}, not store {self.store_id!r}: the owner file "
                 "that pointed here is stale or was edited; re-run the query (it finds the "
                 "store's real owner), and check who can write the store directory",
                 self.location,
             )
-        return dict(description)
 
     def lags(self) -> dict[int, LagInfo] | None:
         """``{partition: LagInfo}`` from :meth:`describe`; None when the server knows none."""
-        lags = self.describe().get("lags")
-        if lags is None:
-            return None
-        try:
-            return lags_from_dict(lags)
-        except (BadRequestError, AttributeError) as exc:
-            raise ServeError(
-                f"store server {self.location} sent malformed lags: {exc}", self.location
-            ) from exc
+        lags = self.describe().lags
+        return None if lags is None else dict(lags)
 
     def stats(self) -> dict[str, int]:
         """The server's cumulative scan counters (``rows_examined``, ``rows_returned``,

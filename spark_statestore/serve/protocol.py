@@ -9,17 +9,21 @@ Tickets (``do_get``)::
 
 Actions (``do_action``; the body is a JSON object, the result one JSON object)::
 
-    pin       {}                   -> {"snapshot_id": "<id>", "metadata": <description>}
+    pin       {"position_bound": <position> (optional), "wait_ms": n (optional)}
+                                   -> {"snapshot_id": "<id>", "metadata": <description>}
     release   {"snapshot_id": ...} -> {"released": true | false}
-    describe  {}                   -> <description> + {"lags": ..., "owner": ..., "pins": n}
+    describe  {}                   -> <description> + {"lags": ..., "owner": ..., "pins": n,
+                                                       "location": ...}
     stats     {}                   -> {"rows_examined": n, "rows_returned": n, "requests": n}
 
-A *description* of a committed state::
+A *position* is :meth:`~spark_statestore.position.Position.to_dict`'s form,
+``{"topic": {"0": 42}}``. A *description* of a committed state
+(:meth:`StoreDescription.to_dict`; the ``describe`` reply is :meth:`DescribeReply.to_dict`)::
 
     {"store": name, "store_id": id, "path": dir, "changelog_topic": topic | null,
      "partitions": n, "held_partitions": [0, 2] | null, "key_prefix": "<hex>" | null,
-     "role": "leader" | "follower",
-     "position": {"topic": {"0": 42}}, "changelog_offsets": {"0": 12},
+     "role": "leader" | "follower", "created_at": iso8601,
+     "position": <position>, "changelog_offsets": {"0": 12},
      "commit_seq": n, "commit_record": {...} | null}
 
 ``lags`` is ``{"0": {"current": a, "end": b, "lag": b - a}}`` per partition (the fields of
@@ -33,15 +37,18 @@ Failed calls carry ``{"kind": <ServeError kind>, "message": text}`` in the Fligh
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from spark_statestore.errors import InvalidPositionError
 from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 from spark_statestore.serve.errors import BadRequestError
-from spark_statestore.store.manifest import StoreManifest, StoreMetadata
+from spark_statestore.store.manifest import Role, StoreManifest, StoreMetadata
+from spark_statestore.store.ownership import OwnerInfo
 from spark_statestore.store.scan import InvalidScanError, ScanSpec
 
 __all__ = [
@@ -52,16 +59,15 @@ __all__ = [
     "ACTION_STATS",
     "MAX_PIN_WAIT_S",
     "MAX_REQUEST_BYTES",
+    "DescribeReply",
     "ScanTicket",
+    "StoreDescription",
     "decode_error_info",
     "decode_object",
-    "describe_state",
     "encode_error_info",
     "encode_object",
     "lags_from_dict",
     "lags_to_dict",
-    "offsets_from_dict",
-    "position_from_dict",
 ]
 
 ACTION_PIN: Final = "pin"
@@ -178,47 +184,240 @@ def decode_error_info(extra_info: bytes | None) -> tuple[str, str] | None:
 
 
 # -- descriptions ---------------------------------------------------------------------------
-def describe_state(path: str, manifest: StoreManifest, metadata: StoreMetadata) -> dict[str, Any]:
-    """The JSON description of one committed state of a store (see the module docstring)."""
-    record = metadata.commit_record
-    return {
-        "store": manifest.name,
-        "store_id": manifest.store_id,
-        "path": path,
-        "changelog_topic": manifest.changelog_topic,
-        "partitions": manifest.partitions,
-        "held_partitions": None
-        if manifest.held_partitions is None
-        else list(manifest.held_partitions),
-        "key_prefix": None if manifest.key_prefix is None else manifest.key_prefix.hex(),
-        "role": manifest.role.value,
-        "created_at": manifest.created_at,
-        "position": json.loads(metadata.position.to_json()),
-        "changelog_offsets": {str(p): o for p, o in sorted(metadata.changelog_offsets.items())},
-        "commit_seq": metadata.commit_seq,
-        "commit_record": None if record is None else json.loads(record.to_json()),
-    }
+@dataclass(frozen=True, slots=True)
+class StoreDescription:
+    """One committed state of a store, as its server describes it (see the module docstring):
+    the ``metadata`` of a pin reply and the body of a ``describe`` reply.
+
+    Parameters
+    ----------
+    store, store_id, path
+        The store's name, its random id and its directory on the server's host.
+    changelog_topic
+        The changelog the store follows or publishes; None for a leader without one.
+    partitions
+        The changelog's partition count.
+    held_partitions
+        The partitions a subset follower holds; None: all of them.
+    key_prefix
+        The key prefix a subset follower keeps; None: every key.
+    role
+        Leader or follower.
+    created_at
+        The store's creation time, ISO 8601 UTC.
+    position
+        The position of the commit.
+    changelog_offsets
+        ``{partition: next changelog offset}`` of the commit.
+    commit_seq
+        The commit's sequence number.
+    commit_record
+        The last sink commit record in
+        :meth:`~spark_statestore.store.manifest.CommitRecord.to_dict`'s form, or None.
+    """
+
+    store: str
+    store_id: str
+    path: str
+    changelog_topic: str | None
+    partitions: int
+    held_partitions: tuple[int, ...] | None
+    key_prefix: bytes | None
+    role: Role
+    created_at: str
+    position: Position
+    changelog_offsets: Mapping[int, int]
+    commit_seq: int
+    commit_record: Mapping[str, Any] | None
+
+    @classmethod
+    def of_state(
+        cls, path: str, manifest: StoreManifest, metadata: StoreMetadata
+    ) -> StoreDescription:
+        """The description of the committed state ``metadata`` of the store at ``path``."""
+        record = metadata.commit_record
+        return cls(
+            store=manifest.name,
+            store_id=manifest.store_id,
+            path=path,
+            changelog_topic=manifest.changelog_topic,
+            partitions=manifest.partitions,
+            held_partitions=manifest.held_partitions,
+            key_prefix=manifest.key_prefix,
+            role=manifest.role,
+            created_at=manifest.created_at,
+            position=metadata.position,
+            changelog_offsets=dict(metadata.changelog_offsets),
+            commit_seq=metadata.commit_seq,
+            commit_record=None if record is None else record.to_dict(),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form sent on the wire; :meth:`from_dict` reads it back."""
+        return {
+            "store": self.store,
+            "store_id": self.store_id,
+            "path": self.path,
+            "changelog_topic": self.changelog_topic,
+            "partitions": self.partitions,
+            "held_partitions": None if self.held_partitions is None else list(self.held_partitions),
+            "key_prefix": None if self.key_prefix is None else self.key_prefix.hex(),
+            "role": self.role.value,
+            "created_at": self.created_at,
+            "position": self.position.to_dict(),
+            "changelog_offsets": {str(p): o for p, o in sorted(self.changelog_offsets.items())},
+            "commit_seq": self.commit_seq,
+            "commit_record": None if self.commit_record is None else dict(self.commit_record),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StoreDescription:
+        """Decode a description a server sent (fields other than the description's are
+        ignored: a ``describe`` reply carries more, see :class:`DescribeReply`).
+
+        Raises
+        ------
+        BadRequestError
+            If a field is missing or malformed.
+        """
+        if not isinstance(data, Mapping):
+            raise BadRequestError(
+                f"a store description must be an object, got {reprlib.repr(data)}"
+            )
+        held = _field(data, "held_partitions", list, optional=True)
+        prefix = _field(data, "key_prefix", str, optional=True)
+        record = _field(data, "commit_record", dict, optional=True)
+        try:
+            role = Role(_field(data, "role", str))
+            position = Position.from_dict(_field(data, "position", dict))
+            key_prefix = None if prefix is None else bytes.fromhex(prefix)
+        except (ValueError, InvalidPositionError) as exc:
+            raise BadRequestError(f"malformed store description: {exc}") from exc
+        return cls(
+            store=_field(data, "store", str),
+            store_id=_field(data, "store_id", str),
+            path=_field(data, "path", str),
+            changelog_topic=_field(data, "changelog_topic", str, optional=True),
+            partitions=_count(data, "partitions", minimum=1),
+            held_partitions=None
+            if held is None
+            else tuple(_partition(p, "held_partitions", key=False) for p in held),
+            key_prefix=key_prefix,
+            role=role,
+            created_at=_field(data, "created_at", str),
+            position=position,
+            changelog_offsets=_offsets_from_dict(_field(data, "changelog_offsets", dict)),
+            commit_seq=_count(data, "commit_seq", minimum=0),
+            commit_record=record,
+        )
 
 
-def position_from_dict(description: Mapping[str, Any]) -> Position:
-    """The :class:`Position` of a description (validated like any position JSON)."""
-    return Position.from_json(json.dumps(description.get("position", {})))
+@dataclass(frozen=True, slots=True)
+class DescribeReply:
+    """The reply of the ``describe`` action: the latest commit and what its server knows now.
+
+    Parameters
+    ----------
+    description
+        The store's latest commit.
+    lags
+        ``{partition: LagInfo}``, or None when the server has no lag provider.
+    owner
+        The process owning (and serving) the store.
+    pins
+        How many snapshots are pinned on the server.
+    location
+        The server's Flight location.
+    """
+
+    description: StoreDescription
+    lags: Mapping[int, LagInfo] | None
+    owner: OwnerInfo
+    pins: int
+    location: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The description's fields plus ``lags``, ``owner``, ``pins`` and ``location``."""
+        return {
+            **self.description.to_dict(),
+            "lags": None if self.lags is None else lags_to_dict(self.lags),
+            "owner": asdict(self.owner),
+            "pins": self.pins,
+            "location": self.location,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DescribeReply:
+        """Decode a ``describe`` reply.
+
+        Raises
+        ------
+        BadRequestError
+            If a field is missing or malformed.
+        """
+        description = StoreDescription.from_dict(data)
+        lags = _field(data, "lags", dict, optional=True)
+        owner = _field(data, "owner", dict)
+        flight_location = _field(owner, "flight_location", str, optional=True, what="owner")
+        return cls(
+            description=description,
+            lags=None if lags is None else lags_from_dict(lags),
+            owner=OwnerInfo(
+                pid=_field(owner, "pid", int, what="owner"),
+                host=_field(owner, "host", str, what="owner"),
+                role=_field(owner, "role", str, what="owner"),
+                purpose=_field(owner, "purpose", str, what="owner"),
+                started_at=_field(owner, "started_at", str, what="owner"),
+                flight_location=flight_location,
+            ),
+            pins=_count(data, "pins", minimum=0),
+            location=_field(data, "location", str, optional=True),
+        )
 
 
-def offsets_from_dict(description: Mapping[str, Any]) -> dict[int, int]:
-    """The ``{partition: next offset}`` changelog offsets of a description."""
-    offsets = description.get("changelog_offsets") or {}
-    if not isinstance(offsets, dict):
-        raise BadRequestError(f"changelog_offsets must be an object, got {offsets!r}")
+def _field(
+    data: Mapping[str, Any],
+    name: str,
+    kind: type,
+    *,
+    optional: bool = False,
+    what: str = "store description",
+) -> Any:
+    """``data[name]`` when it is a ``kind`` (or None, when ``optional``)."""
+    if name not in data:
+        raise BadRequestError(f"the {what} has no {name!r} field")
+    value = data[name]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        kinds = f"{kind.__name__} or null" if optional else kind.__name__
+        raise BadRequestError(f"the {what}'s {name!r} must be {kinds}, got {reprlib.repr(value)}")
+    return value
+
+
+def _count(data: Mapping[str, Any], name: str, *, minimum: int) -> int:
+    """An integer field of a description, ``>= minimum`` and within an int64."""
+    value: int = _field(data, name, int)
+    if not minimum <= value <= INT64_MAX:
+        raise BadRequestError(f"the store description's {name!r} is out of range: {value}")
+    return value
+
+
+def _offsets_from_dict(offsets: Mapping[str, Any]) -> dict[int, int]:
+    """``{partition: next offset}`` from a description's ``changelog_offsets``."""
     return {
         _partition(p, "changelog_offsets"): _offset(o, "changelog_offsets")
         for p, o in offsets.items()
     }
 
 
-def _partition(text: Any, what: str) -> int:
-    """A partition key of a JSON object: ASCII digits only (``int()`` also reads '٣')."""
-    number = ascii_integer(text) if isinstance(text, str) else None
+def _partition(text: Any, what: str, *, key: bool = True) -> int:
+    """A partition: the key of a JSON object in ASCII digits only (``int()`` also reads
+    '٣'), or with ``key=False`` a JSON integer."""
+    if key:
+        number = ascii_integer(text) if isinstance(text, str) else None
+    else:
+        number = None if isinstance(text, bool) or not isinstance(text, int) else text
     if number is None or not 0 <= number <= _INT32_MAX:
         raise BadRequestError(f"{what}: {text!r} is not a partition number")
     return number

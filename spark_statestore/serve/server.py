@@ -10,12 +10,10 @@ process reads pinned or fresh snapshots of the store through a
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +46,12 @@ from spark_statestore.serve.protocol import (
     ACTIONS,
     MAX_PIN_WAIT_S,
     MAX_REQUEST_BYTES,
+    DescribeReply,
     ScanTicket,
+    StoreDescription,
     decode_object,
-    describe_state,
     encode_error_info,
     encode_object,
-    lags_to_dict,
 )
 from spark_statestore.store.errors import StoreError
 from spark_statestore.store.scan import InvalidScanError, ScanSpec, ScanStats, scan_batches
@@ -392,9 +390,9 @@ class StoreServer:
                     else:
                         del self._waiting_by_client[client]
         snapshot = store.snapshot()
-        metadata = describe_state(store.path, store.manifest, snapshot.metadata)
+        description = StoreDescription.of_state(store.path, store.manifest, snapshot.metadata)
         snapshot_id = self._pins.pin(snapshot, client=client)
-        return {"snapshot_id": snapshot_id, "metadata": metadata}
+        return {"snapshot_id": snapshot_id, "metadata": description.to_dict()}
 
     def _start_waiting(self, client: str) -> None:
         """Count one more pin waiting for its bound, within the caps."""
@@ -431,14 +429,14 @@ class StoreServer:
                 "stopped serving it: re-run the query",
                 self._location,
             )
-        description = describe_state(store.path, store.manifest, store.metadata)
-        lags = None
-        if self._lag_provider is not None:
-            lags = lags_to_dict(self._lag_provider())
-        description.update(
-            lags=lags, owner=asdict(store.owner), pins=len(self._pins), location=self._location
+        reply = DescribeReply(
+            description=StoreDescription.of_state(store.path, store.manifest, store.metadata),
+            lags=None if self._lag_provider is None else self._lag_provider(),
+            owner=store.owner,
+            pins=len(self._pins),
+            location=self._location,
         )
-        return description
+        return reply.to_dict()
 
     def _handle_get(self, raw: bytes) -> Iterator[pa.RecordBatch]:
         self._pins.expire()
@@ -582,7 +580,7 @@ def _pin_wait(body: Mapping[str, Any]) -> tuple[PositionBound | None, float]:
             f'action "pin": position_bound must be an offsets JSON object, got {raw_bound!r}'
         )
     try:
-        bound = PositionBound.from_json(json.dumps(raw_bound))
+        bound = PositionBound.from_dict(raw_bound)
     except StateStoreError as exc:
         raise BadRequestError(f'action "pin": bad position_bound: {exc}') from exc
     return bound, min(wait_ms / 1000.0, MAX_PIN_WAIT_S)

@@ -1,4 +1,4 @@
-"""The LevelDB state store engine (DESIGN.md §3).
+"""The LevelDB state store engine (docs/store.md).
 
 One store is one directory holding one LevelDB database (all changelog partitions), owned by
 one process at a time. Writers change it through :class:`Transaction` objects whose commits

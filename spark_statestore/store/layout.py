@@ -1,4 +1,4 @@
-"""On-disk layout of a store: key namespaces and the value envelope (DESIGN.md §3).
+"""On-disk layout of a store: key namespaces and the value envelope (docs/store.md, "On disk").
 
 One store is one LevelDB database. User data lives under the data namespace ``b"d" + key``;
 the store's metadata lives under ``b"m:" + name``. Every data value is an *envelope*::

@@ -165,18 +165,19 @@ class CommitRecord:
         object.__setattr__(self, "changelog_end_offsets", offsets)
         json.dumps(self.source_offsets)  # refuse what cannot be stored, at the caller
 
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "query_id": self.query_id,
-                "batch_id": self.batch_id,
-                "source_offsets": self.source_offsets,
-                "changelog_end_offsets": {
-                    str(p): o for p, o in sorted(self.changelog_end_offsets.items())
-                },
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (changelog partitions as text), as stored and as served."""
+        return {
+            "query_id": self.query_id,
+            "batch_id": self.batch_id,
+            "source_offsets": self.source_offsets,
+            "changelog_end_offsets": {
+                str(p): o for p, o in sorted(self.changelog_end_offsets.items())
             },
-            sort_keys=True,
-        ).encode()
+        }
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes, path: str) -> CommitRecord:

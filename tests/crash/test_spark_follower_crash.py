@@ -55,8 +55,8 @@ START_TIMEOUT_S = 300.0  # a JVM start on a busy 2-core machine
 RESTORE_TIMEOUT_S = 300.0
 # The store's owner pushes no notification of its commits, so the test polls (cheap local
 # Flight calls). The follower commits 50k-record chunks: even at the raw consume rate of the
-# 2-core machine (~1M records/s, DESIGN.md section 10) one chunk takes ~50 ms, so a 10 ms poll
-# sees the store between two commits of a restore.
+# 2-core machine (~1M records/s) one chunk takes ~50 ms, so a 10 ms poll sees the store
+# between two commits of a restore.
 POLL_S = 0.01
 
 

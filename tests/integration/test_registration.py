@@ -1,11 +1,12 @@
 """Spark registers ``spark_statestore`` by itself once the package is installed.
 
 Spark imports every top-level ``pyspark_*`` module that ``pkgutil.iter_modules`` lists and
-registers its ``DefaultSource`` (``pyspark/sql/worker/lookup_data_sources.py``). Our dev
-install is editable, and editable installs hide top-level modules from ``iter_modules``, so
-this test builds a wheel of the project, installs it into a scratch directory and runs a
-fresh interpreter with only that copy importable: a plain local SparkSession, no
-:func:`spark_statestore.register`, reads a store by format name and through SQL.
+registers its ``DefaultSource`` (PySpark's ``pyspark/sql/worker/lookup_data_sources.py`` in
+apache/spark). Our dev install is editable, and editable installs hide top-level modules from
+``iter_modules``, so this test builds a wheel of the project, installs it into a scratch
+directory and runs a fresh interpreter with only that copy importable: a plain local
+SparkSession, no :func:`spark_statestore.register`, reads a store by format name and through
+SQL.
 """
 
 from __future__ import annotations

@@ -43,16 +43,17 @@ from spark_statestore.connectors.spark.options import (
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
 from spark_statestore.serve.protocol import (
+    DescribeReply,
     ScanTicket,
+    StoreDescription,
     decode_error_info,
     decode_object,
     lags_from_dict,
-    offsets_from_dict,
-    position_from_dict,
 )
 from spark_statestore.store.scan import ScanSpec
 from tests.unit.test_changelog_headers import _fuzz_corpus
 from tests.unit.test_position_merger import merge_outcomes
+from tests.unit.test_serve_protocol import OWNER_DICT, valid_description
 
 T = TypeVar("T", str, bytes)
 
@@ -398,9 +399,18 @@ _SCAN_CORPUS = [
 _FLIGHT_CORPUS = [
     *(f'{{"snapshot_id": "s-1", "scan": {spec}}}'.encode() for spec in _SCAN_CORPUS),
     b'{"snapshot_id": null, "scan": {}}',
+    json.dumps(valid_description()).encode(),
     json.dumps(
-        {"position": {"orders": {"0": 41, "1": 7}}, "changelog_offsets": {"0": 12}}
+        {
+            **valid_description(),
+            "commit_record": {"query_id": "q", "batch_id": 3},
+            "lags": {"0": {"current": 3, "end": 9, "lag": 6}},
+            "owner": OWNER_DICT,
+            "pins": 1,
+            "location": None,
+        }
     ).encode(),
+    json.dumps({"orders": {"0": 41, "1": 7}}).encode(),
     b'{"0": {"current": 3, "end": 9, "lag": 6}, "1": {"current": 0, "end": 0, "lag": 0}}',
     b'{"kind": "bad_request", "message": "no"}',
     b'{"position_bound": {"orders": {"0": 4}}, "wait_ms": 250}',
@@ -413,8 +423,9 @@ def _parse_flight(body: bytes) -> None:
     refused = 0
     decoders: list[Callable[[bytes], object]] = [
         ScanTicket.from_bytes,
-        lambda raw: position_from_dict(decode_object(raw, "action body")),
-        lambda raw: offsets_from_dict(decode_object(raw, "reply")),
+        lambda raw: Position.from_dict(decode_object(raw, "action body")),
+        lambda raw: StoreDescription.from_dict(decode_object(raw, "reply")),
+        lambda raw: DescribeReply.from_dict(decode_object(raw, "reply")),
         lambda raw: lags_from_dict(decode_object(raw, "reply")),
         ScanSpec.from_json,
     ]
@@ -503,19 +514,18 @@ def test_the_soak_runs_over_a_million_inputs() -> None:
 @pytest.mark.parametrize("offset", ["Infinity", "-Infinity", "1e400"])
 def test_changelog_offsets_of_a_description_that_are_not_integers_are_refused(offset: str) -> None:
     from spark_statestore.serve.errors import BadRequestError
-    from spark_statestore.serve.protocol import offsets_from_dict
 
-    description = decode_object(b'{"changelog_offsets": {"0": %s}}' % offset.encode(), "result")
+    raw = json.dumps({**valid_description(), "changelog_offsets": {"0": "OFFSET"}})
+    description = decode_object(raw.replace('"OFFSET"', offset).encode(), "result")
     with pytest.raises(BadRequestError):
-        offsets_from_dict(description)
+        StoreDescription.from_dict(description)
 
 
 def test_changelog_offsets_partitions_take_ascii_digits_only() -> None:
     from spark_statestore.serve.errors import BadRequestError
-    from spark_statestore.serve.protocol import offsets_from_dict
 
     with pytest.raises(BadRequestError):  # int() reads the Arabic-Indic digit as 3
-        offsets_from_dict({"changelog_offsets": {"\u0663": 12}})
+        StoreDescription.from_dict({**valid_description(), "changelog_offsets": {"\u0663": 12}})
 
 
 def test_lags_that_are_not_integers_are_refused() -> None:

@@ -428,3 +428,72 @@ def test_from_map_rejects_bad_topics_without_partitions(raw: Any) -> None:
 def test_from_json_rejects_deeply_nested_json() -> None:
     with pytest.raises(InvalidPositionError):
         Position.from_json("[" * 100_000)
+
+
+# -- dict forms (the wire's typed form) ----------------------------------------------------
+@given(any_positions)
+def test_dict_round_trip(position: Position) -> None:
+    data = position.to_dict()
+    assert Position.from_dict(data) == position
+    # The dict form is exactly what the JSON text holds, and both decoders agree.
+    assert json.loads(position.to_json()) == data
+    assert Position.from_dict(json.loads(json.dumps(data))) == position
+
+
+def test_dict_shape() -> None:
+    position = Position.from_map({"b": {10: 2, 1: 3}, "a": {0: 7}})
+    assert position.to_dict() == {"a": {"0": 7}, "b": {"1": 3, "10": 2}}
+    assert Position.empty().to_dict() == {}
+    assert Position.from_dict({}) == Position.empty()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        [],
+        "t",
+        {"t": [42]},
+        {"t": 42},
+        {"t": {0: 1}},  # partitions are text in the dict form, as in JSON
+        {"t": {"0": -1}},
+        {"t": {"0": True}},
+        {"t": {"0": "42"}},
+        {"t": {"0": 4.5}},
+        {"t": {"0": None}},
+        {"t": {"x": 1}},
+        {"t": {"01": 1}},
+        {"t": {"+1": 1}},
+        {"t": {" 1": 1}},
+        {"t": {"\u0663": 1}},
+        {"t": {"1_0": 1}},
+        {"t": {"9" * 5000: 1}},
+        {"t": {"-1": 1}},
+        {"t": {"2147483648": 1}},
+        {"": {"0": 1}},
+        {1: {"0": 1}},
+        {"t": {"0": 2**63}},
+    ],
+)
+def test_from_dict_rejects_bad_input(data: Any) -> None:
+    with pytest.raises(InvalidPositionError) as info:
+        Position.from_dict(data)
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, StateStoreError)
+
+
+@given(st.one_of(st.just(PositionBound.unbounded()), any_positions.map(PositionBound.at)))
+def test_bound_dict_round_trip(bound: PositionBound) -> None:
+    assert PositionBound.from_dict(bound.to_dict()) == bound
+
+
+def test_bound_dict_forms() -> None:
+    assert PositionBound.unbounded().to_dict() is None
+    assert PositionBound.from_dict(None).is_unbounded()
+    bound = PositionBound.from_dict({"t": {"0": 42}})
+    assert bound == PositionBound.at(Position.from_map({"t": {0: 42}}))
+    assert bound.to_dict() == {"t": {"0": 42}}
+    with pytest.raises(InvalidPositionError):
+        PositionBound.from_dict({"t": {"0": -1}})
+    with pytest.raises(InvalidPositionError):
+        PositionBound.from_dict("unbounded")  # type: ignore[arg-type]

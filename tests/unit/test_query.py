@@ -677,3 +677,32 @@ def test_results_serialise_positions_as_json() -> None:
     # Results cross process boundaries (Flight); their positions keep the offsets-JSON shape.
     result = QueryResult.for_result(b"v", P2)
     assert json.loads(result.position.to_json()) == {"in": {"0": 7, "1": 3}, "other": {"0": 1}}
+
+
+# -- structure -------------------------------------------------------------------------------
+def test_the_query_modules_import_each_other_in_one_direction() -> None:
+    # A sibling imported only under TYPE_CHECKING hides an import circle; the shared types
+    # live in the module every other one depends on (_errors) instead.
+    import ast
+    from pathlib import Path
+
+    import spark_statestore.query as package
+
+    for path in sorted(Path(package.__file__).parent.glob("_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guarded = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If)
+            and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING"
+        ]
+        siblings = [
+            alias.name
+            for block in guarded
+            for node in ast.walk(block)
+            if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("spark_statestore.query")
+            for alias in node.names
+        ]
+        assert not siblings, f"{path.name} imports {siblings} only for type checking"

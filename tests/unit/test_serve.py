@@ -34,7 +34,7 @@ from spark_statestore.serve import (
     connect_to_owner,
 )
 from spark_statestore.serve.protocol import ACTIONS, decode_error_info
-from spark_statestore.store import ScanSpec, Store, arrow_schema, read_owner
+from spark_statestore.store import Role, ScanSpec, Store, arrow_schema, read_owner
 
 MakeStore = Callable[..., Store]
 Serve = Callable[..., tuple[StoreServer, StoreClient]]
@@ -111,13 +111,13 @@ def test_a_pin_keeps_its_commit_while_the_store_moves_on(store: Store, serve: Se
     assert pinned.commit_seq == before.commit_seq
     assert pinned.position == before.position == Position.from_map({"input": {0: N_KEYS - 1}})
     assert pinned.changelog_offsets == {0: N_KEYS}
-    assert pinned.metadata["store"] == store.name
-    assert pinned.metadata["changelog_topic"] == "changelog"
-    assert pinned.metadata["role"] == "leader"
-    assert pinned.metadata["partitions"] == 2
-    assert pinned.metadata["commit_record"] is None
-    assert pinned.metadata["held_partitions"] is None  # a whole-changelog store
-    assert pinned.metadata["key_prefix"] is None
+    assert pinned.metadata.store == store.name
+    assert pinned.metadata.changelog_topic == "changelog"
+    assert pinned.metadata.role is Role.LEADER
+    assert pinned.metadata.partitions == 2
+    assert pinned.metadata.commit_record is None
+    assert pinned.metadata.held_partitions is None  # a whole-changelog store
+    assert pinned.metadata.key_prefix is None
 
     with store.begin() as txn:  # commits after the pin
         txn.put(_key(1), b"changed")
@@ -129,7 +129,7 @@ def test_a_pin_keeps_its_commit_while_the_store_moves_on(store: Store, serve: Se
     assert _values(client, keys, pinned.snapshot_id) == {_key(1): b"v0", _key(2): b"v0"}
     assert len(_values(client, ScanSpec.everything(), pinned.snapshot_id)) == N_KEYS
     assert _values(client, keys) == {_key(1): b"changed", b"new": b"added"}
-    assert client.describe()["commit_seq"] == before.commit_seq + 1
+    assert client.describe().description.commit_seq == before.commit_seq + 1
     assert client.pin().position == Position.from_map({"input": {0: N_KEYS + 5}})
 
 
@@ -187,10 +187,10 @@ def test_scan_specs_travel_to_the_server(store: Store, serve: Serve) -> None:
 def test_release_ends_a_pin(store: Store, serve: Serve) -> None:
     _, client = serve(store)
     pinned = client.pin()
-    assert client.describe()["pins"] == 1
+    assert client.describe().pins == 1
     assert client.release(pinned.snapshot_id) is True
     assert client.release(pinned.snapshot_id) is False
-    assert client.describe()["pins"] == 0
+    assert client.describe().pins == 0
     with pytest.raises(SnapshotExpiredError, match=r"was released.*re-run the query") as err:
         list(client.scan(ScanSpec.everything(), pinned.snapshot_id))
     assert err.value.location == client.location
@@ -210,9 +210,9 @@ def test_pins_expire_after_their_ttl_without_use(store: Store, serve: Serve) -> 
     clock.advance(9)
     assert _values(client, ScanSpec.for_keys([_key(3)]), pinned.snapshot_id)  # refreshes TTL
     clock.advance(9)
-    assert client.describe()["pins"] == 1  # 9 s since last use: still alive
+    assert client.describe().pins == 1  # 9 s since last use: still alive
     clock.advance(1)
-    assert client.describe()["pins"] == 0  # 10 s: expired, lazily on this call
+    assert client.describe().pins == 0  # 10 s: expired, lazily on this call
     with pytest.raises(SnapshotExpiredError, match=r"expired after 10 s without use.*re-run"):
         list(client.scan(ScanSpec.everything(), pinned.snapshot_id))
 
@@ -224,13 +224,13 @@ def test_a_pin_being_read_does_not_expire(store: Store, serve: Serve) -> None:
     stream = client.scan(ScanSpec.everything(), pinned.snapshot_id)
     rows = next(stream).num_rows  # the server holds the pin for this stream now
     clock.advance(60)
-    assert client.describe()["pins"] == 1
+    assert client.describe().pins == 1
     rows += sum(batch.num_rows for batch in stream)
     assert rows == N_KEYS
     clock.advance(9)  # the end of the read counts as use
-    assert client.describe()["pins"] == 1
+    assert client.describe().pins == 1
     clock.advance(1)
-    assert client.describe()["pins"] == 0
+    assert client.describe().pins == 0
 
 
 def test_max_pins(store: Store, serve: Serve) -> None:
@@ -461,21 +461,26 @@ def test_describe_reports_lags_and_owner(store: Store, serve: Serve) -> None:
     lags = {0: LagInfo(N_KEYS, N_KEYS + 3), 1: LagInfo(0, 0)}
     server, client = serve(store, lag_provider=lambda: lags)
     described = client.describe()
-    assert described["lags"] == {
+    assert described.lags == lags
+    assert client.lags() == lags
+    assert described.owner == store.owner
+    assert described.owner.flight_location == server.location
+    assert described.description.position == Position.from_map({"input": {0: N_KEYS - 1}})
+    assert described.description.changelog_offsets == {0: N_KEYS}
+    assert described.location == server.location
+    # On the wire: plain JSON, lags with their offset lag.
+    wire = json.loads(json.dumps(described.to_dict()))
+    assert wire["lags"] == {
         "0": {"current": N_KEYS, "end": N_KEYS + 3, "lag": 3},
         "1": {"current": 0, "end": 0, "lag": 0},
     }
-    assert client.lags() == lags
-    assert described["owner"]["pid"] == store.owner.pid
-    assert described["owner"]["flight_location"] == server.location
-    assert described["position"] == {"input": {"0": N_KEYS - 1}}
-    assert described["changelog_offsets"] == {"0": N_KEYS}
-    json.dumps(described)
+    assert wire["position"] == {"input": {"0": N_KEYS - 1}}
+    assert wire["changelog_offsets"] == {"0": N_KEYS}
 
 
 def test_describe_without_a_lag_provider(store: Store, serve: Serve) -> None:
     _, client = serve(store)
-    assert client.describe()["lags"] is None
+    assert client.describe().lags is None
     assert client.lags() is None
 
 
@@ -509,7 +514,7 @@ def test_a_server_advertises_itself_in_the_owner_file(make_store: MakeStore) -> 
     client = connect_to_owner(store.path)
     assert client is not None
     with client:
-        assert client.describe()["commit_seq"] == store.metadata.commit_seq
+        assert client.describe().description.commit_seq == store.metadata.commit_seq
     server.close()
     owner = read_owner(store.path)
     assert owner is not None and owner.flight_location is None

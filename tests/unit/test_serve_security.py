@@ -99,7 +99,7 @@ def test_the_owner_writes_its_credentials_owner_only(served: Callable[..., Store
 def test_a_user_supplied_token(served: Callable[..., StoreServer]) -> None:
     server = served(token="my-own-token-0123456789")
     with StoreClient(server.location, token="my-own-token-0123456789") as client:
-        assert client.describe()["store_id"] == server.store.manifest.store_id
+        assert client.describe().description.store_id == server.store.manifest.store_id
     for bad in ("short", "has spaces in the token!", "é" * 20):
         with pytest.raises(ServerConfigError, match="printable ASCII"):
             StoreServer(server.store, token=bad)
