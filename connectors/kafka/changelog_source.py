@@ -13,8 +13,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from spark_statestore.changelog.headers import PositionMerger
 from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.tail import message_to_record

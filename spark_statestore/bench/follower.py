@@ -202,7 +202,7 @@ def _c_headers() -> list[Callable[[int], bytes]]:
     differs between records only in the offset, so it is patched into one encoded template,
     checked once against :func:`encode_position`.
     """
-    from spark_statestore.changelog.headers import encode_position
+    from spark_statestore.changelog.position_codec import encode_position
     from spark_statestore.position import Position
 
     def encoded(partition: int, offset: int) -> bytes:

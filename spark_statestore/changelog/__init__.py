@@ -1,7 +1,9 @@
 """Changelog records and the Kafka Streams changelog wire format.
 
-Position headers (``v``/``c``), window and session key layouts, timestamped values and
-Kafka's murmur2 partitioner. Stdlib only: no Spark, no Kafka client.
+Position headers: the ``c`` value's codec (``position_codec``), the ``v``/``c`` rules
+(``headers``) and the follower's bulk merge of them (``position_merger``); window and session
+key layouts, timestamped values and Kafka's murmur2 partitioner. Stdlib only: no Spark, no Kafka
+client.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from spark_statestore.changelog.errors import (
 from spark_statestore.changelog.headers import (
     HeaderDecision,
     HeaderStatus,
-    decode_position,
-    encode_position,
     position_from_headers,
     position_headers,
     read_position_headers,
@@ -36,6 +36,8 @@ from spark_statestore.changelog.partitioner import (
     partitions_for_keys,
     to_positive,
 )
+from spark_statestore.changelog.position_codec import decode_position, encode_position
+from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.changelog.record import ChangelogRecord, TimestampType
 from spark_statestore.changelog.timestamped import (
     decode_value_and_timestamp,
@@ -52,6 +54,7 @@ __all__ = [
     "OnMissingPosition",
     "PartitionerError",
     "PositionHeaderError",
+    "PositionMerger",
     "SessionKey",
     "TimestampType",
     "WindowedKey",

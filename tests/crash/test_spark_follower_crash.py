@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from spark_statestore.changelog import partition_for_key
-from spark_statestore.changelog.headers import encode_position
+from spark_statestore.changelog.position_codec import encode_position
 from spark_statestore.position import Position
 from spark_statestore.serve import StoreClient, connect_to_owner
 from spark_statestore.store import Store

@@ -24,7 +24,7 @@ from spark_statestore.changelog import (
     read_position_headers,
 )
 from spark_statestore.changelog import headers as headers_module
-from spark_statestore.changelog.headers import PositionMerger
+from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.errors import InvalidPositionError, OptionError, StateStoreError
 from spark_statestore.position import Position
 

@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 import pytest
 
 from spark_statestore.changelog.errors import ChangelogFormatError
-from spark_statestore.changelog.headers import decode_position, encode_position
 from spark_statestore.changelog.keys import (
     decode_session_key,
     decode_window_key,
@@ -32,6 +31,7 @@ from spark_statestore.changelog.keys import (
     encode_window_key,
 )
 from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.changelog.position_codec import decode_position, encode_position
 from spark_statestore.connectors.spark.ddl import parse_ddl, to_ddl
 from spark_statestore.connectors.spark.errors import DecodeError
 from spark_statestore.connectors.spark.formats import ColumnCodec

@@ -9,13 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_statestore.changelog.errors import ChangelogFormatError, PositionHeaderError
-from spark_statestore.changelog.headers import (
-    HeaderStatus,
-    PositionMerger,
-    encode_position,
-    read_position_headers,
-)
+from spark_statestore.changelog.headers import HeaderStatus, read_position_headers
 from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.changelog.position_codec import encode_position
+from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
 
