@@ -204,7 +204,7 @@ def caught_up_follower(
 ) -> Iterator[Store]:
     """A follower store at ``path`` that has restored ``changelog`` to its end (and stopped
     following), open for the test to read."""
-    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+    from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
     from spark_statestore.follower import Follower, FollowerState
     from spark_statestore.store import Role, Store, StoreSpec
 

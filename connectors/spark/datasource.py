@@ -50,10 +50,10 @@ class StateStoreDataSource(DataSource):
 
     def schema(self) -> str:
         if self._is_feed():
-            from spark_statestore.connectors.spark.feed import feed_ddl
+            from spark_statestore.connectors.spark.follower.feed import feed_ddl
 
             return feed_ddl(parse_source_options(self.options))
-        from spark_statestore.connectors.spark.snapshot_reader import reader_ddl
+        from spark_statestore.connectors.spark.reader.snapshot import reader_ddl
 
         return reader_ddl(parse_reader_options(self.options))
 
@@ -64,8 +64,8 @@ class StateStoreDataSource(DataSource):
                 "'changelog' option (the store knows its changelog): remove it, or use "
                 "spark.readStream to follow the changelog"
             )
-        from spark_statestore.connectors.spark.lookup import spark_scopes_pushdown_per_scan
-        from spark_statestore.connectors.spark.snapshot_reader import (
+        from spark_statestore.connectors.spark.reader.lookup import spark_scopes_pushdown_per_scan
+        from spark_statestore.connectors.spark.reader.snapshot import (
             PushdownSnapshotReader,
             SnapshotReader,
         )
@@ -82,7 +82,7 @@ class StateStoreDataSource(DataSource):
                 ": the changelog topic to follow, e.g. .option('changelog', "
                 "'app-store-changelog')"
             )
-        from spark_statestore.connectors.spark.stream_reader import FollowerStreamReader
+        from spark_statestore.connectors.spark.follower.source import FollowerStreamReader
 
         return FollowerStreamReader(parse_source_options(self.options), schema)
 

@@ -335,7 +335,7 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
             f"option {given[0]!r} selects rows of the data view; view {view.value!r} has no "
             "keys: drop the option or read view 'data'"
         )
-    from spark_statestore.connectors.spark.lookup import parse_lookup
+    from spark_statestore.connectors.spark.reader.lookup import parse_lookup
 
     lookup = parse_lookup(
         keys=lookup_text["keys"],

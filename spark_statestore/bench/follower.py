@@ -10,7 +10,7 @@ retained away or compacted) before measuring anything.
 
 ``restore``
     Records/s of a :class:`~spark_statestore.follower.Follower` reading through
-    :class:`~spark_statestore.connectors.kafka.changelog_source.KafkaChangelogSource` into a
+    :class:`~spark_statestore.connectors.kafka.follower.source.KafkaChangelogSource` into a
     fresh follower store, from ``start_restore`` until it is RUNNING, against a bare loop in
     the same process: a read_committed confluent-kafka ``Consumer`` with the source's tuning,
     batched ``consume()``, and one plyvel ``WriteBatch`` (same LevelDB options and sync as
@@ -311,7 +311,7 @@ def _check_nothing_dropped(bootstrap: str) -> dict[int, int]:
 def _consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
     # KafkaChangelogSource's tuning (its read-ahead budget over the changelog's partitions),
     # so the bare loop reads the way the follower does.
-    from spark_statestore.connectors.kafka.changelog_source import read_ahead_settings
+    from spark_statestore.connectors.kafka.follower.source import read_ahead_settings
 
     settings = {
         "bootstrap.servers": bootstrap,
@@ -328,7 +328,7 @@ def _consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
 
 # -- the timed runs -----------------------------------------------------------------------
 def _follower_run(root: str, changelog: _Changelog) -> float:
-    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+    from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
     from spark_statestore.follower import Follower
 
     path = tempfile.mkdtemp(prefix="follower-", dir=root)

@@ -12,7 +12,7 @@ transaction; checked to start at offset 0) once the latencies are measured, on a
     confluent-kafka ``Producer``, as a Kafka Streams application with exactly-once does. Two
     observers watch the same commits at the same time: a
     :class:`~spark_statestore.follower.Follower` reading through
-    :class:`~spark_statestore.connectors.kafka.changelog_source.KafkaChangelogSource` into a
+    :class:`~spark_statestore.connectors.kafka.follower.source.KafkaChangelogSource` into a
     fresh store on its background thread (``start()``, RUNNING before the first change,
     default chunk and poll settings), and, as the raw limit, a bare read_committed
     ``Consumer`` (the ``follower`` suite's bare-loop settings, every partition assigned,
@@ -274,7 +274,7 @@ class _RawObserver:
 def _measure_latencies(root: str, bootstrap: str, timed_changes: int) -> _Latencies:
     """Publish :data:`WARMUP_CHANGES` warm-up changes and ``timed_changes`` timed ones, one
     transaction each, and time when the follower and the raw consumer see each."""
-    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+    from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
     from spark_statestore.follower import Follower, FollowerState
 
     spec = StoreSpec(Role.FOLLOWER, LATENCY_TOPIC, PARTITIONS)

@@ -26,7 +26,7 @@ is what every path below reads.
 ``restore_vs_quixstreams``
     Records/s of the ``follower`` suite's restore (a
     :class:`~spark_statestore.follower.Follower` reading through
-    :class:`~spark_statestore.connectors.kafka.changelog_source.KafkaChangelogSource` into a
+    :class:`~spark_statestore.connectors.kafka.follower.source.KafkaChangelogSource` into a
     fresh store, ``start_restore`` until RUNNING, checked afterwards) against quixstreams
     recovering a store of the same size. quixstreams writes its own changelog format, so it
     builds its store itself (setup, not timed): an ``Application`` (exactly-once, so its

@@ -204,7 +204,7 @@ def _input_end(bootstrap: str) -> Position:
     stable offset), so the position is the end offset - 1 (the marker), not the last
     record's offset.
     """
-    from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+    from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 
     source = KafkaChangelogSource(bootstrap, CHANGELOG)
     try:

@@ -46,7 +46,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from spark_statestore.changelog import partition_for_key
-from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.sink.progress import read_last_progress
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.sink.staging import STAGING_DIR

@@ -23,10 +23,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
+from spark_statestore.connectors.kafka.follower.ranges import read_range
+from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
-from spark_statestore.connectors.kafka.range_reader import read_range
 from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 from spark_statestore.connectors.kafka.tail import tail_changelog
 from spark_statestore.follower import Follower, FollowerState

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from spark_statestore.changelog import partition_for_key
-from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.sink.commit import BatchToCommit, CommitOutcome, commit_batch

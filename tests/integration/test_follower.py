@@ -12,8 +12,8 @@ from confluent_kafka import Producer
 
 from spark_statestore.changelog import OnMissingPosition, partition_for_key
 from spark_statestore.changelog.position_codec import encode_position
-from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
+from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.follower import Follower, FollowerError, FollowerState
 from spark_statestore.position import Position
 from spark_statestore.store import Role, Store, StoreMismatchError, StoreOptions, StoreSpec

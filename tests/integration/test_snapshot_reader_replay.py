@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from spark_statestore.connectors.spark.lookup import spark_scopes_pushdown_per_scan
+from spark_statestore.connectors.spark.reader.lookup import spark_scopes_pushdown_per_scan
 from spark_statestore.serve import StoreClient
 from spark_statestore.serve.server import StoreServer
 from spark_statestore.store import Store

@@ -21,3 +21,25 @@ def test_importing_the_engine_loads_no_spark_kafka_or_storage_library() -> None:
     ).stdout
     facts = json.loads(out)
     assert facts == {"heavy": [], "threads": 1}
+
+
+def test_setup_cfg_lists_every_package() -> None:
+    """setup.cfg names packages one by one: a package missing there is missing from a wheel
+    (an editable install still finds it, so nothing else would notice)."""
+    import configparser
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    config = configparser.ConfigParser()
+    config.read(root / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    found = set()
+    for top, name in (
+        ("spark_statestore", "spark_statestore"),
+        ("connectors", "spark_statestore.connectors"),
+        ("pyspark_statestore", "pyspark_statestore"),
+    ):
+        for init in (root / top).rglob("__init__.py"):
+            relative = init.parent.relative_to(root / top)
+            found.add(".".join([name, *relative.parts]))
+    assert listed == found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_statestore.connectors.kafka.changelog_source import (
+from spark_statestore.connectors.kafka.follower.source import (
     READ_AHEAD_BYTES,
     read_ahead_settings,
 )

@@ -13,7 +13,7 @@ import pytest
 
 from spark_statestore.connectors.spark.ddl import parse_ddl
 from spark_statestore.connectors.spark.options import parse_reader_options
-from spark_statestore.connectors.spark.snapshot_reader import (
+from spark_statestore.connectors.spark.reader.snapshot import (
     NotUpToBoundError,
     SnapshotReader,
     reader_ddl,
@@ -54,7 +54,7 @@ class _Rechecks(logging.Handler):
 @pytest.fixture
 def rechecks() -> Any:
     handler = _Rechecks()
-    logger = logging.getLogger("spark_statestore.connectors.spark.snapshot_reader")
+    logger = logging.getLogger("spark_statestore.connectors.spark.reader.snapshot")
     previous = logger.level
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)

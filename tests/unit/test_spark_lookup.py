@@ -6,8 +6,11 @@ import struct
 
 import pytest
 
-from spark_statestore.connectors.spark.lookup import MAX_LOOKUP_KEYS, spark_scopes_pushdown_per_scan
 from spark_statestore.connectors.spark.options import parse_reader_options
+from spark_statestore.connectors.spark.reader.lookup import (
+    MAX_LOOKUP_KEYS,
+    spark_scopes_pushdown_per_scan,
+)
 from spark_statestore.errors import OptionError
 from spark_statestore.store.scan import ScanSpec
 

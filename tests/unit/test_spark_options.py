@@ -8,6 +8,7 @@ import re
 import pytest
 
 from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.connectors.spark.follower.source import rate_limit
 from spark_statestore.connectors.spark.option_table import OPTIONS, OptionReader, Surface
 from spark_statestore.connectors.spark.options import (
     DecodeMode,
@@ -17,7 +18,6 @@ from spark_statestore.connectors.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
-from spark_statestore.connectors.spark.stream_reader import rate_limit
 from spark_statestore.errors import OptionError
 from spark_statestore.position import Position
 

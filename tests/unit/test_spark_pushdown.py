@@ -16,7 +16,7 @@ from pyspark.sql.datasource import (
 )
 
 from spark_statestore.connectors.spark.formats import ColumnCodec, ValueFormat
-from spark_statestore.connectors.spark.pushdown import push_filters
+from spark_statestore.connectors.spark.reader.pushdown import push_filters
 
 STRING = ColumnCodec.create(ValueFormat.STRING, None, column="key")
 LONG = ColumnCodec.create(ValueFormat.LONG, None, column="key")

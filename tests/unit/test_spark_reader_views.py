@@ -10,7 +10,7 @@ import pytest
 
 from spark_statestore.connectors.spark.ddl import parse_ddl
 from spark_statestore.connectors.spark.options import parse_reader_options
-from spark_statestore.connectors.spark.snapshot_reader import SnapshotReader, reader_ddl
+from spark_statestore.connectors.spark.reader.snapshot import SnapshotReader, reader_ddl
 from spark_statestore.serve import StoreServer
 from spark_statestore.store import CommitRecord, Role, Store, StoreSpec
 

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from spark_statestore.connectors.kafka import clients
-from spark_statestore.connectors.kafka.changelog_source import handle_out_of_range
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError, describe_error
+from spark_statestore.connectors.kafka.follower.source import handle_out_of_range
 
 __all__ = ["ChangelogEntry", "read_changelog_range", "read_ranges"]
 
@@ -52,7 +52,7 @@ def read_ranges(
 ) -> Iterator[Message]:
     """The records of ``topic`` in ``[start, end)`` per partition, with one consumer.
 
-    Unlike :func:`~spark_statestore.connectors.kafka.range_reader.read_range` (one partition,
+    Unlike :func:`~spark_statestore.connectors.kafka.follower.ranges.read_range` (one partition,
     one consumer, and a final ``consume()`` that waits out its whole timeout), this reads all
     partitions at once and ends as soon as each consumer position (which moves past
     transaction markers and aborted records) reaches its end.

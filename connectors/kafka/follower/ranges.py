@@ -14,8 +14,8 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from spark_statestore.connectors.kafka import clients
-from spark_statestore.connectors.kafka.changelog_source import handle_out_of_range
 from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.follower.source import handle_out_of_range
 
 __all__ = ["read_range"]
 

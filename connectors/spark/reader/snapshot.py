@@ -254,7 +254,7 @@ class SnapshotReader(DataSourceReader):
     ) -> dict[int, tuple[int, int | None]] | None:
         if self._options.bootstrap_servers is None or manifest.changelog_topic is None:
             return None
-        from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+        from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 
         source = KafkaChangelogSource(
             self._options.bootstrap_servers, manifest.changelog_topic, config=self._options.kafka
@@ -463,7 +463,7 @@ class PushdownSnapshotReader(SnapshotReader):
     """The snapshot reader that also pushes key and partition filters into the store.
 
     Used only where Spark scopes a pushed-down plan to its one scan
-    (:func:`~spark_statestore.connectors.spark.lookup.spark_scopes_pushdown_per_scan`):
+    (:func:`~spark_statestore.connectors.spark.reader.lookup.spark_scopes_pushdown_per_scan`):
     PySpark 4.x replays a relation's pushed plan for the later scans of the same DataFrame
     or temp view, where a pushed filter would return the previous query's rows. There the
     plain :class:`SnapshotReader` reads every row for Spark to filter, and the lookup
@@ -474,7 +474,7 @@ class PushdownSnapshotReader(SnapshotReader):
         if self._options.view is not View.DATA:
             yield from filters
             return
-        from spark_statestore.connectors.spark.pushdown import push_filters
+        from spark_statestore.connectors.spark.reader.pushdown import push_filters
 
         key_codec, _ = codecs_for(self._options.formats)
         pushdown, rest = push_filters(filters, key_codec)

@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
-from spark_statestore.connectors.kafka.changelog_source import KafkaChangelogSource
+from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions
 from spark_statestore.errors import OptionError
 from spark_statestore.follower import Follower, FollowerError, FollowerState

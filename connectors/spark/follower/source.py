@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from spark_statestore.connectors.spark.follower_runtime import FollowerRuntime
+    from spark_statestore.connectors.spark.follower.runtime import FollowerRuntime
 
 __all__ = ["ChangelogRange", "FollowerStreamReader", "rate_limit"]
 
@@ -97,7 +97,7 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver side ------------------------------------------------------------------------
     def _rt(self) -> FollowerRuntime:
         if self._runtime is None:
-            from spark_statestore.connectors.spark.follower_runtime import FollowerRuntime
+            from spark_statestore.connectors.spark.follower.runtime import FollowerRuntime
 
             self._runtime = FollowerRuntime(self._options)
         self._runtime.check()
@@ -234,8 +234,8 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executor side ----------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from spark_statestore.connectors.kafka.range_reader import read_range
-        from spark_statestore.connectors.spark.feed import FeedStats, feed_batches
+        from spark_statestore.connectors.kafka.follower.ranges import read_range
+        from spark_statestore.connectors.spark.follower.feed import FeedStats, feed_batches
 
         assert isinstance(partition, ChangelogRange)
         options = self._options
