@@ -1,9 +1,11 @@
 """The exception root of spark-statestore.
 
 Every error the project raises on purpose derives from :class:`StateStoreError`.
-Subsystems define their own errors in their own ``errors.py`` (``changelog/errors.py``,
-``connectors/kafka/errors.py``, ...) and mix in the builtin that fits, so callers can
-catch either ``StateStoreError`` or, say, ``ValueError``.
+The engine's top-level modules (positions, the follower) raise the errors here; each
+subsystem defines its own in its own ``errors.py`` (``store/errors.py``, ``changelog/errors.py``,
+``sink/errors.py``, ``serve/errors.py``, ``connectors/kafka/errors.py``, ...) and mixes in
+the builtin that fits, so callers can catch either ``StateStoreError`` or, say,
+``ValueError``.
 
 Error text says what happened, where (option, topic, partition, offset, path) and what
 to do about it.
@@ -14,7 +16,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["InvalidPositionError", "OptionError", "StateStoreError", "closest_hint"]
+__all__ = [
+    "FollowerError",
+    "InvalidPositionError",
+    "OptionError",
+    "StateStoreError",
+    "closest_hint",
+]
 
 SUGGESTION_CUTOFF = 0.6
 """How alike a valid name must be to be suggested (:func:`difflib.get_close_matches`)."""
@@ -30,6 +38,10 @@ class OptionError(StateStoreError, ValueError):
 
 class InvalidPositionError(StateStoreError, ValueError):
     """A Position or PositionBound could not be built from the given data (JSON, mapping)."""
+
+
+class FollowerError(StateStoreError):
+    """The follower cannot go on (its store, its changelog, or a record is unusable)."""
 
 
 def closest_hint(given: str, valid: Iterable[str], *, noun: str) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
-from spark_statestore.errors import StateStoreError
+from spark_statestore.errors import FollowerError
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 
@@ -30,17 +30,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ChangelogSource",
     "Follower",
-    "FollowerError",
     "FollowerState",
     "PollResult",
     "Row",
 ]
 
 _log = logging.getLogger(__name__)
-
-
-class FollowerError(StateStoreError):
-    """The follower cannot go on (its store, its changelog, or a record is unusable)."""
 
 
 class FollowerState(str, Enum):

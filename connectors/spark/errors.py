@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from spark_statestore.errors import OptionError, StateStoreError
 
-__all__ = ["DDLError", "DecodeError", "EncodeError", "SinkError", "SparkSourceError"]
+__all__ = [
+    "DDLError",
+    "DecodeError",
+    "EncodeError",
+    "NotUpToBoundError",
+    "SinkError",
+    "SparkSourceError",
+    "StaleSnapshotError",
+]
 
 
 class SparkSourceError(StateStoreError):
@@ -66,3 +74,11 @@ class EncodeError(SparkSourceError, ValueError):
 
 class SinkError(SparkSourceError):
     """The sink cannot take this input or commit this batch."""
+
+
+class StaleSnapshotError(SparkSourceError):
+    """The store is behind what the read demands (``positionBound`` or ``maxLag``)."""
+
+
+class NotUpToBoundError(StaleSnapshotError):
+    """The store has not reached ``positionBound`` (within ``positionBoundTimeoutMs``)."""

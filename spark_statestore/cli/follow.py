@@ -26,8 +26,8 @@ from typing import Literal, TextIO
 from spark_statestore.cli.progress import ProgressLine, format_count, format_lag, format_rate
 from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
-from spark_statestore.errors import OptionError, StateStoreError
-from spark_statestore.follower import Follower, FollowerError, FollowerState
+from spark_statestore.errors import FollowerError, OptionError, StateStoreError
+from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.partition_spec import format_partitions, parse_partitions
 from spark_statestore.store import Role, Store, StoreSpec
 

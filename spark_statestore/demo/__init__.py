@@ -26,7 +26,7 @@ Spark and Kafka clients are imported when the demo runs, never at module import.
 
 from __future__ import annotations
 
-from spark_statestore.demo.output import DemoError
+from spark_statestore.demo.errors import DemoError
 from spark_statestore.demo.run import DEFAULT_WORKDIR, run_demo
 
 __all__ = ["DEFAULT_WORKDIR", "DemoError", "run_demo"]

@@ -16,13 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spark_statestore.errors import StateStoreError
+from spark_statestore.demo.errors import DemoError
 from spark_statestore.position import Position
 
 __all__ = [
     "FORMAT",
     "WAIT_S",
-    "DemoError",
     "FeedPrinter",
     "banner",
     "count",
@@ -37,10 +36,6 @@ __all__ = [
 FORMAT = "spark_statestore"
 WAIT_S = 180.0
 """How long the demo waits for anything (a delivery, a process exit) before it gives up."""
-
-
-class DemoError(StateStoreError, RuntimeError):
-    """The demo could not run (its work directory, the broker, the app or a query failed)."""
 
 
 def banner(text: str) -> None:

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from spark_statestore.demo.output import DemoError, say
+from spark_statestore.demo.errors import DemoError
+from spark_statestore.demo.output import say
 from spark_statestore.position import Position
 
 __all__ = ["AppProcess", "app_process"]

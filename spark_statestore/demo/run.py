@@ -14,7 +14,8 @@ from typing import Any
 
 from spark_statestore.demo import follow_part, loop_part
 from spark_statestore.demo.app import APP_ID, CHANGELOG, INPUT_TOPIC, PARTITIONS
-from spark_statestore.demo.output import DemoError, banner, say
+from spark_statestore.demo.errors import DemoError
+from spark_statestore.demo.output import banner, say
 from spark_statestore.demo.processes import app_process
 
 __all__ = ["DEFAULT_WORKDIR", "run_demo"]

@@ -47,9 +47,10 @@ from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 from spark_statestore.serve.errors import BadRequestError
+from spark_statestore.store.errors import InvalidScanError
 from spark_statestore.store.manifest import Role, StoreManifest, StoreMetadata
 from spark_statestore.store.ownership import OwnerInfo
-from spark_statestore.store.scan import InvalidScanError, ScanSpec
+from spark_statestore.store.scan import ScanSpec
 
 __all__ = [
     "ACTIONS",

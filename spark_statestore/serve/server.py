@@ -53,8 +53,8 @@ from spark_statestore.serve.protocol import (
     encode_error_info,
     encode_object,
 )
-from spark_statestore.store.errors import StoreError
-from spark_statestore.store.scan import InvalidScanError, ScanSpec, ScanStats, scan_batches
+from spark_statestore.store.errors import InvalidScanError, StoreError
+from spark_statestore.store.scan import ScanSpec, ScanStats, scan_batches
 from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, arrow_schema
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ a snapshot is turned into Arrow batches.
 """
 
 from spark_statestore.store.errors import (
+    InvalidScanError,
     StoreClosedError,
     StoreCorruptedError,
     StoreError,
@@ -30,7 +31,7 @@ from spark_statestore.store.manifest import (
     StoreMetadata,
 )
 from spark_statestore.store.ownership import OwnerInfo, live_owner, read_owner
-from spark_statestore.store.scan import InvalidScanError, ScanSpec, ScanStats, scan_batches
+from spark_statestore.store.scan import ScanSpec, ScanStats, scan_batches
 from spark_statestore.store.snapshot import Snapshot, arrow_schema
 from spark_statestore.store.spec import DEFAULT_UNCOMMITTED_MAX_BYTES, StoreOptions, StoreSpec
 from spark_statestore.store.store import Store

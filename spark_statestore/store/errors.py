@@ -9,6 +9,7 @@ from __future__ import annotations
 from spark_statestore.errors import StateStoreError
 
 __all__ = [
+    "InvalidScanError",
     "StoreClosedError",
     "StoreCorruptedError",
     "StoreError",
@@ -82,3 +83,8 @@ class StoreClosedError(StoreError):
 
 class TransactionError(StoreError):
     """A transaction was used in a state that does not allow the call (see its ``state``)."""
+
+
+class InvalidScanError(StoreError, ValueError):
+    """A :class:`~spark_statestore.store.scan.ScanSpec` (or its JSON form) is malformed:
+    wrong types, negative limits, unknown JSON fields, bad base64."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import closest_hint
-from spark_statestore.store.errors import StoreError
+from spark_statestore.store.errors import InvalidScanError
 from spark_statestore.store.layout import DATA_PREFIX
 from spark_statestore.store.snapshot import (
     DEFAULT_BATCH_ROWS,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from spark_statestore.store.snapshot import Snapshot
 
-__all__ = ["InvalidScanError", "ScanSpec", "ScanStats", "scan_batches"]
+__all__ = ["ScanSpec", "ScanStats", "scan_batches"]
 
 _FIELDS = (
     "keys",
@@ -47,11 +47,6 @@ _FIELDS = (
 )
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
-
-
-class InvalidScanError(StoreError, ValueError):
-    """A :class:`ScanSpec` (or its JSON form) is malformed: wrong types, negative limits,
-    unknown JSON fields, bad base64."""
 
 
 # An effective key range: (inclusive lower or None, upper or None, upper inclusive?).

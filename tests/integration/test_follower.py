@@ -14,7 +14,8 @@ from spark_statestore.changelog import OnMissingPosition, partition_for_key
 from spark_statestore.changelog.position_codec import encode_position
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
-from spark_statestore.follower import Follower, FollowerError, FollowerState
+from spark_statestore.errors import FollowerError
+from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.position import Position
 from spark_statestore.store import Role, Store, StoreMismatchError, StoreOptions, StoreSpec
 from tests.kafka_util import RETENTION_CONFIG, wait_for_retention, wait_until_readable

@@ -43,3 +43,24 @@ def test_setup_cfg_lists_every_package() -> None:
             relative = init.parent.relative_to(root / top)
             found.add(".".join([name, *relative.parts]))
     assert listed == found
+
+
+def test_errors_are_defined_in_errors_modules() -> None:
+    """Each subsystem's public errors live in its errors.py (a newcomer looks there)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    misplaced = []
+    for top in ("spark_statestore", "connectors"):
+        for path in (root / top).rglob("*.py"):
+            if path.name in ("errors.py", "_errors.py"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.ClassDef)
+                    and not node.name.startswith("_")
+                    and node.name.endswith("Error")
+                ):
+                    misplaced.append(f"{path.relative_to(root)}: {node.name}")
+    assert misplaced == []

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions
-from spark_statestore.errors import OptionError
-from spark_statestore.follower import Follower, FollowerError, FollowerState
+from spark_statestore.errors import FollowerError, OptionError
+from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.store import Role, Store, StoreSpec

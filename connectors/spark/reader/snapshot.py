@@ -20,7 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from spark_statestore.connectors.spark.errors import SparkSourceError
+from spark_statestore.connectors.spark.errors import (
+    NotUpToBoundError,
+    SparkSourceError,
+    StaleSnapshotError,
+)
 from spark_statestore.connectors.spark.options import ReaderOptions, View, codecs_for
 from spark_statestore.position import Position
 
@@ -34,10 +38,8 @@ if TYPE_CHECKING:
     from spark_statestore.store.scan import ScanSpec
 
 __all__ = [
-    "NotUpToBoundError",
     "PushdownSnapshotReader",
     "SnapshotReader",
-    "StaleSnapshotError",
     "reader_ddl",
 ]
 
@@ -59,14 +61,6 @@ OWNER_WAIT_S = 120.0
 """How long a read without a live follower waits for the store's current owner (a sink's
 commit, another read making its checkpoint) to close it: as long as a sink's commit waits for
 readers (``connectors/spark/sink.py``), so a reader never gives up before a writer would."""
-
-
-class StaleSnapshotError(SparkSourceError):
-    """The store is behind what the read demands (``positionBound`` or ``maxLag``)."""
-
-
-class NotUpToBoundError(StaleSnapshotError):
-    """The store has not reached ``positionBound`` (within ``positionBoundTimeoutMs``)."""
 
 
 _RECHECK_MAX_S = 1.0
