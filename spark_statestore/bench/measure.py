@@ -9,11 +9,15 @@ run is the one least disturbed by neighbours, and both sides get the same chance
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
+from spark_statestore.bench.errors import BenchError
 from spark_statestore.errors import OptionError
 
 __all__ = [
@@ -21,6 +25,7 @@ __all__ = [
     "BenchRun",
     "Measurement",
     "Status",
+    "child_result",
     "interleave",
     "timed",
 ]
@@ -246,3 +251,38 @@ def interleave(runs: Mapping[str, Callable[[], float]], rounds: int) -> dict[str
         for name in names[shift:] + names[:shift]:
             rates[name].append(runs[name]())
     return rates
+
+
+def child_result(
+    suite: str, command: list[str], what: str, log_path: Path, deadline: float
+) -> tuple[dict[str, Any], float]:
+    """Run a measuring child process, its stderr to ``log_path``; its result is the JSON
+    object on the last line of its stdout, or ``{"error": ...}`` for a BenchError of its own.
+
+    Returns the result and the seconds the process ran.
+    """
+    start = time.perf_counter()
+    with log_path.open("w") as log:
+        try:
+            proc = subprocess.run(
+                command, stdout=subprocess.PIPE, stderr=log, text=True, timeout=deadline
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise BenchError(
+                f"bench suite {suite}: {what} did not finish within {deadline:.0f} s "
+                f"(its log: {log_path})"
+            ) from exc
+    seconds = time.perf_counter() - start
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        result = None
+    if isinstance(result, dict) and "error" in result:
+        raise BenchError(f"bench suite {suite}: {what}: {result['error']}")
+    if proc.returncode != 0 or not isinstance(result, dict):
+        raise BenchError(
+            f"bench suite {suite}: {what} ({command[0]}) exited {proc.returncode} without a "
+            f"result: {log_path.read_text().strip()[-3000:]}"
+        )
+    return result, seconds

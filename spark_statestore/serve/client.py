@@ -5,6 +5,9 @@ classified here, once. Failures the server reports arrive with their kind (see
 :mod:`~spark_statestore.serve.protocol`) and are raised as the same
 :class:`~spark_statestore.serve.errors.ServeError` subclass the server raised; transport
 failures become :class:`~spark_statestore.serve.errors.ServerUnavailableError`.
+
+Why one module of over 500 lines: it is the one place where Flight failures are
+classified; every call shares its authentication, pinning and error mapping.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ limit, in any combination (they AND together). The Spark snapshot reader builds 
 pushed-down filters; :func:`scan_batches` runs it against a :class:`Snapshot` as point reads
 or one bounded LevelDB iteration, never a scan of the whole store when the spec is narrower.
 Specs travel between processes as JSON (:meth:`ScanSpec.to_json`, keys as base64).
+
+Why one module of over 500 lines: the spec, its strict decoding from untrusted JSON and the
+execution that narrows a scan to point reads or one bounded iteration share the fields'
+meaning, and must change together.
 """
 
 from __future__ import annotations

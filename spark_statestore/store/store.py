@@ -1,4 +1,9 @@
-"""The store handle: open/create, ownership, recovery, transactions, snapshots, queries."""
+"""The store handle: open/create, ownership, recovery, transactions, snapshots, queries.
+
+Why one module of over 500 lines: opening, recovery, ownership and closing are one
+lifecycle under one lock and gate; what can stand alone (transactions, snapshots, redo,
+ownership, checkpoints, queries) is in its own module already.
+"""
 
 from __future__ import annotations
 

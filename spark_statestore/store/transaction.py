@@ -4,6 +4,11 @@ The ideas of KIP-844 / KIP-892 for one LevelDB: writes collect in memory (spilli
 file past ``uncommitted_max_bytes``); reads inside the transaction see them over the committed
 store; ``commit()`` writes data, position, changelog offsets and the commit record in one
 atomic ``WriteBatch`` (or a chunked commit under a redo marker); ``rollback()`` forgets them.
+
+Why one module of over 500 lines: the write buffer, its spill to the redo file, the
+read-your-writes merge and the commit are one state machine with shared invariants (what
+is buffered, spilled or already committed); split apart, each part would reach into the
+others' state.
 """
 
 from __future__ import annotations

@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 
 from spark_statestore.bench import SUITES, BenchOptions
-from spark_statestore.bench.peers import (
+from spark_statestore.bench.peers import SUITE, run_peers_suite
+from spark_statestore.bench.peers_quixstreams import (
     QUIX_STATE_KEY,
     QUIXSTREAMS_VERSION,
-    SUITE,
     quixstreams_python,
-    run_peers_suite,
 )
 from tests.integration.bench_checks import one_round_each
 

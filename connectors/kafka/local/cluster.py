@@ -13,6 +13,10 @@ and :meth:`~LocalKafkaCluster.resume` (SIGSTOP/SIGCONT), :meth:`~LocalKafkaClust
 Every JVM is started with a parent-death signal, so a cluster whose Python process is
 killed takes its JVMs with it; :meth:`LocalKafkaCluster.close` stops them in order and
 removes temporary data.
+
+Why one module of over 500 lines: a node's lifecycle (format, start, wait for the
+cluster's metadata, the faults, stop) and the cluster built from nodes act on the same
+process state.
 """
 
 from __future__ import annotations

@@ -3,19 +3,25 @@
 A sink commit publishes every change of a micro-batch to the changelog topic and one
 :class:`ProgressRecord` to ``<changelog>-progress`` inside ONE Kafka transaction, then
 commits its LevelDB store. After a crash between the two commits, the restarted sink reads
-the progress topic (:func:`read_last_progress`) to learn that Kafka already has the batch
-and rolls the store forward from the changelog (:func:`read_changelog_range`) instead of
+the progress topic (:func:`~spark_statestore.connectors.kafka.sink.progress.read_last_progress`)
+to learn that Kafka already has the batch and rolls the store forward from the changelog
+(:func:`~spark_statestore.connectors.kafka.sink.ranges.read_changelog_range`) instead of
 publishing the batch twice.
 
 This module holds the writing side: :class:`ChangelogWriter`, :func:`transactional_id_for`
 and the :data:`Change` tuple it publishes. The progress record and its reader live in
 :mod:`~spark_statestore.connectors.kafka.sink.progress`, the roll-forward reader in
-:mod:`~spark_statestore.connectors.kafka.sink.ranges` and
-:class:`ProducerFencedError` in :mod:`~spark_statestore.connectors.kafka.errors`; they are
-re-exported here, so the sink's whole Kafka API imports from this module.
+:mod:`~spark_statestore.connectors.kafka.sink.ranges`, and its errors
+(:class:`~spark_statestore.connectors.kafka.errors.ProducerFencedError`,
+:class:`~spark_statestore.connectors.kafka.errors.TransactionTimeoutError`) in
+:mod:`~spark_statestore.connectors.kafka.errors`.
 
 Topics are never created here. The changelog must exist with the partition count the store
 was created for; the progress topic must exist with exactly one partition.
+
+Why one module of over 500 lines: one transactional producer's lifecycle (new, ready, in a
+transaction, failed) and the classification of librdkafka's transaction errors (fenced,
+timed out, abortable, fatal) that drives its transitions belong together.
 """
 
 from __future__ import annotations
