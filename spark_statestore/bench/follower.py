@@ -47,12 +47,23 @@ from spark_statestore.connectors.kafka.local.child import broker_child
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 
 __all__ = [
+    "BROKERS",
     "CHUNK_RECORDS",
     "DEFAULT_RECORDS",
+    "KEY_FORMAT",
     "PARTITIONS",
+    "RESTORE_DEADLINE_S",
     "RESTORE_TARGET",
     "SUITE",
+    "TOPIC",
+    "VALUE_FORMAT",
+    "Changelog",
+    "bare_run",
+    "c_headers",
+    "consumer_settings",
     "follower_records",
+    "follower_run",
+    "produce_changelog",
     "run_follower_suite",
 ]
 
@@ -70,12 +81,12 @@ TOPIC = "bench-store-changelog"
 INPUT_TOPIC = "bench-input"
 KEY_FORMAT = b"key-%012d"  # 16 bytes
 VALUE_FORMAT = b"value-%026d"  # 32 bytes
-_RESTORE_DEADLINE_S = 900.0
+RESTORE_DEADLINE_S = 900.0
 _ENTRY = struct.Struct(">iq")  # one (partition, offset) entry of a `c` header
 
 
 @dataclass(frozen=True, slots=True)
-class _Changelog:
+class Changelog:
     """The changelog produced for the run and what a complete restore of it holds."""
 
     bootstrap: str
@@ -138,11 +149,11 @@ def run_follower_suite(options: BenchOptions) -> list[Measurement]:
             who=f"bench suite {SUITE}",
         ) as bootstrap,
     ):
-        changelog = _produce_changelog(bootstrap, records, options.batch_records)
+        changelog = produce_changelog(bootstrap, records, options.batch_records)
         rates = interleave(
             {
-                "follower": partial(_follower_run, root, changelog),
-                "bare": partial(_bare_run, root, changelog),
+                "follower": partial(follower_run, root, changelog),
+                "bare": partial(bare_run, root, changelog),
             },
             options.rounds,
         )
@@ -175,7 +186,7 @@ def run_follower_suite(options: BenchOptions) -> list[Measurement]:
     ]
 
 
-def _parameters(changelog: _Changelog, options: BenchOptions) -> dict[str, Any]:
+def _parameters(changelog: Changelog, options: BenchOptions) -> dict[str, Any]:
     return {
         "records": changelog.records,
         "partitions": PARTITIONS,
@@ -195,7 +206,7 @@ def _parameters(changelog: _Changelog, options: BenchOptions) -> dict[str, Any]:
 
 
 # -- the broker and the changelog ---------------------------------------------------------
-def _c_headers() -> list[Callable[[int], bytes]]:
+def c_headers() -> list[Callable[[int], bytes]]:
     """Per partition, ``offset -> c header`` of ``{INPUT_TOPIC: {partition: offset}}``.
 
     Encoding a Position per record would make producing slower than restoring; the header
@@ -226,7 +237,7 @@ def _patched_header(head: bytes, tail: bytes, partition: int, offset: int) -> by
     return head + _ENTRY.pack(partition, offset) + tail
 
 
-def _produce_changelog(bootstrap: str, records: int, per_transaction: int) -> _Changelog:
+def produce_changelog(bootstrap: str, records: int, per_transaction: int) -> Changelog:
     from confluent_kafka import KafkaException, Producer
 
     producer = Producer(
@@ -238,7 +249,7 @@ def _produce_changelog(bootstrap: str, records: int, per_transaction: int) -> _C
             "queue.buffering.max.messages": 1_000_000,
         }
     )
-    headers = _c_headers()
+    headers = c_headers()
     version = ("v", b"\x00")
     last: dict[int, tuple[bytes, bytes]] = {}
     transactions = 0
@@ -276,7 +287,7 @@ def _produce_changelog(bootstrap: str, records: int, per_transaction: int) -> _C
         raise BenchError(
             f"bench suite {SUITE}: producing the changelog {TOPIC} failed: {exc}"
         ) from exc
-    return _Changelog(
+    return Changelog(
         bootstrap=bootstrap,
         records=records,
         transactions=transactions,
@@ -289,7 +300,7 @@ def _check_nothing_dropped(bootstrap: str) -> dict[int, int]:
     """The end offsets; fails if the broker already dropped the oldest records."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer(_consumer_settings(bootstrap, "watermarks"))
+    consumer = Consumer(consumer_settings(bootstrap, "watermarks"))
     try:
         marks = {
             p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
@@ -308,7 +319,7 @@ def _check_nothing_dropped(bootstrap: str) -> dict[int, int]:
     return {p: high for p, (_low, high) in marks.items()}
 
 
-def _consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
+def consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
     # KafkaChangelogSource's tuning (its read-ahead budget over the changelog's partitions),
     # so the bare loop reads the way the follower does.
     from spark_statestore.connectors.kafka.follower.source import read_ahead_settings
@@ -327,7 +338,7 @@ def _consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
 
 
 # -- the timed runs -----------------------------------------------------------------------
-def _follower_run(root: str, changelog: _Changelog) -> float:
+def follower_run(root: str, changelog: Changelog) -> float:
     from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
     from spark_statestore.follower import Follower
 
@@ -354,18 +365,18 @@ def _follower_run(root: str, changelog: _Changelog) -> float:
 def _restore(follower: Any) -> None:
     from spark_statestore.follower import FollowerState
 
-    deadline = time.monotonic() + _RESTORE_DEADLINE_S
+    deadline = time.monotonic() + RESTORE_DEADLINE_S
     follower.start_restore()
     while follower.state is not FollowerState.RUNNING:
         follower.step()
         if time.monotonic() > deadline:
             raise BenchError(
                 f"bench suite {SUITE}: the follower did not reach RUNNING within "
-                f"{_RESTORE_DEADLINE_S:.0f} s (lags {follower.lags()})"
+                f"{RESTORE_DEADLINE_S:.0f} s (lags {follower.lags()})"
             )
 
 
-def _bare_run(root: str, changelog: _Changelog) -> float:
+def bare_run(root: str, changelog: Changelog) -> float:
     import plyvel
     from confluent_kafka import Consumer
 
@@ -373,7 +384,7 @@ def _bare_run(root: str, changelog: _Changelog) -> float:
     options = StoreOptions()
     try:
         db = plyvel.DB(path, create_if_missing=True, **options.leveldb_options())
-        consumer = Consumer(_consumer_settings(changelog.bootstrap, "bare"))
+        consumer = Consumer(consumer_settings(changelog.bootstrap, "bare"))
         try:
             applied: list[int] = []
             seconds = timed(partial(_consume_into, consumer, db, options.sync, applied))
@@ -397,7 +408,7 @@ def _consume_into(consumer: Any, db: Any, sync: bool, applied: list[int]) -> Non
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
     pending = set(ends)
     count = 0
-    deadline = time.monotonic() + _RESTORE_DEADLINE_S
+    deadline = time.monotonic() + RESTORE_DEADLINE_S
     while pending:
         messages = consumer.consume(CHUNK_RECORDS, timeout=0.5)
         batch = db.write_batch(sync=sync)
@@ -421,7 +432,7 @@ def _consume_into(consumer: Any, db: Any, sync: bool, applied: list[int]) -> Non
     applied.append(count)
 
 
-def _cli_run(root: str, changelog: _Changelog) -> float:
+def _cli_run(root: str, changelog: Changelog) -> float:
     """Seconds of one ``spark-statestore follow --until-caught-up`` process, spawn to exit."""
     path = os.path.join(root, "cli-store")
     command = [
@@ -440,7 +451,7 @@ def _cli_run(root: str, changelog: _Changelog) -> float:
         path,
     ]
     start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=_RESTORE_DEADLINE_S)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=RESTORE_DEADLINE_S)
     seconds = time.perf_counter() - start
     if proc.returncode != 0 or "caught up" not in proc.stderr:
         raise BenchError(

@@ -71,19 +71,19 @@ from typing import IO, TYPE_CHECKING, Any
 
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import (
-    _RESTORE_DEADLINE_S,
     BROKERS,
     CHUNK_RECORDS,
     KEY_FORMAT,
     PARTITIONS,
+    RESTORE_DEADLINE_S,
     TOPIC,
     VALUE_FORMAT,
-    _bare_run,
-    _c_headers,
-    _Changelog,
-    _consumer_settings,
-    _follower_run,
-    _produce_changelog,
+    Changelog,
+    bare_run,
+    c_headers,
+    consumer_settings,
+    follower_run,
+    produce_changelog,
 )
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave
 from spark_statestore.connectors.kafka.local.child import broker_child
@@ -133,9 +133,9 @@ _CHILD = (
     "from spark_statestore.bench.latency import _restore_in_child\n"
     "_restore_in_child(sys.stdin.buffer, sys.stdout.buffer)\n"
 )
-_SIDES: Mapping[str, Callable[[str, _Changelog], float]] = {
-    "follower": _follower_run,
-    "bare": _bare_run,
+_SIDES: Mapping[str, Callable[[str, Changelog], float]] = {
+    "follower": follower_run,
+    "bare": bare_run,
 }
 
 
@@ -184,7 +184,7 @@ def run_latency_suite(options: BenchOptions) -> list[Measurement]:
         ) as bootstrap,
     ):
         latencies = _measure_latencies(root, bootstrap, latency_changes(options))
-        changelog = _produce_changelog(bootstrap, records, options.batch_records)
+        changelog = produce_changelog(bootstrap, records, options.batch_records)
         rates = interleave(
             {
                 side: partial(_restore_run, side, root, changelog, footprints[side])
@@ -220,7 +220,7 @@ class _RawObserver:
     def __init__(self, bootstrap: str) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
-        self._consumer = Consumer(_consumer_settings(bootstrap, "latency-raw"))
+        self._consumer = Consumer(consumer_settings(bootstrap, "latency-raw"))
         self._consumer.assign([TopicPartition(LATENCY_TOPIC, p, 0) for p in range(PARTITIONS)])
         self._arrivals: dict[tuple[int, int], float] = {}
         self._arrived = threading.Condition()
@@ -332,7 +332,7 @@ def _publish_and_observe(
             "compression.type": "lz4",
         }
     )
-    headers = _c_headers()
+    headers = c_headers()
     delivered: list[tuple[Any, Any]] = []
     samples = []
     try:
@@ -476,15 +476,13 @@ class _Footprint:
     """``VmHWM`` at the end of the restore."""
 
 
-def _restore_run(
-    side: str, root: str, changelog: _Changelog, footprints: list[_Footprint]
-) -> float:
+def _restore_run(side: str, root: str, changelog: Changelog, footprints: list[_Footprint]) -> float:
     """Run ``side``'s restore in a fresh child process; note its footprint, return its rate."""
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD],
         input=pickle.dumps((side, root, changelog)),
         capture_output=True,
-        timeout=_RESTORE_DEADLINE_S + 60,
+        timeout=RESTORE_DEADLINE_S + 60,
     )
     if proc.returncode != 0:
         raise BenchError(
@@ -529,7 +527,7 @@ def _status_kib(field: str) -> int:
 
 
 def _memory_measurement(
-    changelog: _Changelog,
+    changelog: Changelog,
     options: BenchOptions,
     rates: Mapping[str, list[float]],
     footprints: Mapping[str, list[_Footprint]],

@@ -70,9 +70,9 @@ from spark_statestore.bench.follower import (
     PARTITIONS,
     TOPIC,
     VALUE_FORMAT,
-    _follower_run,
-    _produce_changelog,
     follower_records,
+    follower_run,
+    produce_changelog,
 )
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave
 from spark_statestore.bench.peers_feed import FeedRequest, feed_rates_in_child
@@ -82,7 +82,7 @@ from spark_statestore.bench.peers_quixstreams import (
     QuixRecovery,
     quixstreams_python,
 )
-from spark_statestore.bench.spark import _MASTER
+from spark_statestore.bench.spark import MASTER
 from spark_statestore.connectors.kafka.local.child import broker_child
 
 _log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def run_peers_suite(options: BenchOptions) -> list[Measurement]:
         ) as bootstrap,
     ):
         start = time.perf_counter()
-        changelog = _produce_changelog(bootstrap, records, options.batch_records)
+        changelog = produce_changelog(bootstrap, records, options.batch_records)
         _log.info(
             "bench suite %s: wrote %d changelog records in %.1f s",
             SUITE,
@@ -148,7 +148,7 @@ def run_peers_suite(options: BenchOptions) -> list[Measurement]:
         recoveries: list[QuixRecovery] = []
         restore_rates = interleave(
             {
-                "follower": partial(_follower_run, root, changelog),
+                "follower": partial(follower_run, root, changelog),
                 "quixstreams": partial(quix.recovery_rate, recoveries),
             },
             options.rounds,
@@ -182,7 +182,7 @@ def run_peers_suite(options: BenchOptions) -> list[Measurement]:
                 "timed": "writeStream.start() to awaitTermination(), fresh checkpoint (and store)",
                 "warmup_runs": 0 if options.quick else 1,
                 "sink": "noop",
-                "spark_master": _MASTER,
+                "spark_master": MASTER,
                 "spark_startup_s": round(feed.spark_startup_s, 3),
                 "spark_session": "started in a child process (a JVM with the Kafka connector)",
             },

@@ -22,11 +22,11 @@ from typing import Any
 
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import (
-    _RESTORE_DEADLINE_S,
+    RESTORE_DEADLINE_S,
     TOPIC,
 )
 from spark_statestore.bench.measure import child_result, interleave, timed
-from spark_statestore.bench.spark import _MASTER
+from spark_statestore.bench.spark import MASTER
 
 _log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def feed_rates_in_child(request: FeedRequest) -> FeedRates:
         command,
         "the feed runs",
         Path(request.root) / "feed-spark.log",
-        _RESTORE_DEADLINE_S * 2 * (request.rounds + 1),
+        RESTORE_DEADLINE_S * 2 * (request.rounds + 1),
     )
     return FeedRates.from_dict(result)
 
@@ -123,7 +123,7 @@ def _measure_feeds(request: FeedRequest) -> FeedRates:
 
     start = time.perf_counter()
     try:
-        spark = local_session("spark-statestore-bench", master=_MASTER, kafka_source=True)
+        spark = local_session("spark-statestore-bench", master=MASTER, kafka_source=True)
     except JarsMissingError as exc:
         raise BenchError(
             f"bench suite {_SUITE}: Spark's Kafka source is needed and its jars are missing: {exc}"

@@ -23,9 +23,9 @@ from typing import Any
 
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import (
-    _RESTORE_DEADLINE_S,
+    RESTORE_DEADLINE_S,
     TOPIC,
-    _Changelog,
+    Changelog,
 )
 from spark_statestore.bench.measure import child_result, timed
 
@@ -177,7 +177,7 @@ class QuixApp:
     """The quixstreams application over the changelog topic, run as a process of the
     peers' interpreter."""
 
-    def __init__(self, python: Path, root: str, changelog: _Changelog, commit_every: int) -> None:
+    def __init__(self, python: Path, root: str, changelog: Changelog, commit_every: int) -> None:
         self._python = python
         self._root = root
         self._changelog = changelog
@@ -232,7 +232,7 @@ class QuixApp:
         )
         command = [str(self._python), self._script, json.dumps(request.to_dict())]
         log_path = Path(self._root) / f"quixstreams-{mode}.log"
-        return child_result(_SUITE, command, f"quixstreams ({mode})", log_path, _RESTORE_DEADLINE_S)
+        return child_result(_SUITE, command, f"quixstreams ({mode})", log_path, RESTORE_DEADLINE_S)
 
 
 def _quixstreams_script() -> str:

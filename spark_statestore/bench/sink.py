@@ -60,7 +60,7 @@ from typing import Any
 
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
-from spark_statestore.bench.spark import _spark_session
+from spark_statestore.bench.spark import spark_session
 from spark_statestore.connectors.kafka.local.child import broker_child
 from spark_statestore.store import Store, StoreOptions
 
@@ -107,7 +107,7 @@ INPUT_PARTITIONS = 8
 KEY_FORMAT = "key-%012d"  # 16 characters
 VALUE_FORMAT = "value-%026d"  # 32 characters
 WARMUP_RECORDS = 200
-_MASTER = "local[2]"
+MASTER = "local[2]"
 _STORE_LOCK_WAIT_S = 60.0
 
 
@@ -196,7 +196,7 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
         ]
         with (
             broker_child(Path(root) / "broker.log", specs, who=f"bench suite {SUITE}") as bootstrap,
-            _spark_session() as session,
+            spark_session() as session,
         ):
             spark, startup_s, started = session
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
@@ -220,7 +220,7 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                 rounds,
             )
     common: dict[str, Any] = {
-        "spark_master": _MASTER,
+        "spark_master": MASTER,
         "spark_startup_s": round(startup_s, 3),
         "spark_session": "started" if started else "reused",
         "rounds": rounds,

@@ -61,10 +61,12 @@ _log = logging.getLogger(__name__)
 __all__ = [
     "CONSUME",
     "DEFAULT_RECORDS",
+    "MASTER",
     "PARTITIONS",
     "SUITE",
     "run_spark_suite",
     "spark_records",
+    "spark_session",
 ]
 
 SUITE = "spark"
@@ -86,7 +88,7 @@ FORMAT = "spark_statestore"
 _SPEC = StoreSpec(Role.FOLLOWER, CHANGELOG_TOPIC, PARTITIONS)
 _TIMESTAMP_MS = 1_700_000_000_000
 _LOAD_CHUNK = 100_000
-_MASTER = "local[2]"
+MASTER = "local[2]"
 
 Checksum = tuple[int, int, int, int, int]
 """What :data:`CONSUME` returns: rows, key + value bytes, sum of partitions, sum of offsets,
@@ -151,7 +153,7 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
             records,
             time.perf_counter() - start,
         )
-        with _spark_session() as (spark, startup_s, started):
+        with spark_session() as (spark, startup_s, started):
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
             parquet = partial(_scan_run, spark, data, "parquet", None)
             store = _open_store(data.store_path, "spark-statestore bench (live owner)")
@@ -181,7 +183,7 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
         "partitions": PARTITIONS,
         "key_bytes": len(KEY_FORMAT % 0),
         "value_bytes": len(VALUE_FORMAT % 0),
-        "spark_master": _MASTER,
+        "spark_master": MASTER,
         "spark_startup_s": round(startup_s, 3),
         "spark_session": "started" if started else "reused",
         "rounds": rounds,
@@ -408,7 +410,7 @@ def _write_parquet(store: Store, directory: str) -> int:
 
 
 @contextmanager
-def _spark_session() -> Iterator[tuple[Any, float, bool]]:
+def spark_session() -> Iterator[tuple[Any, float, bool]]:
     """A local SparkSession with the data source registered, the seconds it took to get
     and whether it was started here; an already active session is reused (and left
     running)."""
@@ -419,7 +421,7 @@ def _spark_session() -> Iterator[tuple[Any, float, bool]]:
 
     existing = SparkSession.getActiveSession()
     start = time.perf_counter()
-    spark = local_session("spark-statestore-bench", master=_MASTER)
+    spark = local_session("spark-statestore-bench", master=MASTER)
     spark_statestore.register(spark)
     startup_s = time.perf_counter() - start
     if existing is None:
