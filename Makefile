@@ -23,4 +23,4 @@ soak: setup
 	SPARK_STATESTORE_SOAK=1 bash scripts/run-tests.sh -m soak
 
 clean:
-	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis interop/kafka-streams/target

@@ -101,3 +101,9 @@ fi
 
 # --- jars: Apache Kafka and Spark's Kafka connector ---------------------------------------
 "$VENV/bin/spark-statestore" jars >&2 || die "could not resolve the Kafka jars (see above)"
+
+# --- the Kafka Streams application the interop tests and the demo run against -------------
+# Maven's incremental build makes a re-run cheap (a few seconds when nothing changed).
+mvn -B -q -f "$ROOT/interop/kafka-streams/pom.xml" package >&2 \
+    || die "could not build the Kafka Streams interop app (interop/kafka-streams, see above)"
+say "Kafka Streams interop app built: interop/kafka-streams/target/"

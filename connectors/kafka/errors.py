@@ -25,6 +25,7 @@ __all__ = [
     "LocalKafkaError",
     "ProducerFencedError",
     "ProgressRecordError",
+    "StreamsAppError",
     "TransactionTimeoutError",
     "describe_error",
     "is_transient",
@@ -125,6 +126,10 @@ class ProgressRecordError(ChangelogFormatError):
 
 class LocalKafkaError(StateStoreError, RuntimeError):
     """A local Kafka cluster (``spark-statestore broker``) could not be started or controlled."""
+
+
+class StreamsAppError(LocalKafkaError):
+    """The interop Kafka Streams app did not start, failed, or did not answer in time."""
 
 
 class JarsMissingError(LocalKafkaError):

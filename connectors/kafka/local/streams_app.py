@@ -1,0 +1,251 @@
+"""The repository's Kafka Streams application as a child JVM: the peer of the interop tests.
+
+``interop/kafka-streams`` (Java 17, Maven, ``org.apache.kafka:kafka-streams`` at
+:data:`~spark_statestore.connectors.kafka.local.jars.KAFKA_VERSION`) is built by the setup
+into ``interop/kafka-streams/target/``. It reads an orders topic and keeps one store of each
+kind (``totals`` key-value, ``latest`` timestamped, ``versions`` versioned, ``counts``
+window, ``sessions`` session), exactly-once v2, with or without position headers, and
+answers Kafka Streams' own IQv2 queries on stdin. :class:`StreamsApp` starts it, waits for
+RUNNING and asks it queries; see the Java sources for the query lines and answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from spark_statestore.connectors.kafka.errors import JarsMissingError, StreamsAppError
+from spark_statestore.connectors.kafka.local.cluster import find_java
+from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION
+
+__all__ = ["STORES", "StreamsApp", "interop_app_dir"]
+
+ENV_APP = "SPARK_STATESTORE_INTEROP_APP"
+STORES = ("totals", "latest", "versions", "counts", "sessions")
+"""The app's state stores; each logs to ``<application id>-<store>-changelog``."""
+_MAIN_CLASS = "io.sparkstatestore.interop.InteropApp"
+_JAR = "spark-statestore-interop.jar"
+
+
+def interop_app_dir() -> Path:
+    """Where the built app is: ``$SPARK_STATESTORE_INTEROP_APP`` or the checkout's
+    ``interop/kafka-streams/target``."""
+    override = os.environ.get(ENV_APP)
+    if override:
+        return Path(override).expanduser()
+    return Path(__file__).resolve().parents[3] / "interop" / "kafka-streams" / "target"
+
+
+def _classpath() -> str:
+    target = interop_app_dir()
+    jar = target / _JAR
+    libs = sorted((target / "lib").glob("*.jar")) if (target / "lib").is_dir() else []
+    if not jar.is_file() or not any(p.name == f"kafka-streams-{KAFKA_VERSION}.jar" for p in libs):
+        raise JarsMissingError(
+            f"the Kafka Streams interop app is not built in {target} (for Kafka "
+            f"{KAFKA_VERSION}): run `make setup` in the checkout, or "
+            "`mvn -B -q -f interop/kafka-streams/pom.xml package`"
+        )
+    return os.pathsep.join(str(p) for p in [jar, *libs])
+
+
+class StreamsApp:
+    """The interop Kafka Streams application in a child JVM.
+
+    Parameters
+    ----------
+    bootstrap_servers
+        The Kafka cluster.
+    state_dir
+        Kafka Streams' state directory (its RocksDB stores).
+    application_id
+        The app's ``application.id``: its consumer group and the prefix of its changelogs.
+    input_topic
+        The orders topic (it must exist).
+    position_headers
+        Turn on Kafka Streams' internal consistency option (``v``/``c`` headers).
+    settings
+        Other ``--name value`` options of the app (``commit-interval-ms``,
+        ``history-retention-ms``, ``window-ms``, ``session-gap-ms``).
+    log_path
+        Where the JVM's stderr goes (Kafka Streams' warnings and errors).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        state_dir: Path,
+        *,
+        application_id: str = "interop-orders",
+        input_topic: str = "orders",
+        position_headers: bool = True,
+        settings: Mapping[str, Any] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        self.application_id = application_id
+        self.log_path = log_path or state_dir.with_name(f"{state_dir.name}.log")
+        args = {
+            "bootstrap-servers": bootstrap_servers,
+            "state-dir": str(state_dir),
+            "application-id": application_id,
+            "input-topic": input_topic,
+            "position-headers": "true" if position_headers else "false",
+            **{name: str(value) for name, value in (settings or {}).items()},
+        }
+        self._command: list[str] = [str(find_java()), "-Xmx512m", "-cp", _classpath(), _MAIN_CLASS]
+        for name, value in args.items():
+            self._command += [f"--{name}", value]
+        self._proc: subprocess.Popen[str] | None = None
+        self._answers: dict[str, dict[str, Any]] = {}
+        self._states: queue.Queue[str] = queue.Queue()
+        self._errors: list[str] = []
+        self._changed = threading.Condition()
+        self._ids = 0
+
+    def changelog(self, store: str) -> str:
+        """The changelog topic of ``store``: ``<application id>-<store>-changelog``."""
+        return f"{self.application_id}-{store}-changelog"
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self, timeout_s: float = 120.0) -> StreamsApp:
+        """Start the JVM and return once Kafka Streams is RUNNING.
+
+        Raises
+        ------
+        StreamsAppError
+            It failed, exited, or did not reach RUNNING within ``timeout_s``.
+        """
+        with self.log_path.open("a") as log:
+            self._proc = subprocess.Popen(
+                self._command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        assert self._proc.stdout is not None
+        threading.Thread(
+            target=self._read, args=(self._proc.stdout,), name="streams-app-out", daemon=True
+        ).start()
+        self.wait_for_state("RUNNING", timeout_s)
+        return self
+
+    def wait_for_state(self, wanted: str, timeout_s: float) -> None:
+        """Return once the app reports ``wanted`` (a ``KafkaStreams.State`` name)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                state = self._states.get(timeout=max(0.0, remaining))
+            except queue.Empty:
+                raise StreamsAppError(
+                    f"the Kafka Streams app {self.application_id!r} did not reach {wanted} "
+                    f"within {timeout_s:.0f} s; see {self.log_path}"
+                ) from None
+            if state == wanted:
+                return
+            if state in ("ERROR", "EXITED"):
+                raise StreamsAppError(
+                    f"the Kafka Streams app {self.application_id!r} stopped ({state}) before "
+                    f"reaching {wanted}: {'; '.join(self._errors) or 'no error reported'}; "
+                    f"see {self.log_path}"
+                )
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Close Kafka Streams cleanly (it commits and writes its checkpoints), then wait for
+        the JVM to exit."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the JVM (an unclean stop: Kafka Streams aborts its open transaction on the
+        next start, or the coordinator does after its timeout)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def __enter__(self) -> StreamsApp:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- IQv2 -----------------------------------------------------------------------------
+    def query(
+        self, op: str, store: str, key: str | None = None, timeout_s: float = 30.0
+    ) -> dict[str, Any]:
+        """Ask Kafka Streams an IQv2 query; returns its answer (``ok``, ``rows``,
+        ``position``, or ``failure`` and ``message``).
+
+        ``op`` is ``key`` / ``tkey`` (``KeyQuery`` / ``TimestampedKeyQuery`` of ``key``) or
+        ``range`` / ``trange`` (the whole store).
+
+        Raises
+        ------
+        StreamsAppError
+            The app is not running or did not answer within ``timeout_s``.
+        """
+        proc = self._proc
+        if proc is None or proc.poll() is not None or proc.stdin is None:
+            raise StreamsAppError(f"the Kafka Streams app {self.application_id!r} is not running")
+        if key is not None and (not key or any(c.isspace() for c in key)):
+            raise StreamsAppError(f"the app's query lines take keys without spaces, got {key!r}")
+        with self._changed:
+            self._ids += 1
+            request_id = str(self._ids)
+        proc.stdin.write(" ".join([request_id, op, store, *([key] if key else [])]) + "\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while request_id not in self._answers:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or proc.poll() is not None:
+                    raise StreamsAppError(
+                        f"the Kafka Streams app {self.application_id!r} did not answer "
+                        f"{op} {store} within {timeout_s:.0f} s; see {self.log_path}"
+                    )
+                self._changed.wait(remaining)
+            return self._answers.pop(request_id)
+
+    # -- its output -----------------------------------------------------------------------
+    def _read(self, stdout: IO[str]) -> None:
+        for line in stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not ours (a JVM warning on stdout)
+            if message.get("event") == "state":
+                self._states.put(str(message["state"]))
+            elif message.get("event") == "error":
+                self._errors.append(str(message.get("message")))
+            elif "id" in message:
+                with self._changed:
+                    self._answers[str(message["id"])] = message
+                    self._changed.notify_all()
+        self._states.put("EXITED")
+        with self._changed:
+            self._changed.notify_all()

@@ -1,0 +1,218 @@
+package io.sparkstatestore.interop;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.state.Stores;
+
+/**
+ * The Kafka Streams application the interop tests and the demo compare spark-statestore with.
+ *
+ * <p>It reads an orders topic (key: customer id as a UTF-8 string; value: the order's amount as
+ * an 8-byte big-endian long, Kafka's LongSerializer; a null value cancels the customer's
+ * current order) and keeps one state store of each kind Kafka Streams has:
+ *
+ * <ul>
+ *   <li>{@code totals}, a key-value store ({@code Stores.persistentKeyValueStore}): the sum of
+ *       each customer's amounts;
+ *   <li>{@code latest}, a timestamped key-value store (the DSL's default): each customer's last
+ *       amount, with its record timestamp;
+ *   <li>{@code versions}, a versioned key-value store with a history retention: each customer's
+ *       amounts over time, a cancellation ending the current version;
+ *   <li>{@code counts}, a window store: orders per customer per tumbling window;
+ *   <li>{@code sessions}, a session store: orders per customer per session of activity.
+ * </ul>
+ *
+ * <p>It runs exactly-once v2. With {@code --position-headers true} it turns on Kafka Streams'
+ * internal consistency option, so every changelog record carries the {@code v}/{@code c}
+ * position headers. On stdin it answers Kafka Streams' own IQv2 queries, one per line (see
+ * {@link Queries}); on stdout it writes one JSON object per line: state changes and answers.
+ */
+public final class InteropApp {
+  static final String TOTALS = "totals";
+  static final String LATEST = "latest";
+  static final String VERSIONS = "versions";
+  static final String COUNTS = "counts";
+  static final String SESSIONS = "sessions";
+
+  /** Kafka Streams' internal consistency option (StreamsConfig.InternalConfig). */
+  static final String POSITION_HEADERS = "__iq.consistency.offset.vector.enabled__";
+
+  private InteropApp() {}
+
+  static Topology topology(Options options) {
+    StreamsBuilder builder = new StreamsBuilder();
+    KStream<String, Long> orders =
+        builder.stream(options.inputTopic, Consumed.with(Serdes.String(), Serdes.Long()));
+    KGroupedStream<String, Long> byCustomer =
+        orders.groupByKey(Grouped.with(Serdes.String(), Serdes.Long()));
+    byCustomer.aggregate(
+        () -> 0L,
+        (customer, amount, total) -> total + amount,
+        Materialized.<String, Long>as(Stores.persistentKeyValueStore(TOTALS))
+            .withKeySerde(Serdes.String())
+            .withValueSerde(Serdes.Long()));
+    byCustomer.reduce(
+        (previous, amount) -> amount,
+        Materialized.<String, Long>as(Stores.persistentTimestampedKeyValueStore(LATEST))
+            .withKeySerde(Serdes.String())
+            .withValueSerde(Serdes.Long()));
+    orders.toTable(
+        Materialized.<String, Long>as(
+                Stores.persistentVersionedKeyValueStore(
+                    VERSIONS, Duration.ofMillis(options.historyRetentionMs)))
+            .withKeySerde(Serdes.String())
+            .withValueSerde(Serdes.Long()));
+    byCustomer
+        .windowedBy(TimeWindows.ofSizeWithNoGrace(Duration.ofMillis(options.windowMs)))
+        .count(Materialized.as(COUNTS));
+    byCustomer
+        .windowedBy(SessionWindows.ofInactivityGapWithNoGrace(Duration.ofMillis(options.sessionGapMs)))
+        .count(Materialized.as(SESSIONS));
+    return builder.build();
+  }
+
+  static Properties properties(Options options) {
+    Properties props = new Properties();
+    props.put(StreamsConfig.APPLICATION_ID_CONFIG, options.applicationId);
+    props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, options.bootstrapServers);
+    props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+    props.put(StreamsConfig.STATE_DIR_CONFIG, options.stateDir);
+    props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, options.commitIntervalMs);
+    props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+    props.put(POSITION_HEADERS, options.positionHeaders);
+    if (options.cacheMaxBytes >= 0) {
+      props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, options.cacheMaxBytes);
+    }
+    // A restarted instance should not wait out the session of the one it replaces.
+    props.put(
+        StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG),
+        (int) options.sessionTimeoutMs);
+    return props;
+  }
+
+  public static void main(String[] args) throws Exception {
+    Options options = Options.parse(args);
+    PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+    KafkaStreams streams = new KafkaStreams(topology(options), properties(options));
+    CountDownLatch closed = new CountDownLatch(1);
+    streams.setStateListener(
+        (now, before) -> {
+          synchronized (out) {
+            out.println("{\"event\":\"state\",\"state\":\"" + now + "\"}");
+          }
+          if (now == KafkaStreams.State.NOT_RUNNING || now == KafkaStreams.State.ERROR) {
+            closed.countDown();
+          }
+        });
+    streams.setUncaughtExceptionHandler(
+        exception -> {
+          synchronized (out) {
+            out.println(
+                "{\"event\":\"error\",\"message\":" + Json.string(String.valueOf(exception)) + "}");
+          }
+          return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler
+              .StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+    Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(30))));
+    streams.start();
+    Queries queries = new Queries(streams);
+    BufferedReader in =
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    String line;
+    while ((line = in.readLine()) != null) {
+      if (line.isBlank()) {
+        continue;
+      }
+      if (line.trim().equals("stop")) {
+        break;
+      }
+      String answer = queries.answer(line.trim());
+      synchronized (out) {
+        out.println(answer);
+      }
+    }
+    streams.close(Duration.ofSeconds(30));
+    closed.await();
+    synchronized (out) {
+      out.println("{\"event\":\"stopped\"}");
+    }
+  }
+
+  /** The command line: {@code --name value} pairs. */
+  static final class Options {
+    String bootstrapServers;
+    String applicationId = "interop-orders";
+    String inputTopic = "orders";
+    String stateDir;
+    boolean positionHeaders = true;
+    long commitIntervalMs = 100;
+    long historyRetentionMs = 3_600_000;
+    long windowMs = 60_000;
+    long sessionGapMs = 30_000;
+    long sessionTimeoutMs = 45_000;
+    long cacheMaxBytes = -1; // Kafka Streams' default
+
+    static Options parse(String[] args) {
+      Map<String, String> given = new HashMap<>();
+      for (int i = 0; i + 1 < args.length; i += 2) {
+        if (!args[i].startsWith("--")) {
+          throw new IllegalArgumentException("expected --name value pairs, got " + args[i]);
+        }
+        given.put(args[i].substring(2), args[i + 1]);
+      }
+      if (args.length % 2 != 0) {
+        throw new IllegalArgumentException("option " + args[args.length - 1] + " has no value");
+      }
+      Options options = new Options();
+      options.bootstrapServers = required(given, "bootstrap-servers");
+      options.stateDir = required(given, "state-dir");
+      options.applicationId = given.getOrDefault("application-id", options.applicationId);
+      options.inputTopic = given.getOrDefault("input-topic", options.inputTopic);
+      options.positionHeaders =
+          Boolean.parseBoolean(given.getOrDefault("position-headers", "true"));
+      options.commitIntervalMs = number(given, "commit-interval-ms", options.commitIntervalMs);
+      options.historyRetentionMs =
+          number(given, "history-retention-ms", options.historyRetentionMs);
+      options.windowMs = number(given, "window-ms", options.windowMs);
+      options.sessionGapMs = number(given, "session-gap-ms", options.sessionGapMs);
+      options.sessionTimeoutMs = number(given, "session-timeout-ms", options.sessionTimeoutMs);
+      options.cacheMaxBytes = number(given, "cache-max-bytes", options.cacheMaxBytes);
+      return options;
+    }
+
+    private static String required(Map<String, String> given, String name) {
+      String value = given.remove(name);
+      if (value == null) {
+        throw new IllegalArgumentException("--" + name + " is required");
+      }
+      given.put(name, value);
+      return value;
+    }
+
+    private static long number(Map<String, String> given, String name, long fallback) {
+      String value = given.get(name);
+      return value == null ? fallback : Long.parseLong(value);
+    }
+  }
+}

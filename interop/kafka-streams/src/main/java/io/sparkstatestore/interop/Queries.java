@@ -1,0 +1,140 @@
+package io.sparkstatestore.interop;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.query.KeyQuery;
+import org.apache.kafka.streams.query.Position;
+import org.apache.kafka.streams.query.QueryResult;
+import org.apache.kafka.streams.query.RangeQuery;
+import org.apache.kafka.streams.query.StateQueryRequest;
+import org.apache.kafka.streams.query.StateQueryResult;
+import org.apache.kafka.streams.query.TimestampedKeyQuery;
+import org.apache.kafka.streams.query.TimestampedRangeQuery;
+import org.apache.kafka.streams.state.KeyValueIterator;
+import org.apache.kafka.streams.state.ValueAndTimestamp;
+
+/**
+ * Answers Kafka Streams' own IQv2 queries, one request per line: {@code <id> <op> <store>
+ * [<key>]}, where op is
+ *
+ * <ul>
+ *   <li>{@code key}: {@code KeyQuery.withKey(key)};
+ *   <li>{@code tkey}: {@code TimestampedKeyQuery.withKey(key)};
+ *   <li>{@code range}: {@code RangeQuery.withNoBounds()};
+ *   <li>{@code trange}: {@code TimestampedRangeQuery.withNoBounds()}.
+ * </ul>
+ *
+ * <p>Each answer is one JSON line: {@code {"id": ..., "ok": true, "rows": [{"key", "value",
+ * "timestamp"}], "position": {topic: {partition: offset}}}}, the rows of every partition that
+ * answered, and the merged position; or {@code "ok": false} with the failure reason.
+ */
+final class Queries {
+  private final KafkaStreams streams;
+
+  Queries(KafkaStreams streams) {
+    this.streams = streams;
+  }
+
+  String answer(String line) {
+    String[] parts = line.split(" ");
+    String id = parts[0];
+    try {
+      if (parts.length < 3) {
+        throw new IllegalArgumentException("expected <id> <op> <store> [<key>], got " + line);
+      }
+      String op = parts[1];
+      String store = parts[2];
+      switch (op) {
+        case "key":
+          return rows(id, streams.query(StateQueryRequest.inStore(store)
+              .withQuery(KeyQuery.<String, Object>withKey(key(parts)))), parts[3]);
+        case "tkey":
+          return rows(id, streams.query(StateQueryRequest.inStore(store)
+              .withQuery(TimestampedKeyQuery.<String, Object>withKey(key(parts)))), parts[3]);
+        case "range":
+          return iterated(id, streams.query(StateQueryRequest.inStore(store)
+              .withQuery(RangeQuery.<String, Object>withNoBounds())));
+        case "trange":
+          return iterated(id, streams.query(StateQueryRequest.inStore(store)
+              .withQuery(TimestampedRangeQuery.<String, Object>withNoBounds())));
+        default:
+          throw new IllegalArgumentException("unknown op " + op);
+      }
+    } catch (RuntimeException e) {
+      return "{\"id\":" + Json.string(id) + ",\"ok\":false,\"failure\":\"EXCEPTION\",\"message\":"
+          + Json.string(String.valueOf(e)) + "}";
+    }
+  }
+
+  private static String key(String[] parts) {
+    if (parts.length < 4) {
+      throw new IllegalArgumentException("a key query needs a key");
+    }
+    return parts[3];
+  }
+
+  /** A key query's answer: the row from the partition that has the key, if any. */
+  private static <R> String rows(String id, StateQueryResult<R> result, String key) {
+    String failure = failure(id, result);
+    if (failure != null) {
+      return failure;
+    }
+    List<String> rows = new ArrayList<>();
+    for (QueryResult<R> partition : result.getPartitionResults().values()) {
+      R value = partition.getResult();
+      if (value != null) {
+        rows.add(row(key, value));
+      }
+    }
+    return success(id, rows, result.getPosition());
+  }
+
+  /** A range query's answer: every row of every partition (each iterator closed). */
+  private static <K, V> String iterated(
+      String id, StateQueryResult<KeyValueIterator<K, V>> result) {
+    String failure = failure(id, result);
+    List<String> rows = new ArrayList<>();
+    for (QueryResult<KeyValueIterator<K, V>> partition : result.getPartitionResults().values()) {
+      if (partition.isSuccess()) {
+        try (KeyValueIterator<K, V> iterator = partition.getResult()) {
+          while (iterator.hasNext()) {
+            KeyValue<K, V> next = iterator.next();
+            rows.add(row(String.valueOf(next.key), next.value));
+          }
+        }
+      }
+    }
+    return failure != null ? failure : success(id, rows, result.getPosition());
+  }
+
+  private static <R> String failure(String id, StateQueryResult<R> result) {
+    for (Map.Entry<Integer, QueryResult<R>> entry : result.getPartitionResults().entrySet()) {
+      QueryResult<R> partition = entry.getValue();
+      if (partition.isFailure()) {
+        return "{\"id\":" + Json.string(id) + ",\"ok\":false,\"failure\":"
+            + Json.string(partition.getFailureReason().name()) + ",\"partition\":"
+            + entry.getKey() + ",\"message\":" + Json.string(partition.getFailureMessage())
+            + "}";
+      }
+    }
+    return null;
+  }
+
+  private static String row(String key, Object value) {
+    if (value instanceof ValueAndTimestamp<?> timestamped) {
+      return "{\"key\":" + Json.string(key) + ",\"value\":" + Json.value(timestamped.value())
+          + ",\"timestamp\":" + timestamped.timestamp() + "}";
+    }
+    return "{\"key\":" + Json.string(key) + ",\"value\":" + Json.value(value)
+        + ",\"timestamp\":null}";
+  }
+
+  private static String success(String id, List<String> rows, Position position) {
+    return "{\"id\":" + Json.string(id) + ",\"ok\":true,\"rows\":[" + String.join(",", rows)
+        + "],\"position\":" + Json.position(position) + "}";
+  }
+}
