@@ -95,6 +95,11 @@ class ChangelogSource(Protocol):
         """``{partition: next offset after the last committed record}`` (the LSO)."""
         ...
 
+    def versioned_store_retention_ms(self) -> int | None:
+        """When the changelog is a Kafka Streams versioned store's, the ``min.compaction.lag.ms``
+        that says so (history retention plus a day); None for any other changelog."""
+        ...
+
     def assign(self, starts: Mapping[int, int]) -> None:
         """Start reading each partition at ``starts[partition]``."""
         ...
@@ -156,6 +161,17 @@ class Follower:
             raise FollowerError(
                 f"changelog {source.topic!r} has {count} partitions but store {store.path} "
                 f"was built for {manifest.partitions}; delete the store and follow again"
+            )
+        versioned = source.versioned_store_retention_ms()
+        if versioned is not None:
+            raise FollowerError(
+                f"changelog {source.topic!r} belongs to a Kafka Streams versioned store (its "
+                f"min.compaction.lag.ms is {versioned}, the history retention plus a day, as "
+                "Kafka Streams sets it): its records are versions, out of timestamp order, and "
+                "a tombstone means 'deleted as of' its timestamp, so following it as a "
+                "key-value store would give wrong current values; versioned stores cannot be "
+                "followed yet. If it is not a versioned store's changelog, lower the topic's "
+                "min.compaction.lag.ms below one day"
             )
         held = list(manifest.holds)
         chosen = held if partitions is None else sorted(set(partitions))

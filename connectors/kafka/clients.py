@@ -4,8 +4,9 @@
   defaults and the user's ``kafka.*`` settings (which win, except the isolation level of a
   reading consumer: read_committed always, so aborted transactions never reach a store), and
   name what the client is for when librdkafka refuses the settings.
-* :func:`partition_count` asks a topic's partition count; :func:`watermarks` where a
-  partition begins and ends, through leader changes and restarts.
+* :func:`partition_count` asks a topic's partition count, :func:`topic_config` its
+  settings; :func:`watermarks` where a partition begins and ends, through leader changes and
+  restarts.
 """
 
 from __future__ import annotations
@@ -24,9 +25,21 @@ from spark_statestore.connectors.kafka.errors import (
     kafka_error_of,
 )
 
-__all__ = ["consumer", "partition_count", "producer", "watermarks"]
+__all__ = ["consumer", "partition_count", "producer", "topic_config", "watermarks"]
 
 _WATERMARK_ATTEMPT_S = 5.0
+
+_CONSUMER_ONLY = (
+    "isolation.level",
+    "auto.offset.reset",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.partition.eof",
+    "fetch.max.bytes",
+    "queued.max.messages.kbytes",
+    "queued.min.messages",
+    "group.id",
+)
 
 _CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,  # offsets are never committed: stores keep their own
@@ -132,6 +145,41 @@ def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -
     if info is None or info.error is not None or not info.partitions:
         return None
     return len(info.partitions)
+
+
+def topic_config(
+    bootstrap_servers: str, config: Mapping[str, Any] | None, topic: str, timeout_s: float
+) -> dict[str, str]:
+    """The settings of ``topic`` (``cleanup.policy``, ``min.compaction.lag.ms``, ...) as the
+    brokers report them, defaults included.
+
+    Raises
+    ------
+    KafkaClientError
+        The topic does not exist or its settings cannot be read.
+    """
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # documented, not re-exported for mypy
+        AdminClient,
+        ConfigResource,
+        ResourceType,
+    )
+
+    settings = {"bootstrap.servers": bootstrap_servers, **(config or {})}
+    for name in _CONSUMER_ONLY:
+        settings.pop(name, None)  # an AdminClient warns about each consumer-only setting
+    try:
+        admin = AdminClient(settings)
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(
+            timeout=timeout_s
+        )
+    except KafkaException as exc:
+        error = kafka_error_of(exc)
+        raise KafkaClientError(
+            f"cannot read the settings of topic {topic!r}: {describe_error(error, exc)}",
+            error.code() if error is not None else None,
+        ) from exc
+    return {name: str(entry.value) for name, entry in entries.items() if entry.value is not None}
 
 
 def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:

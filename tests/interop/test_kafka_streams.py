@@ -22,9 +22,15 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from spark_statestore.changelog import decode_session_key, decode_window_key
+from spark_statestore.connectors.kafka import clients
+from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.connectors.kafka.local.streams_app import StreamsApp
+from spark_statestore.errors import FollowerError
+from spark_statestore.follower import Follower
 from spark_statestore.position import Position
+from spark_statestore.store import Role, Store, StoreSpec
 from tests.kafka_util import caught_up_follower, poll_until, wait_until_settled
 
 pytestmark = pytest.mark.integration
@@ -110,19 +116,22 @@ def long_value(data: bytes | None) -> int | None:
 
 
 def replica(bootstrap: str, app: StreamsApp, store: str, path: Path) -> dict[str, Any]:
-    """Our follower's replica of ``store``: rows by key, and its position."""
+    """Our follower's replica of ``store``: its records by changelog key, and its position."""
     changelog = app.changelog(store)
     wait_until_settled(bootstrap, changelog)
     with caught_up_follower(path, bootstrap, changelog, PARTITIONS) as ours:
         snapshot = ours.snapshot()
         try:
-            rows = {
-                record.key.decode(): (long_value(record.value), record.timestamp)
-                for record in snapshot.records()
-            }
-            return {"rows": rows, "position": snapshot.position}
+            return {"records": list(snapshot.records()), "position": snapshot.position}
         finally:
             snapshot.close()
+
+
+def key_value_replica(bootstrap: str, app: StreamsApp, store: str, path: Path) -> dict[str, Any]:
+    """A key-value store's replica: ``{key: (value, timestamp)}`` and its position."""
+    ours = replica(bootstrap, app, store, path)
+    rows = {r.key.decode(): (long_value(r.value), r.timestamp) for r in ours["records"]}
+    return {"rows": rows, "position": ours["position"]}
 
 
 def theirs(answer: dict[str, Any], *, timestamps: bool) -> dict[str, Any]:
@@ -137,7 +146,7 @@ def theirs(answer: dict[str, Any], *, timestamps: bool) -> dict[str, Any]:
 def compare(bootstrap: str, app: StreamsApp, root: Path, *, headers: bool) -> None:
     """Our replicas of ``totals`` and ``latest`` against Kafka Streams' answers."""
     kafka_streams = theirs(app.query("range", "totals"), timestamps=False)
-    ours = replica(bootstrap, app, "totals", root / "totals")
+    ours = key_value_replica(bootstrap, app, "totals", root / "totals")
     assert len(kafka_streams["rows"]) == CUSTOMERS
     assert {k: v for k, (v, _) in ours["rows"].items()} == {
         k: v for k, (v, _) in kafka_streams["rows"].items()
@@ -146,7 +155,7 @@ def compare(bootstrap: str, app: StreamsApp, root: Path, *, headers: bool) -> No
     assert ours["position"] == (kafka_streams["position"] if headers else Position.empty())
 
     kafka_streams = theirs(app.query("trange", "latest"), timestamps=True)
-    ours = replica(bootstrap, app, "latest", root / "latest")
+    ours = key_value_replica(bootstrap, app, "latest", root / "latest")
     assert ours["rows"] == kafka_streams["rows"]
     assert ours["position"] == (kafka_streams["position"] if headers else Position.empty())
 
@@ -191,5 +200,95 @@ def test_key_value_and_timestamped_stores_equal_kafka_streams_answers(
         ends = produce_orders(bootstrap, orders, 500, seed=16)
         wait_until_processed(bootstrap, app, orders, ends)
         compare(bootstrap, app, tmp_path, headers=headers)
+    finally:
+        app.stop()
+
+
+def test_window_and_session_stores_equal_kafka_streams_answers(
+    kafka_broker: LocalKafkaCluster, orders: str, tmp_path: Path
+) -> None:
+    """Tumbling-window counts and session counts (sessions merge, and the merged ones are
+    deleted by tombstones): every window and session our follower holds, decoded from Kafka
+    Streams' key layouts, equals its ``WindowRangeQuery`` answers, and so does the position."""
+    bootstrap = kafka_broker.bootstrap_servers
+    settings = {"window-ms": 100, "session-gap-ms": 30}
+    app = start_app(
+        bootstrap, orders, tmp_path / "state", f"interop-{next(_apps)}", True, **settings
+    )
+    try:
+        ends = produce_orders(bootstrap, orders, 1500, seed=21)
+        wait_until_processed(bootstrap, app, orders, ends)
+
+        answer = app.query("windows", "counts")
+        assert answer["ok"], answer
+        theirs_windows = {(r["key"], r["start"]): r["value"] for r in answer["rows"]}
+        ours = replica(bootstrap, app, "counts", tmp_path / "counts")
+        ours_windows = {}
+        for record in ours["records"]:
+            windowed = decode_window_key(record.key)
+            ours_windows[(windowed.key.decode(), windowed.window_start)] = long_value(record.value)
+        assert len(theirs_windows) > CUSTOMERS  # several windows per customer
+        assert ours_windows == theirs_windows
+        assert ours["position"] == Position.from_dict(answer["position"])
+
+        ours = replica(bootstrap, app, "sessions", tmp_path / "sessions")
+        ours_sessions = {}
+        for record in ours["records"]:
+            session = decode_session_key(record.key)
+            ours_sessions[(session.key.decode(), session.window_start, session.window_end)] = (
+                long_value(record.value)
+            )
+        theirs_sessions = {}
+        position = Position.empty()
+        for customer in (f"c{i:03d}" for i in range(CUSTOMERS)):
+            answer = app.query("sessions", "sessions", customer)
+            assert answer["ok"], answer
+            position = position.merge(Position.from_dict(answer["position"]))
+            for row in answer["rows"]:
+                theirs_sessions[(row["key"], row["start"], row["end"])] = row["value"]
+        assert len(theirs_sessions) > CUSTOMERS  # several sessions per customer
+        assert ours_sessions == theirs_sessions
+        assert ours["position"] == position
+    finally:
+        app.stop()
+
+
+def test_a_versioned_store_changelog_is_refused_as_a_key_value_store(
+    kafka_broker: LocalKafkaCluster, orders: str, tmp_path: Path
+) -> None:
+    """Kafka Streams marks a versioned store's changelog with min.compaction.lag.ms =
+    history retention + 1 day; folded last-write-wins its out-of-order versions and
+    'deleted as of' tombstones would give wrong current values, so the follower refuses it
+    (naming the store kind) while it follows the app's other changelogs."""
+    bootstrap = kafka_broker.bootstrap_servers
+    app_id = f"interop-{next(_apps)}"
+    settings = {"history-retention-ms": 3_600_000}
+    app = start_app(bootstrap, orders, tmp_path / "state", app_id, True, **settings)
+    try:
+        ends = produce_orders(bootstrap, orders, 200, seed=31)
+        wait_until_processed(bootstrap, app, orders, ends)
+        versions = app.changelog("versions")
+        lag = clients.topic_config(bootstrap, None, versions, 30)["min.compaction.lag.ms"]
+        assert int(lag) == 3_600_000 + 86_400_000
+
+        spec = StoreSpec(Role.FOLLOWER, versions, PARTITIONS)
+        with Store.open(tmp_path / "versions", spec) as store:
+            source = KafkaChangelogSource(bootstrap, versions)
+            try:
+                with pytest.raises(FollowerError, match="versioned store"):
+                    Follower(store, source)
+            finally:
+                source.close()
+            snapshot = store.snapshot()
+            try:
+                assert snapshot.count() == 0  # nothing was applied
+            finally:
+                snapshot.close()
+
+        totals = KafkaChangelogSource(bootstrap, app.changelog("totals"))
+        try:
+            assert totals.versioned_store_retention_ms() is None
+        finally:
+            totals.close()
     finally:
         app.stop()

@@ -32,6 +32,10 @@ librdkafka's limits are per partition (64 MiB each by default), so they are this
 divided by the partitions read; ``kafka.queued.max.messages.kbytes`` overrides it."""
 _MIN_PARTITION_KIB = 1024
 
+_VERSIONED_LAG_MS = 86_400_000
+"""Kafka Streams sets a versioned store changelog's min.compaction.lag.ms to the history
+retention plus this (``VersionedChangelogTopicConfig``); other changelogs keep Kafka's 0."""
+
 _READER_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "error",  # a lost offset is data loss, not a silent reset
     "fetch.max.bytes": 32 * 1024 * 1024,
@@ -106,6 +110,18 @@ class KafkaChangelogSource:
                 "kafka.bootstrap.servers"
             )
         return count
+
+    def versioned_store_retention_ms(self) -> int | None:
+        """The changelog's ``min.compaction.lag.ms`` when it is one day or more, which is how
+        Kafka Streams marks a versioned store's changelog (history retention plus a day);
+        None otherwise. Other changelogs leave it at Kafka's default, 0."""
+        settings = clients.topic_config(self._bootstrap, self._user, self._topic, self._timeout_s)
+        lag = settings.get("min.compaction.lag.ms", "0")
+        try:
+            lag_ms = int(lag)
+        except ValueError:
+            return None
+        return lag_ms if lag_ms >= _VERSIONED_LAG_MS else None
 
     def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
         return {p: high for p, (_, high) in self.watermarks(partitions).items()}

@@ -12,6 +12,7 @@ import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -23,7 +24,9 @@ import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.Stores;
+import org.apache.kafka.streams.state.WindowStore;
 
 /**
  * The Kafka Streams application the interop tests and the demo compare spark-statestore with.
@@ -42,6 +45,10 @@ import org.apache.kafka.streams.state.Stores;
  *   <li>{@code counts}, a window store: orders per customer per tumbling window;
  *   <li>{@code sessions}, a session store: orders per customer per session of activity.
  * </ul>
+ *
+ * <p>The window and session stores keep a day of windows ({@code --retention-ms}; the DSL's
+ * default would be the window size plus grace, dropping older windows from the local store
+ * while their changelog still holds them).
  *
  * <p>It runs exactly-once v2. With {@code --position-headers true} it turns on Kafka Streams'
  * internal consistency option, so every changelog record carries the {@code v}/{@code c}
@@ -85,10 +92,12 @@ public final class InteropApp {
             .withValueSerde(Serdes.Long()));
     byCustomer
         .windowedBy(TimeWindows.ofSizeWithNoGrace(Duration.ofMillis(options.windowMs)))
-        .count(Materialized.as(COUNTS));
+        .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as(COUNTS)
+            .withRetention(Duration.ofMillis(options.retentionMs)));
     byCustomer
         .windowedBy(SessionWindows.ofInactivityGapWithNoGrace(Duration.ofMillis(options.sessionGapMs)))
-        .count(Materialized.as(SESSIONS));
+        .count(Materialized.<String, Long, SessionStore<Bytes, byte[]>>as(SESSIONS)
+            .withRetention(Duration.ofMillis(options.retentionMs)));
     return builder.build();
   }
 
@@ -170,6 +179,7 @@ public final class InteropApp {
     long historyRetentionMs = 3_600_000;
     long windowMs = 60_000;
     long sessionGapMs = 30_000;
+    long retentionMs = 86_400_000; // of the window and session stores: windows older expire
     long sessionTimeoutMs = 45_000;
     long cacheMaxBytes = -1; // Kafka Streams' default
 
@@ -196,6 +206,7 @@ public final class InteropApp {
           number(given, "history-retention-ms", options.historyRetentionMs);
       options.windowMs = number(given, "window-ms", options.windowMs);
       options.sessionGapMs = number(given, "session-gap-ms", options.sessionGapMs);
+      options.retentionMs = number(given, "retention-ms", options.retentionMs);
       options.sessionTimeoutMs = number(given, "session-timeout-ms", options.sessionTimeoutMs);
       options.cacheMaxBytes = number(given, "cache-max-bytes", options.cacheMaxBytes);
       return options;

@@ -1,11 +1,13 @@
 package io.sparkstatestore.interop;
 
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.query.KeyQuery;
 import org.apache.kafka.streams.query.Position;
 import org.apache.kafka.streams.query.QueryResult;
@@ -14,6 +16,7 @@ import org.apache.kafka.streams.query.StateQueryRequest;
 import org.apache.kafka.streams.query.StateQueryResult;
 import org.apache.kafka.streams.query.TimestampedKeyQuery;
 import org.apache.kafka.streams.query.TimestampedRangeQuery;
+import org.apache.kafka.streams.query.WindowRangeQuery;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.ValueAndTimestamp;
 
@@ -25,8 +28,15 @@ import org.apache.kafka.streams.state.ValueAndTimestamp;
  *   <li>{@code key}: {@code KeyQuery.withKey(key)};
  *   <li>{@code tkey}: {@code TimestampedKeyQuery.withKey(key)};
  *   <li>{@code range}: {@code RangeQuery.withNoBounds()};
- *   <li>{@code trange}: {@code TimestampedRangeQuery.withNoBounds()}.
+ *   <li>{@code trange}: {@code TimestampedRangeQuery.withNoBounds()};
+ *   <li>{@code windows}: {@code WindowRangeQuery.withWindowStartRange(epoch, far future)}, every
+ *       window of a window store;
+ *   <li>{@code sessions}: {@code WindowRangeQuery.withKey(key)}, a key's sessions in a session
+ *       store.
  * </ul>
+ *
+ * <p>Rows of window and session stores also carry {@code "start"} and {@code "end"} (epoch
+ * milliseconds).
  *
  * <p>Each answer is one JSON line: {@code {"id": ..., "ok": true, "rows": [{"key", "value",
  * "timestamp"}], "position": {topic: {partition: offset}}}}, the rows of every partition that
@@ -61,6 +71,13 @@ final class Queries {
         case "trange":
           return iterated(id, streams.query(StateQueryRequest.inStore(store)
               .withQuery(TimestampedRangeQuery.<String, Object>withNoBounds())));
+        case "windows":
+          return iterated(id, streams.query(StateQueryRequest.inStore(store)
+              .withQuery(WindowRangeQuery.<String, Object>withWindowStartRange(
+                  Instant.EPOCH, Instant.ofEpochMilli(Long.MAX_VALUE / 2)))));
+        case "sessions":
+          return iterated(id, streams.query(StateQueryRequest.inStore(store)
+              .withQuery(WindowRangeQuery.<String, Object>withKey(key(parts)))));
         default:
           throw new IllegalArgumentException("unknown op " + op);
       }
@@ -103,7 +120,11 @@ final class Queries {
         try (KeyValueIterator<K, V> iterator = partition.getResult()) {
           while (iterator.hasNext()) {
             KeyValue<K, V> next = iterator.next();
-            rows.add(row(String.valueOf(next.key), next.value));
+            if (next.key instanceof Windowed<?> windowed) {
+              rows.add(windowedRow(windowed, next.value));
+            } else {
+              rows.add(row(String.valueOf(next.key), next.value));
+            }
           }
         }
       }
@@ -131,6 +152,15 @@ final class Queries {
     }
     return "{\"key\":" + Json.string(key) + ",\"value\":" + Json.value(value)
         + ",\"timestamp\":null}";
+  }
+
+  private static String windowedRow(Windowed<?> windowed, Object value) {
+    Object plain = value instanceof ValueAndTimestamp<?> timestamped ? timestamped.value() : value;
+    String timestamp =
+        value instanceof ValueAndTimestamp<?> timestamped ? "" + timestamped.timestamp() : "null";
+    return "{\"key\":" + Json.string(String.valueOf(windowed.key())) + ",\"start\":"
+        + windowed.window().start() + ",\"end\":" + windowed.window().end() + ",\"value\":"
+        + Json.value(plain) + ",\"timestamp\":" + timestamp + "}";
   }
 
   private static String success(String id, List<String> rows, Position position) {
