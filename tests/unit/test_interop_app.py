@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION
 
 POM = Path(__file__).resolve().parents[2] / "interop" / "kafka-streams" / "pom.xml"
@@ -13,3 +15,23 @@ POM = Path(__file__).resolve().parents[2] / "interop" / "kafka-streams" / "pom.x
 def test_the_app_builds_against_the_broker_s_kafka_version() -> None:
     match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text())
     assert match is not None and match.group(1) == KAFKA_VERSION
+
+
+def test_an_unbuilt_app_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_statestore.connectors.kafka.errors import JarsMissingError
+    from spark_statestore.connectors.kafka.local.streams_app import ENV_APP, StreamsApp
+
+    monkeypatch.setenv(ENV_APP, str(tmp_path / "target"))
+    with pytest.raises(JarsMissingError, match=r"not built in .*target.*mvn -B -q -f interop"):
+        StreamsApp("127.0.0.1:1", tmp_path / "state")
+
+
+def test_query_keys_cannot_break_the_request_line(tmp_path: Path) -> None:
+    from spark_statestore.connectors.kafka.errors import StreamsAppError
+    from spark_statestore.connectors.kafka.local.streams_app import StreamsApp
+
+    app = StreamsApp("127.0.0.1:1", tmp_path / "state")  # built by the setup; not started
+    with pytest.raises(StreamsAppError, match="keys without spaces"):
+        app.query("key", "totals", "a b")
+    with pytest.raises(StreamsAppError, match="not running"):
+        app.query("key", "totals", "a")

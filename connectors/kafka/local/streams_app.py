@@ -209,11 +209,11 @@ class StreamsApp:
         StreamsAppError
             The app is not running or did not answer within ``timeout_s``.
         """
+        if key is not None and (not key or any(c.isspace() for c in key)):
+            raise StreamsAppError(f"the app's query lines take keys without spaces, got {key!r}")
         proc = self._proc
         if proc is None or proc.poll() is not None or proc.stdin is None:
             raise StreamsAppError(f"the Kafka Streams app {self.application_id!r} is not running")
-        if key is not None and (not key or any(c.isspace() for c in key)):
-            raise StreamsAppError(f"the app's query lines take keys without spaces, got {key!r}")
         with self._changed:
             self._ids += 1
             request_id = str(self._ids)
