@@ -1,11 +1,12 @@
 """Against a real Kafka Streams application (interop/kafka-streams): our follower's replica
 of its stores equals Kafka Streams' own IQv2 answers, key for key.
 
-The app reads random orders (customer -> amount, some cancellations), exactly-once v2 with
-position headers on, and keeps a key-value store (``totals``) and a timestamped one
-(``latest``). Once it has committed every order, our follower restores each store's
-changelog, and every key's value, timestamp and the store's position must equal what Kafka
-Streams answers to ``RangeQuery``/``TimestampedRangeQuery``.
+The app reads random orders (customer -> amount, some cancellations), exactly-once v2, with
+position headers on or off, and keeps one store of each kind. Once it has committed every
+order, our follower restores a store's changelog, and every key's (or window's, or
+session's) value, timestamp and the store's position must equal what Kafka Streams answers
+to ``RangeQuery``/``TimestampedRangeQuery``/``WindowRangeQuery``. A versioned store's
+changelog must be refused.
 """
 
 from __future__ import annotations

@@ -136,7 +136,11 @@ class StreamsApp:
         threading.Thread(
             target=self._read, args=(self._proc.stdout,), name="streams-app-out", daemon=True
         ).start()
-        self.wait_for_state("RUNNING", timeout_s)
+        try:
+            self.wait_for_state("RUNNING", timeout_s)
+        except BaseException:
+            self.kill()  # a JVM that never ran is not left behind
+            raise
         return self
 
     def wait_for_state(self, wanted: str, timeout_s: float) -> None:
