@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -28,14 +29,19 @@ if TYPE_CHECKING:
     from spark_statestore.store import Store
 
 __all__ = [
+    "LEADER_SAMPLE_INTERVAL_S",
     "ChangelogSource",
     "Follower",
     "FollowerState",
+    "LeaderProgress",
     "PollResult",
     "Row",
 ]
 
 _log = logging.getLogger(__name__)
+
+LEADER_SAMPLE_INTERVAL_S = 0.05
+"""How often a follower with a ``leader`` asks it how far it has committed."""
 
 
 class FollowerState(str, Enum):
@@ -118,6 +124,17 @@ class ChangelogSource(Protocol):
         ...
 
 
+class LeaderProgress(Protocol):
+    """How far an exactly-once leader has committed, for a changelog without position
+    headers (implemented by the Kafka connector)."""
+
+    def sample(self) -> tuple[Position, dict[int, int]]:
+        """``(position, log_ends)``: the leader's committed input position (per input
+        partition, the offset of the last record whose processing it committed), then, read
+        after it, the changelog's log end offsets (open transactions included)."""
+        ...
+
+
 class Follower:
     """Applies a changelog to a follower store, chunk by chunk, forever (until stopped).
 
@@ -137,6 +154,13 @@ class Follower:
         How long one poll waits for records. While RESTORING a poll waits for a whole chunk
         (large atomic commits); once RUNNING it returns with the first records that arrive,
         so a change is in the store as soon as the changelog has it.
+    leader
+        For a changelog without position headers whose leader runs exactly-once: where the
+        store's position comes from. A sample ``(position, log_ends)`` becomes part of the
+        store's position once the store has applied every partition up to ``log_ends``: the
+        leader commits its input offsets in the transactions that write the changelog, so
+        every change those offsets caused is below the log ends read after them. Only for a
+        follower of every partition.
     """
 
     def __init__(
@@ -147,6 +171,7 @@ class Follower:
         partitions: Sequence[int] | None = None,
         chunk_records: int = 50_000,
         poll_timeout_s: float = 0.5,
+        leader: LeaderProgress | None = None,
     ) -> None:
         from spark_statestore.store import Role
 
@@ -187,6 +212,11 @@ class Follower:
             or (chunk_records < 1)
         ):
             raise FollowerError(f"chunk_records must be an int >= 1, got {chunk_records!r}")
+        if leader is not None and len(held) != manifest.partitions:
+            raise FollowerError(
+                f"store {store.path} holds partitions {held} of {source.topic!r}: a position "
+                "from the leader's committed offsets needs a follower of every partition"
+            )
         self.store = store
         self.source = source
         self.partitions = tuple(chosen)
@@ -203,6 +233,9 @@ class Follower:
         self._applied = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._leader = leader
+        self._samples: list[tuple[Position, dict[int, int]]] = []
+        self._sampled_at = float("-inf")
 
     # -- driving --------------------------------------------------------------------------
     def start_restore(self) -> None:
@@ -241,11 +274,42 @@ class Follower:
             for p, o in polled.positions.items()
             if p in self.partitions and o > current.get(p, 0)
         }
-        if not polled.rows and not moved:
+        derived = self._leader_position({**current, **moved})
+        if not polled.rows and not moved and derived is None:
             return 0
-        return self._commit(polled, moved)
+        return self._commit(polled, moved, derived)
 
-    def _commit(self, polled: PollResult, moved: Mapping[int, int]) -> int:
+    def _leader_position(self, applied: Mapping[int, int]) -> Position | None:
+        """The merge of the leader's samples whose log ends ``applied`` has reached (None
+        when none has, or without a leader); samples at most every
+        :data:`LEADER_SAMPLE_INTERVAL_S`."""
+        if self._leader is None:
+            return None
+        now = time.monotonic()
+        if now - self._sampled_at >= LEADER_SAMPLE_INTERVAL_S:
+            self._sampled_at = now
+            self._samples.append(self._leader.sample())
+        reached = [
+            position
+            for position, ends in self._samples
+            if all(applied.get(p, 0) >= end for p, end in ends.items())
+        ]
+        if not reached:
+            return None
+        self._samples = [
+            sample
+            for sample in self._samples
+            if not all(applied.get(p, 0) >= end for p, end in sample[1].items())
+        ]
+        merged = Position.empty()
+        for position in reached:
+            merged = merged.merge(position)
+        current = self.store.metadata.position
+        return None if current.merge(merged) == current else merged
+
+    def _commit(
+        self, polled: PollResult, moved: Mapping[int, int], derived: Position | None = None
+    ) -> int:
         rows = polled.rows
         prefix = self.key_prefix
         if prefix is not None:
@@ -256,6 +320,8 @@ class Follower:
             txn.put_all(rows)
             if polled.position is not None:
                 txn.merge_position(polled.position)
+            if derived is not None:
+                txn.merge_position(derived)
             for partition, next_offset in moved.items():
                 txn.set_changelog_offset(partition, next_offset)
             metadata = txn.commit()

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real local Kafka cluster, topic factories, child-process helpers."""
+"""Shared fixtures: a real local Kafka cluster, topic factories, one local SparkSession,
+child-process helpers."""
 
 from __future__ import annotations
 
@@ -89,3 +90,21 @@ def run_python(
             f"stderr:\n{proc.stderr}"
         )
     return proc
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A session-scoped local[2] SparkSession (UI off, 2 shuffle partitions, UTC)."""
+    import spark_statestore
+    from spark_statestore.connectors.spark.session import local_session
+
+    session = local_session("spark-statestore-tests")
+    # Editable installs hide top-level modules from pkgutil, so Spark's automatic
+    # registration (pyspark_statestore) only works from a real install; see
+    # tests/integration/test_registration.py for that path.
+    spark_statestore.register(session)
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -14,9 +14,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 from spark_statestore.connectors.kafka.errors import (
     KafkaClientError,
@@ -25,7 +28,14 @@ from spark_statestore.connectors.kafka.errors import (
     kafka_error_of,
 )
 
-__all__ = ["consumer", "partition_count", "producer", "topic_config", "watermarks"]
+__all__ = [
+    "admin",
+    "consumer",
+    "partition_count",
+    "producer",
+    "topic_config",
+    "watermarks",
+]
 
 _WATERMARK_ATTEMPT_S = 5.0
 
@@ -147,6 +157,25 @@ def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -
     return len(info.partitions)
 
 
+def admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClient:
+    """An AdminClient of ``bootstrap_servers`` with the user's ``kafka.*`` settings (its
+    consumer-only ones left out: an AdminClient warns about each)."""
+    from confluent_kafka.admin import AdminClient
+
+    settings = {"bootstrap.servers": bootstrap_servers, **(config or {})}
+    for name in _CONSUMER_ONLY:
+        settings.pop(name, None)
+    try:
+        return AdminClient(settings)
+    except KafkaException as exc:
+        error = kafka_error_of(exc)
+        raise KafkaClientError(
+            f"the Kafka client refused the admin settings: {describe_error(error, exc)}; "
+            "check the kafka.* options",
+            error.code() if error is not None else None,
+        ) from exc
+
+
 def topic_config(
     bootstrap_servers: str, config: Mapping[str, Any] | None, topic: str, timeout_s: float
 ) -> dict[str, str]:
@@ -159,20 +188,16 @@ def topic_config(
         The topic does not exist or its settings cannot be read.
     """
     from confluent_kafka.admin import (  # type: ignore[attr-defined]  # documented, not re-exported for mypy
-        AdminClient,
         ConfigResource,
         ResourceType,
     )
 
-    settings = {"bootstrap.servers": bootstrap_servers, **(config or {})}
-    for name in _CONSUMER_ONLY:
-        settings.pop(name, None)  # an AdminClient warns about each consumer-only setting
     try:
-        admin = AdminClient(settings)
         resource = ConfigResource(ResourceType.TOPIC, topic)
-        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(
-            timeout=timeout_s
-        )
+        # The client must outlive the answer: dropping it cancels its requests.
+        client = admin(bootstrap_servers, config)
+        futures = client.describe_configs([resource], request_timeout=timeout_s)
+        entries = futures[resource].result(timeout=timeout_s)
     except KafkaException as exc:
         error = kafka_error_of(exc)
         raise KafkaClientError(

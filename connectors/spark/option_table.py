@@ -192,6 +192,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "failOnDataLoss", bool, _SOURCE, "fail when offsets are gone from the topic", default="true"
     ),
     OptionSpec("includeHeaders", bool, _SOURCE, "add the headers column", default="false"),
+    OptionSpec(
+        "leaderApplicationId",
+        str,
+        _SOURCE,
+        "the exactly-once leader's application.id: the store's position comes from its "
+        "committed offsets (for changelogs without position headers)",
+    ),
     OptionSpec("partitions", str, _DECODERS, "a subset of changelog partitions, e.g. 0,2,5-7"),
     OptionSpec("keyPrefix", str, _DECODERS, "only keys starting with this (UTF-8, or hex:...)"),
     OptionSpec(

@@ -111,6 +111,8 @@ class SourceOptions:
     """PEM certificate chain file of the owner's Flight server (TLS); with serve_tls_key."""
     serve_tls_key: str | None = None
     """PEM private key file of the owner's Flight server (TLS); with serve_tls_cert."""
+    leader_application_id: str | None = None
+    """The exactly-once leader whose committed offsets give the store's position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,12 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
     partitions = None
     if partitions_text is not None:
         partitions = tuple(parse_partitions(partitions_text, option="partitions"))
+    leader = options.kafka_name("leaderApplicationId", "application.id")
+    if leader is not None and partitions is not None:
+        raise OptionError(
+            "option 'leaderApplicationId' needs a follower of every partition: the leader's "
+            "committed offsets cover them all; remove 'partitions'"
+        )
     serve_port = options.integer("servePort")
     serve_host = options.required("serveHost")  # has a default
     tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
@@ -291,6 +299,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         serve_port=0 if serve_port is None else serve_port,
         serve_tls_cert=tls_cert,
         serve_tls_key=tls_key,
+        leader_application_id=leader,
     )
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType, MappingProxyType
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 from spark_statestore.cli.progress import ProgressLine, format_count, format_lag, format_rate
 from spark_statestore.connectors.kafka.errors import KafkaClientError
@@ -238,7 +238,9 @@ def _open_follower(options: FollowOptions) -> Iterator[Follower]:
                 purpose=f"spark-statestore follow {topic} (pid {os.getpid()})",
             )
         )
-        kwargs = {} if options.chunk_records is None else {"chunk_records": options.chunk_records}
+        kwargs: dict[str, Any] = (
+            {} if options.chunk_records is None else {"chunk_records": options.chunk_records}
+        )
         follower = Follower(store, source, partitions=options.partitions, **kwargs)
         stack.pop_all()  # from here on follower.stop() closes the source
         try:

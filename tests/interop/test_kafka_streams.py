@@ -12,6 +12,7 @@ changelog must be refused.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import struct
 import time
@@ -25,12 +26,13 @@ from confluent_kafka.admin import AdminClient
 
 from spark_statestore.changelog import decode_session_key, decode_window_key
 from spark_statestore.connectors.kafka import clients
+from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.connectors.kafka.local.streams_app import StreamsApp
 from spark_statestore.errors import FollowerError
 from spark_statestore.follower import Follower
-from spark_statestore.position import Position
+from spark_statestore.position import Position, PositionBound
 from spark_statestore.store import Role, Store, StoreSpec
 from tests.kafka_util import caught_up_follower, poll_until, wait_until_settled
 
@@ -293,3 +295,110 @@ def test_a_versioned_store_changelog_is_refused_as_a_key_value_store(
             totals.close()
     finally:
         app.stop()
+
+
+def produce_order(producer: Producer, topic: str, customer: str, amount: int) -> Any:
+    """Produce one order and return its delivered message (its partition and offset)."""
+    delivered: list[Any] = []
+    producer.produce(
+        topic,
+        key=customer.encode(),
+        value=struct.pack(">q", amount),
+        on_delivery=lambda error, message: delivered.append((error, message)),
+    )
+    assert producer.flush(30) == 0 and delivered[0][0] is None
+    return delivered[0][1]
+
+
+RYW_TRIALS = 200
+
+
+def test_read_your_writes_without_position_headers(
+    kafka_broker: LocalKafkaCluster, orders: str, tmp_path: Path
+) -> None:
+    """An unmodified app (no position headers), exactly-once: the follower takes its position
+    from the app's committed consumer-group offsets and its changelog's ends. In each of
+    200 random trials an order is produced and the replica is read once its position reaches
+    that order's offset: the customer's total always includes the order, never a stale one."""
+    bootstrap = kafka_broker.bootstrap_servers
+    app = start_app(bootstrap, orders, tmp_path / "state", f"interop-{next(_apps)}", False)
+    changelog = app.changelog("totals")
+    source = KafkaChangelogSource(bootstrap, changelog)
+    leader = KafkaLeaderProgress(bootstrap, app.application_id, changelog, PARTITIONS)
+    store = Store.open(tmp_path / "totals", StoreSpec(Role.FOLLOWER, changelog, PARTITIONS))
+    follower = Follower(store, source, leader=leader)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    rng = random.Random(41)
+    totals: dict[str, int] = {}
+    try:
+        follower.start()
+        assert follower.wait_running(60)
+        for trial in range(RYW_TRIALS):
+            customer = f"c{rng.randrange(CUSTOMERS):03d}"
+            amount = rng.randrange(1, 1000)
+            message = produce_order(producer, orders, customer, amount)
+            totals[customer] = totals.get(customer, 0) + amount
+            bound = PositionBound.at(
+                Position.from_map({orders: {message.partition(): message.offset()}})
+            )
+            metadata = store.wait_for_commit(lambda m, b=bound: b.permits(m.position), 60)
+            assert bound.permits(metadata.position), f"trial {trial}: never reached {bound}"
+            assert follower.error is None
+            assert long_value(store.get(customer.encode())) == totals[customer], (
+                f"trial {trial}: {customer}'s total is stale at position {metadata.position}"
+            )
+        assert store.metadata.position.topics() == {orders}  # from the group, not headers
+    finally:
+        follower.stop()
+        leader.close()
+        store.close()
+        app.stop()
+
+
+def test_spark_reads_its_writes_against_an_unmodified_app(
+    spark: Any, kafka_broker: LocalKafkaCluster, orders: str, tmp_path: Path
+) -> None:
+    """The user's story: a Spark follower query of an unmodified app's changelog with
+    ``leaderApplicationId``, and reads bounded by the offset of an order just produced
+    (``positionBound`` with ``positionBoundTimeoutMs``) that see the order's effect."""
+    from tests.integration.test_spark_follower import FORMAT, wait_for_owner_exit
+
+    bootstrap = kafka_broker.bootstrap_servers
+    app = start_app(bootstrap, orders, tmp_path / "state", f"interop-{next(_apps)}", False)
+    path = tmp_path / "totals"
+    query = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("changelog", app.changelog("totals"))
+        .option("leaderApplicationId", app.application_id)
+        .load(str(path))
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    rng = random.Random(51)
+    totals: dict[str, int] = {}
+    try:
+        for _ in range(5):
+            customer = f"c{rng.randrange(CUSTOMERS):03d}"
+            amount = rng.randrange(1, 1000)
+            message = produce_order(producer, orders, customer, amount)
+            totals[customer] = totals.get(customer, 0) + amount
+            bound = {orders: {str(message.partition()): message.offset()}}
+            rows = (
+                spark.read.format(FORMAT)
+                .option("keyFormat", "string")
+                .option("valueFormat", "long")
+                .option("keys", json.dumps([customer]))
+                .option("positionBound", json.dumps(bound))
+                .option("positionBoundTimeoutMs", "60000")
+                .load(str(path))
+                .collect()
+            )
+            assert [(r["key"], r["value"]) for r in rows] == [(customer, totals[customer])]
+        assert query.exception() is None
+    finally:
+        query.stop()
+        app.stop()
+    wait_for_owner_exit(path)

@@ -345,3 +345,13 @@ def test_an_application_id_that_kafka_cannot_use_is_refused(name: str) -> None:
 @pytest.mark.parametrize("name", ["app-s-changelog", "A.b_c-9", "x" * 249])
 def test_legal_kafka_names_are_taken(name: str) -> None:
     assert source(changelog=name).changelog == name  # type: ignore[attr-defined]
+
+
+def test_leader_application_id_is_a_kafka_name_for_a_whole_follower() -> None:
+    options = parse_source_options({**BASE, "leaderapplicationid": "orders-app"})
+    assert options.leader_application_id == "orders-app"
+    assert parse_source_options(BASE).leader_application_id is None
+    with pytest.raises(OptionError, match=r"leaderApplicationId.*not a valid Kafka"):
+        source(leaderApplicationId="orders app")
+    with pytest.raises(OptionError, match=r"leaderApplicationId.*every partition"):
+        source(leaderApplicationId="orders-app", partitions="0")

@@ -14,6 +14,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
+from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions
 from spark_statestore.errors import FollowerError, OptionError
@@ -62,7 +63,18 @@ class FollowerRuntime:
             )
             closers.append(self.store.close)
             self.source = source
-            self.follower = Follower(self.store, source)
+            leader = None
+            if options.leader_application_id is not None:
+                leader = KafkaLeaderProgress(
+                    options.bootstrap_servers,
+                    options.leader_application_id,
+                    options.changelog,
+                    count,
+                    config=options.kafka,
+                )
+                closers.append(leader.close)
+            self.leader = leader
+            self.follower = Follower(self.store, source, leader=leader)
             self.server = StoreServer(
                 self.store,
                 host=options.serve_host,
@@ -112,6 +124,8 @@ class FollowerRuntime:
         """Stop serving and following, and close the store (idempotent)."""
         self.server.close()
         self.follower.stop()
+        if self.leader is not None:
+            self.leader.close()
         self.store.close()
 
 
