@@ -234,7 +234,7 @@ class Follower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._leader = leader
-        self._samples: list[tuple[Position, dict[int, int]]] = []
+        self._pending: tuple[Position, dict[int, int]] | None = None
         self._sampled_at = float("-inf")
 
     # -- driving --------------------------------------------------------------------------
@@ -280,32 +280,27 @@ class Follower:
         return self._commit(polled, moved, derived)
 
     def _leader_position(self, applied: Mapping[int, int]) -> Position | None:
-        """The merge of the leader's samples whose log ends ``applied`` has reached (None
-        when none has, or without a leader); samples at most every
-        :data:`LEADER_SAMPLE_INTERVAL_S`."""
+        """The leader's sampled position once ``applied`` has reached the log ends sampled
+        with it (None before that, when the store already has it, or without a leader).
+
+        One sample is pending at a time (a new one is taken, at most every
+        :data:`LEADER_SAMPLE_INTERVAL_S`, only once the last one is reached), so a follower
+        that lags keeps no backlog of samples and asks Kafka no more than it can use.
+        """
         if self._leader is None:
             return None
         now = time.monotonic()
-        if now - self._sampled_at >= LEADER_SAMPLE_INTERVAL_S:
+        if self._pending is None and now - self._sampled_at >= LEADER_SAMPLE_INTERVAL_S:
             self._sampled_at = now
-            self._samples.append(self._leader.sample())
-        reached = [
-            position
-            for position, ends in self._samples
-            if all(applied.get(p, 0) >= end for p, end in ends.items())
-        ]
-        if not reached:
+            self._pending = self._leader.sample()
+        if self._pending is None:
             return None
-        self._samples = [
-            sample
-            for sample in self._samples
-            if not all(applied.get(p, 0) >= end for p, end in sample[1].items())
-        ]
-        merged = Position.empty()
-        for position in reached:
-            merged = merged.merge(position)
+        position, ends = self._pending
+        if not all(applied.get(p, 0) >= end for p, end in ends.items()):
+            return None
+        self._pending = None
         current = self.store.metadata.position
-        return None if current.merge(merged) == current else merged
+        return None if current.merge(position) == current else position
 
     def _commit(
         self, polled: PollResult, moved: Mapping[int, int], derived: Position | None = None
