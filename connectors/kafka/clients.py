@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 from spark_statestore.connectors.kafka.errors import (
     KafkaClientError,
-    describe_error,
+    client_error,
     is_transient,
     kafka_error_of,
 )
@@ -107,11 +107,10 @@ def consumer(
     try:
         return Consumer(settings)
     except KafkaException as exc:
-        error = kafka_error_of(exc)
-        raise KafkaClientError(
-            f"the Kafka client refused the consumer settings for {what}: "
-            f"{describe_error(error, exc)}; check the kafka.* options",
-            error.code() if error is not None else None,
+        raise client_error(
+            exc,
+            f"the Kafka client refused the consumer settings for {what}",
+            "; check the kafka.* options",
         ) from exc
 
 
@@ -126,11 +125,10 @@ def producer(bootstrap_servers: str, config: Mapping[str, Any] | None, *, what: 
     try:
         return Producer({"bootstrap.servers": bootstrap_servers, **(config or {})})
     except KafkaException as exc:
-        error = kafka_error_of(exc)
-        raise KafkaClientError(
-            f"the Kafka client refused the producer settings for {what}: "
-            f"{describe_error(error, exc)}; check the kafka.* options",
-            error.code() if error is not None else None,
+        raise client_error(
+            exc,
+            f"the Kafka client refused the producer settings for {what}",
+            "; check the kafka.* options",
         ) from exc
 
 
@@ -145,11 +143,8 @@ def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -
     try:
         metadata = client.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
-        error = kafka_error_of(exc)
-        raise KafkaClientError(
-            f"cannot read the metadata of topic {topic!r}: {describe_error(error, exc)}; check "
-            "kafka.bootstrap.servers",
-            error.code() if error is not None else None,
+        raise client_error(
+            exc, f"cannot read the metadata of topic {topic!r}", "; check kafka.bootstrap.servers"
         ) from exc
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
@@ -168,11 +163,8 @@ def admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClie
     try:
         return AdminClient(settings)
     except KafkaException as exc:
-        error = kafka_error_of(exc)
-        raise KafkaClientError(
-            f"the Kafka client refused the admin settings: {describe_error(error, exc)}; "
-            "check the kafka.* options",
-            error.code() if error is not None else None,
+        raise client_error(
+            exc, "the Kafka client refused the admin settings", "; check the kafka.* options"
         ) from exc
 
 
@@ -199,11 +191,7 @@ def topic_config(
         futures = client.describe_configs([resource], request_timeout=timeout_s)
         entries = futures[resource].result(timeout=timeout_s)
     except KafkaException as exc:
-        error = kafka_error_of(exc)
-        raise KafkaClientError(
-            f"cannot read the settings of topic {topic!r}: {describe_error(error, exc)}",
-            error.code() if error is not None else None,
-        ) from exc
+        raise client_error(exc, f"cannot read the settings of topic {topic!r}") from exc
     return {name: str(entry.value) for name, entry in entries.items() if entry.value is not None}
 
 
@@ -225,9 +213,6 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float)
         except KafkaException as exc:
             error = kafka_error_of(exc)
             if error is None or not is_transient(error) or time.monotonic() >= deadline:
-                raise KafkaClientError(
-                    f"cannot read the offsets of {topic}-{partition}: {describe_error(error, exc)}",
-                    error.code() if error is not None else None,
-                ) from exc
+                raise client_error(exc, f"cannot read the offsets of {topic}-{partition}") from exc
         with contextlib.suppress(KafkaException):
             consumer.list_topics(topic, timeout=max(0.1, min(attempt, deadline - time.monotonic())))

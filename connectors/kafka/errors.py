@@ -27,6 +27,7 @@ __all__ = [
     "ProgressRecordError",
     "StreamsAppError",
     "TransactionTimeoutError",
+    "client_error",
     "describe_error",
     "is_transient",
     "kafka_error_of",
@@ -194,6 +195,16 @@ def is_transient(error: KafkaError) -> bool:
         KafkaError._TIMED_OUT,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
+    )
+
+
+def client_error(exc: BaseException, what: str, hint: str = "") -> KafkaClientError:
+    """The :class:`KafkaClientError` for a confluent-kafka failure ``exc``: ``what`` failed,
+    librdkafka's description, then ``hint`` (e.g. ``"; check the kafka.* options"``), with
+    the error code when there is one. The caller raises it ``from exc``."""
+    error = kafka_error_of(exc)
+    return KafkaClientError(
+        f"{what}: {describe_error(error, exc)}{hint}", error.code() if error is not None else None
     )
 
 

@@ -20,11 +20,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 
 from spark_statestore.connectors.kafka import clients
-from spark_statestore.connectors.kafka.errors import (
-    KafkaClientError,
-    describe_error,
-    kafka_error_of,
-)
+from spark_statestore.connectors.kafka.errors import client_error
 from spark_statestore.position import Position
 
 __all__ = ["KafkaLeaderProgress"]
@@ -87,11 +83,8 @@ class KafkaLeaderProgress:
             )
             committed = futures[self.application_id].result(timeout=self._timeout_s)
         except KafkaException as exc:
-            error = kafka_error_of(exc)
-            raise KafkaClientError(
-                f"cannot read the committed offsets of the leader {self.application_id!r}: "
-                f"{describe_error(error, exc)}",
-                error.code() if error is not None else None,
+            raise client_error(
+                exc, f"cannot read the committed offsets of the leader {self.application_id!r}"
             ) from exc
         offsets: dict[str, dict[int, int]] = {}
         for tp in committed.topic_partitions or ():
