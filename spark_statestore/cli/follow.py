@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -25,6 +26,7 @@ from typing import Any, Literal, TextIO
 
 from spark_statestore.cli.progress import ProgressLine, format_count, format_lag, format_rate
 from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.errors import FollowerError, OptionError, StateStoreError
 from spark_statestore.follower import Follower, FollowerState
@@ -40,6 +42,9 @@ always the live line (``--progress``); ``off``: none (``--no-progress``)."""
 _TICK_S = 0.1  # how often the foreground loop looks at the follower and the stop flag
 _OFFSETS_SHOWN = 8  # partitions listed in status lines
 _RESERVED_SETTINGS = {"bootstrap.servers": "--bootstrap-servers"}
+# Kafka's legal topic and group names: an application.id names both (its group and the
+# prefix of its changelogs).
+_KAFKA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,10 @@ class FollowOptions:
         Extra Kafka consumer settings (``--kafka KEY=VALUE``).
     progress
         How to show restore progress (:data:`ProgressMode`).
+    leader_application_id
+        The exactly-once leader's ``application.id`` (``--leader-application-id``): the
+        store's position comes from its committed consumer-group offsets (DESIGN §5), for
+        changelogs without position headers. None: positions come from headers only.
     """
 
     bootstrap_servers: str
@@ -74,6 +83,7 @@ class FollowOptions:
     until_caught_up: bool = False
     kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     progress: ProgressMode = "auto"
+    leader_application_id: str | None = None
 
     @classmethod
     def from_cli(
@@ -87,6 +97,7 @@ class FollowOptions:
         until_caught_up: bool = False,
         kafka: Sequence[str] = (),
         progress: bool | None = None,
+        leader_application_id: str | None = None,
     ) -> FollowOptions:
         """Build the options from the command's flags.
 
@@ -98,13 +109,16 @@ class FollowOptions:
             The ``--kafka KEY=VALUE`` flags.
         progress
             True for ``--progress``, False for ``--no-progress``, None for neither.
+        leader_application_id
+            The ``--leader-application-id`` text, or None.
 
         Raises
         ------
         OptionError
             For an empty topic, bootstrap servers or path, a bad ``--partitions`` list, a
-            ``--chunk-records`` below 1 or a malformed ``--kafka`` setting; the message
-            names the flag.
+            ``--chunk-records`` below 1, a malformed ``--kafka`` setting, or a
+            ``--leader-application-id`` that is not a Kafka group id or comes with
+            ``--partitions``; the message names the flag.
         """
         for flag, value in (
             ("--bootstrap-servers", bootstrap_servers),
@@ -116,6 +130,8 @@ class FollowOptions:
         if chunk_records is not None and chunk_records < 1:
             raise OptionError(f"option --chunk-records must be >= 1, got {chunk_records}")
         mode: ProgressMode = "auto" if progress is None else ("live" if progress else "off")
+        if leader_application_id is not None:
+            _check_leader(leader_application_id, partitions)
         return cls(
             bootstrap_servers=bootstrap_servers,
             changelog=changelog,
@@ -127,6 +143,23 @@ class FollowOptions:
             until_caught_up=until_caught_up,
             kafka_config=MappingProxyType(parse_kafka_settings(kafka)),
             progress=mode,
+            leader_application_id=leader_application_id,
+        )
+
+
+def _check_leader(application_id: str, partitions: str | None) -> None:
+    """Refuse a leader id Kafka Streams could not have, or a leader with a partition subset
+    (as the Spark source's ``leaderApplicationId`` does)."""
+    if _KAFKA_NAME.fullmatch(application_id) is None or application_id in (".", ".."):
+        raise OptionError(
+            f"option --leader-application-id {application_id[:80]!r} is not a valid Kafka "
+            "Streams application.id: use 1-249 of the characters a-z A-Z 0-9 . _ - (and not "
+            "'.' or '..')"
+        )
+    if partitions is not None:
+        raise OptionError(
+            "option --leader-application-id needs a follower of every partition: the "
+            "leader's committed offsets cover them all; remove --partitions"
         )
 
 
@@ -241,7 +274,17 @@ def _open_follower(options: FollowOptions) -> Iterator[Follower]:
         kwargs: dict[str, Any] = (
             {} if options.chunk_records is None else {"chunk_records": options.chunk_records}
         )
-        follower = Follower(store, source, partitions=options.partitions, **kwargs)
+        leader = None
+        if options.leader_application_id is not None:
+            leader = KafkaLeaderProgress(
+                options.bootstrap_servers,
+                options.leader_application_id,
+                topic,
+                count,
+                config=dict(options.kafka_config),
+            )
+            stack.callback(leader.close)
+        follower = Follower(store, source, partitions=options.partitions, leader=leader, **kwargs)
         stack.pop_all()  # from here on follower.stop() closes the source
         try:
             yield follower
@@ -250,6 +293,8 @@ def _open_follower(options: FollowOptions) -> Iterator[Follower]:
                 follower.stop()
             finally:
                 store.close()
+                if leader is not None:
+                    leader.close()
 
 
 def _follow(
@@ -275,8 +320,18 @@ def _follow(
     )
     progress = _progress_line(options, err, topic, clock)
     caught_up = False
+    # With a leader, say once when the store first knows a position (read-your-writes
+    # bounds can be checked from then on): its committed offsets, reached by the store.
+    positioned = options.leader_application_id is None
     while not stop.is_set():
         _raise_if_failed(follower, options)
+        if not positioned and store.metadata.position.topics():
+            positioned = True
+            _say(
+                err,
+                f"position from leader {options.leader_application_id}'s committed offsets: "
+                f"{store.metadata.position.to_json()}",
+            )
         if follower.state is FollowerState.RUNNING and not caught_up:
             caught_up = True
             if progress is not None:

@@ -165,6 +165,7 @@ def _cmd_follow(args: argparse.Namespace) -> int:
         until_caught_up=args.until_caught_up,
         kafka=args.kafka,
         progress=args.progress,
+        leader_application_id=args.leader_application_id,
     )
     return run_follow(options)
 
@@ -309,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="a Kafka consumer setting (repeatable), e.g. --kafka security.protocol=SSL",
+    )
+    follow.add_argument(
+        "--leader-application-id",
+        metavar="ID",
+        help="the application.id of the exactly-once leader writing the changelog: the "
+        "store's position comes from its committed offsets (for changelogs without "
+        "position headers); not with --partitions",
     )
     shown = follow.add_mutually_exclusive_group()
     shown.add_argument(

@@ -291,6 +291,50 @@ def test_bad_kafka_settings_are_refused_naming_the_flag(
     assert not (tmp_path / "s").exists()
 
 
+def test_a_leader_application_id_gives_the_store_the_leaders_committed_position(
+    kafka_broker: Any,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    following: Callable[[list[str]], FollowProcess],
+) -> None:
+    """``--leader-application-id``: a changelog without position headers, and a leader
+    group that committed its input offsets; the store takes the committed position (the
+    offset of the last processed input record) once it has applied the changelog."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = make_topic(partitions=PARTITIONS, suffix="-changelog")
+    inputs = make_topic(partitions=2, suffix="-input")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(20):
+        producer.produce(changelog, key=f"k{i}".encode(), value=b"v")
+    assert producer.flush(30) == 0
+    group = f"leader-{inputs}"
+    offsets = [TopicPartition(inputs, 0, 7), TopicPartition(inputs, 1, 3)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, offsets)])
+    futures[group].result(timeout=30)
+    path = tmp_path / "store"
+
+    process = following(
+        follow_command(
+            bootstrap, changelog, path, "--no-progress", "--leader-application-id", group
+        )
+    )
+    line = process.wait_for("position from leader")
+    assert group in line and inputs in line
+    assert process.stop(signal.SIGTERM) == 0
+    content, _offsets, position = store_content(path)
+    assert len(content) == 20
+    assert position == {inputs: {0: 6, 1: 2}}
+
+    # Without the flag the same changelog gives no position (it has no headers).
+    other = tmp_path / "plain"
+    assert applied_by(follow(bootstrap, changelog, other)) == 20
+    assert store_content(other)[2] == {}
+
+
 def test_a_store_followed_by_another_process_is_refused_naming_it(
     kafka_broker: Any,
     writer: ChangelogWriter,

@@ -63,3 +63,37 @@ def test_tail_takes_the_missing_position_policy_as_the_spark_option_spells_it(
         build_parser().parse_args([*TAIL, "--on-missing-position", "skp"])
     assert exited.value.code == 2
     assert "unknown value 'skp'; did you mean 'skip'?" in capsys.readouterr().err
+
+
+FOLLOW = ["follow", "--bootstrap-servers", "b:9092", "--changelog", "c", "/s"]
+
+
+def test_follow_takes_a_leader_application_id_and_refuses_it_with_partitions() -> None:
+    from spark_statestore.cli.follow import FollowOptions
+    from spark_statestore.errors import OptionError
+
+    args = build_parser().parse_args([*FOLLOW, "--leader-application-id", "orders-app"])
+    assert args.leader_application_id == "orders-app"
+    options = FollowOptions.from_cli(
+        bootstrap_servers="b:9092", changelog="c", path="/s", leader_application_id="orders-app"
+    )
+    assert options.leader_application_id == "orders-app"
+    assert (
+        FollowOptions.from_cli(
+            bootstrap_servers="b:9092", changelog="c", path="/s"
+        ).leader_application_id
+        is None
+    )
+    # As the Spark source's leaderApplicationId: the leader's offsets cover every partition.
+    with pytest.raises(OptionError, match="--leader-application-id needs a follower of every"):
+        FollowOptions.from_cli(
+            bootstrap_servers="b:9092",
+            changelog="c",
+            path="/s",
+            partitions="0,1",
+            leader_application_id="orders-app",
+        )
+    with pytest.raises(OptionError, match=r"not a valid Kafka Streams application\.id"):
+        FollowOptions.from_cli(
+            bootstrap_servers="b:9092", changelog="c", path="/s", leader_application_id="a b"
+        )
