@@ -58,6 +58,7 @@ class StoreType(str, Enum):
     KEY_VALUE = "keyValue"
     TIMESTAMPED = "timestamped"
     WINDOW = "window"
+    SESSION = "session"
 
 
 class View(str, Enum):
@@ -204,9 +205,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "storeType",
         StoreType,
-        _SOURCE,
-        "the Kafka Streams store of the changelog: keyValue, timestamped, window",
+        _DECODERS,
+        "the Kafka Streams store of the changelog: keyValue, timestamped, window, session",
         default="keyValue",
+    ),
+    OptionSpec(
+        "windowSizeMs",
+        int,
+        _DECODERS,
+        "storeType window: the window size, for the window_end column (the reader needs it)",
+        minimum=1,
     ),
     OptionSpec(
         "onMissingPosition",

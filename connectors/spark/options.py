@@ -113,6 +113,8 @@ class SourceOptions:
     """PEM private key file of the owner's Flight server (TLS); with serve_tls_cert."""
     leader_application_id: str | None = None
     """The exactly-once leader whose committed offsets give the store's position."""
+    window_size_ms: int | None = None
+    """``storeType`` window: the window size, for the ``window_end`` column (None: no column)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,17 @@ class ReaderOptions:
     """How long planning waits for the store to reach ``position_bound`` (0: fail at once)."""
     lookup: ScanSpec = field(default_factory=ScanSpec.everything)
     """The rows the lookup options (``keys``, ``keyPrefix``, ``keyFrom``, ``keyTo``,
-    ``partitions``) select; every row by default."""
+    ``partitions``) select; every row by default. For window and session stores, a scan
+    of the stored keys that holds every row the options select (see ``key_filter``)."""
+    store_type: StoreType = StoreType.KEY_VALUE
+    """The Kafka Streams store behind the changelog: window and session keys are split."""
+    window_size_ms: int | None = None
+    """``storeType`` window: the window size, for ``window_end`` (required there)."""
+    include_headers: bool = False
+    """Add the ``headers`` column: the headers kept with each key's latest record."""
+    key_filter: ScanSpec | None = None
+    """Window and session stores: the lookup options on user keys, checked row by row
+    after the keys are split (None: every row of ``lookup``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +312,25 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         serve_tls_cert=tls_cert,
         serve_tls_key=tls_key,
         leader_application_id=leader,
+        window_size_ms=_window_size(options, options.choice("storeType", StoreType), False),
     )
+
+
+def _window_size(options: OptionReader, store_type: StoreType, required: bool) -> int | None:
+    """``windowSizeMs``: only for window stores; ``required`` by the snapshot reader."""
+    size = options.integer("windowSizeMs")
+    if size is not None and store_type is not StoreType.WINDOW:
+        raise OptionError(
+            f"option 'windowSizeMs' is the size of a window store's windows; storeType is "
+            f"{store_type.value!r}: drop windowSizeMs, or set storeType 'window'"
+        )
+    if size is None and required and store_type is StoreType.WINDOW:
+        raise OptionError(
+            "option 'windowSizeMs' is required with storeType 'window': the changelog "
+            "carries each window's start, not its size, so window_end = window_start + "
+            "windowSizeMs (the size the Kafka Streams app gave TimeWindows.ofSize...)"
+        )
+    return size
 
 
 def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
@@ -344,8 +374,10 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
             f"option {given[0]!r} selects rows of the data view; view {view.value!r} has no "
             "keys: drop the option or read view 'data'"
         )
-    from spark_statestore.connectors.spark.reader.lookup import parse_lookup
+    from spark_statestore.connectors.spark.reader.lookup import parse_lookup, windowed_lookup
 
+    store_type = options.choice("storeType", StoreType)
+    window_size = _window_size(options, store_type, view is View.DATA)
     lookup = parse_lookup(
         keys=lookup_text["keys"],
         prefix=lookup_text["keyPrefix"],
@@ -354,6 +386,9 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         partitions=lookup_text["partitions"],
         key_codec=codecs_for(formats)[0],
     )
+    key_filter = None
+    if store_type in (StoreType.WINDOW, StoreType.SESSION) and lookup != ScanSpec.everything():
+        lookup, key_filter = windowed_lookup(lookup)
     return ReaderOptions(
         path=path,
         view=view,
@@ -364,6 +399,9 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         kafka=kafka,
         position_bound_timeout_s=timeout_ms / 1000.0,
         lookup=lookup,
+        store_type=store_type,
+        window_size_ms=window_size,
+        key_filter=key_filter,
     )
 
 

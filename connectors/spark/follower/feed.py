@@ -3,8 +3,10 @@
 Columns (docs/spark.md, "Follower source"): ``key``, ``value`` (binary unless ``keyFormat``
 / ``valueFormat`` say otherwise; ``value`` is null for deletes), ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``timestampType``, ``op`` (``upsert`` / ``delete``), ``position``
-(``map<string,map<int,bigint>>`` from the record's ``c`` header, null when absent),
-``window_start`` for window stores, and ``headers`` with ``includeHeaders``.
+(``map<string,map<int,bigint>>`` from the record's ``c`` header, null when absent), the
+window columns of window and session stores (``window_start`` and, with ``windowSizeMs``,
+``window_end``; ``session_start``, ``session_end``: :mod:`..windows`), and ``headers`` with
+``includeHeaders``.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_statestore.changelog.errors import ChangelogFormatError
 from spark_statestore.changelog.headers import HeaderStatus
-from spark_statestore.changelog.keys import decode_window_key
 from spark_statestore.connectors.spark.options import (
     DecodeMode,
     SourceOptions,
-    StoreType,
     codecs_for,
+)
+from spark_statestore.connectors.spark.windows import (
+    WINDOWED,
+    split_keys,
+    window_columns,
+    window_ddl,
 )
 
 if TYPE_CHECKING:
@@ -47,8 +52,7 @@ def feed_ddl(options: SourceOptions) -> str:
         "op STRING",
         f"position {POSITION_TYPE}",
     ]
-    if options.store_type is StoreType.WINDOW:
-        columns.append("window_start TIMESTAMP")
+    columns += window_ddl(options.store_type, options.window_size_ms)
     if options.include_headers:
         columns.append("headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
     return ", ".join(columns)
@@ -79,7 +83,8 @@ def messages_to_batch(
         A record with a null key or unreadable position headers (unless
         ``onMissingPosition`` is ``skip``); the message names topic, partition and offset.
     DecodeError
-        An undecodable key or value in FAILFAST mode.
+        An undecodable key or value, or a window or session key that does not split, in
+        FAILFAST mode.
     """
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -90,25 +95,10 @@ def messages_to_batch(
     values: list[bytes | None] = []
     topics, partitions, offsets, stamps, stamp_types, ops = [], [], [], [], [], []
     positions: list[Any] = []
-    window_starts: list[int | None] = []
     headers: list[Any] = []
-    window = options.store_type is StoreType.WINDOW
     for message in messages:
         record = message_to_record(message, options.on_missing_position)
-        key = record.key
-        if window:
-            try:
-                windowed = decode_window_key(key)
-            except ChangelogFormatError as exc:
-                raise ChangelogFormatError(
-                    f"{exc} (storeType is 'window'; use storeType keyValue for this changelog)",
-                    topic=record.topic,
-                    partition=record.partition,
-                    offset=record.offset,
-                ) from exc
-            key = windowed.key
-            window_starts.append(windowed.window_start)
-        keys.append(key)
+        keys.append(record.key)
         values.append(record.value)
         topics.append(record.topic)
         partitions.append(record.partition)
@@ -129,6 +119,14 @@ def messages_to_batch(
         return f"changelog topic {topics[i]} partition {partitions[i]} offset {offsets[i]}"
 
     permissive = options.formats.mode is DecodeMode.PERMISSIVE
+    windows: dict[str, Any] = {}
+    if options.store_type in WINDOWED:
+        split = split_keys(
+            keys, options.store_type, options.window_size_ms, locate=locate, permissive=permissive
+        )
+        keys = split.keys
+        stats.undecodable_keys += split.undecodable
+        windows = window_columns(split, options.store_type, options.window_size_ms)
     key_codec, value_codec = codecs
     key_array, bad_keys = key_codec.decode(keys, locate=locate, permissive=permissive)
     value_array, bad_values = value_codec.decode(values, locate=locate, permissive=permissive)
@@ -147,9 +145,8 @@ def messages_to_batch(
         "timestampType": pa.array(stamp_types, pa.int32()),
         "op": pa.array(ops, pa.string()),
         "position": pa.array(positions, arrow.field("position").type),
+        **windows,
     }
-    if window:
-        columns["window_start"] = pa.array(window_starts, millis)
     if options.include_headers:
         columns["headers"] = pa.array(headers, arrow.field("headers").type)
     arrays = [columns[f.name].cast(f.type) for f in arrow]

@@ -18,7 +18,12 @@ from spark_statestore.errors import OptionError
 from spark_statestore.partition_spec import parse_partitions
 from spark_statestore.store.scan import ScanSpec
 
-__all__ = ["MAX_LOOKUP_KEYS", "parse_lookup", "spark_scopes_pushdown_per_scan"]
+__all__ = [
+    "MAX_LOOKUP_KEYS",
+    "parse_lookup",
+    "spark_scopes_pushdown_per_scan",
+    "windowed_lookup",
+]
 
 MAX_LOOKUP_KEYS = 100_000
 """More keys than this in one ``keys`` option is a join, not a lookup: read the store and
@@ -161,3 +166,39 @@ def _keys(text: str, codec: Any) -> list[bytes]:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def windowed_lookup(spec: ScanSpec) -> tuple[ScanSpec, ScanSpec]:
+    """For a window or session store: ``(scan of stored keys, filter of user keys)``.
+
+    The lookup options name user keys, but the store holds ``user key | window suffix``.
+    The scan selects every stored key whose user key the options select (and usually few
+    others): a user key prefix is a prefix of its stored keys; an exact key ``k`` is a
+    prefix too (``k`` and its longer neighbours, which the filter drops); a lower bound
+    stays a lower bound. An upper bound cannot bound stored keys (a user key that is a
+    proper prefix of the bound sorts after it once its suffix is appended), so the scan
+    goes on to the end of the store and the filter decides. The filter
+    (:meth:`ScanSpec.matches_key` on the split user key) is exact.
+    """
+    from dataclasses import replace
+
+    from spark_statestore.store.scan import _prefix_end
+
+    key_filter = replace(spec, partitions=None, limit=None)
+    lower: bytes | None = spec.lower
+    upper: bytes | None = None
+    keys = spec.keys
+    if keys:
+        ends = [_prefix_end(key) for key in keys]
+        lower = keys[0] if lower is None else max(lower, keys[0])
+        upper = None if None in ends else max(e for e in ends if e is not None)
+    scan = ScanSpec(
+        keys=() if keys == () else None,
+        lower=lower,
+        upper=upper,
+        upper_inclusive=False,
+        prefix=spec.prefix,
+        partitions=spec.partitions,
+        limit=None,
+    )
+    return scan, key_filter

@@ -89,12 +89,20 @@ def _with_bounds(
     )
 
 
-def push_filters(filters: Iterable[Filter], key_codec: Any) -> tuple[Pushdown, list[Filter]]:
-    """Split ``filters`` into the pushed scan and the filters Spark must still apply."""
+def push_filters(
+    filters: Iterable[Filter], key_codec: Any, *, keys: bool = True
+) -> tuple[Pushdown, list[Filter]]:
+    """Split ``filters`` into the pushed scan and the filters Spark must still apply.
+
+    ``keys=False`` pushes no filter on ``key`` (a window or session store, whose stored keys
+    are not the ``key`` column's values).
+    """
     pushdown = Pushdown()
     rest: list[Filter] = []
     for item in filters:
-        if _push(item, pushdown, key_codec):
+        if (keys or getattr(item, "attribute", ()) != ("key",)) and _push(
+            item, pushdown, key_codec
+        ):
             pushdown.pushed.append(repr(item))
         else:
             rest.append(item)

@@ -7,8 +7,9 @@ against ``positionBound``. With no live owner the reader opens the store itself 
 not changing then; the task checks that the commit it planned for is still the latest).
 
 Views (``view``): ``data`` (default: key, value, partition, offset, timestamp of the
-latest write per key), ``position`` (the snapshot's position, one row per input
-topic-partition), ``lag`` (per changelog partition: current, end, lag) and ``metadata``.
+latest write per key, and the columns of :mod:`.columns`), ``position`` (the snapshot's
+position, one row per input topic-partition), ``lag`` (per changelog partition: current,
+end, lag) and ``metadata``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from spark_statestore.connectors.spark.errors import (
     StaleSnapshotError,
 )
 from spark_statestore.connectors.spark.options import ReaderOptions, View, codecs_for
+from spark_statestore.connectors.spark.reader.columns import convert_batch, data_ddl
+from spark_statestore.connectors.spark.windows import WINDOWED
 from spark_statestore.position import Position
 
 if TYPE_CHECKING:
@@ -69,14 +72,10 @@ while waiting for ``positionBound`` (a sink's commit in another process moves it
 
 
 def reader_ddl(options: ReaderOptions) -> str:
-    """The snapshot reader's schema as DDL, for its view and formats."""
+    """The snapshot reader's schema as DDL, for its view, store type and formats."""
     if options.view is not View.DATA:
         return _VIEW_DDL[options.view]
-    key_codec, value_codec = codecs_for(options.formats)
-    return (
-        f"key {key_codec.ddl_type()}, value {value_codec.ddl_type()}, partition INT, "
-        "offset BIGINT, timestamp TIMESTAMP"
-    )
+    return data_ddl(options)
 
 
 class _Scan(InputPartition):
@@ -428,29 +427,7 @@ class SnapshotReader(DataSourceReader):
             )
 
     def _convert(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        key_codec, value_codec = codecs_for(self._options.formats)
-        permissive = self._options.formats.mode.value == "permissive"
-        keys = batch.column(0).to_pylist()
-        partitions = batch.column(2)
-        offsets = batch.column(3)
-
-        def locate(i: int) -> str:
-            return (
-                f"store {self._options.path} key {keys[i]!r} (written from changelog "
-                f"partition {partitions[i]} offset {offsets[i]})"
-            )
-
-        key_array, _ = key_codec.decode(keys, locate=locate, permissive=permissive)
-        value_array, _ = value_codec.decode(
-            batch.column(1).to_pylist(), locate=locate, permissive=permissive
-        )
-        arrow = to_arrow_schema(self._schema, timezone="UTC")
-        columns = [key_array, value_array, partitions, offsets, batch.column(4)]
-        arrays = [c.cast(f.type) for c, f in zip(columns, arrow, strict=True)]
-        return pa.RecordBatch.from_arrays(arrays, schema=arrow)
+        return convert_batch(batch, self._options, self._schema)
 
 
 class PushdownSnapshotReader(SnapshotReader):
@@ -471,7 +448,11 @@ class PushdownSnapshotReader(SnapshotReader):
         from spark_statestore.connectors.spark.reader.pushdown import push_filters
 
         key_codec, _ = codecs_for(self._options.formats)
-        pushdown, rest = push_filters(filters, key_codec)
+        # Window and session stores hold user keys with a window suffix: a key filter is
+        # not a scan of stored keys, so only partition filters are pushed there.
+        pushdown, rest = push_filters(
+            filters, key_codec, keys=self._options.store_type not in WINDOWED
+        )
         self._scan_json = pushdown.spec().to_json()
         self._pushed = pushdown.pushed
         _log.info("pushed to store %s: %s", self._options.path, pushdown.pushed)
