@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,6 +27,7 @@ from spark_statestore.query import LagInfo
 
 if TYPE_CHECKING:
     from spark_statestore.store import Store
+    from spark_statestore.store.layout import Headers
 
 __all__ = [
     "LEADER_SAMPLE_INTERVAL_S",
@@ -76,6 +77,10 @@ class PollResult:
         Rows without a position (no ``v`` header, or a version this reader ignores).
     skipped_positions
         Rows whose malformed position headers were skipped (the source was asked to).
+    headers
+        ``{row index: headers}`` of the rows whose record has headers besides the ``v``/``c``
+        position headers (those others, in record order): the store keeps them with the
+        row (Kafka Streams 4.3 header-aware stores log their headers this way).
     """
 
     rows: Sequence[Row]
@@ -83,6 +88,7 @@ class PollResult:
     position: Position | None = None
     without_position: int = 0
     skipped_positions: int = 0
+    headers: Mapping[int, Headers] = field(default_factory=dict)
 
 
 class ChangelogSource(Protocol):
@@ -306,13 +312,18 @@ class Follower:
         self, polled: PollResult, moved: Mapping[int, int], derived: Position | None = None
     ) -> int:
         rows = polled.rows
+        headers = polled.headers
         prefix = self.key_prefix
         if prefix is not None:
             # A subset store has still read the records it does not keep: the chunk's
             # position counts for it (it is as fresh for its keys as the changelog it read).
-            rows = [row for row in rows if row[0].startswith(prefix)]
+            kept = [i for i, row in enumerate(rows) if row[0].startswith(prefix)]
+            if headers:
+                renumbered = {old: new for new, old in enumerate(kept)}
+                headers = {renumbered[i]: h for i, h in headers.items() if i in renumbered}
+            rows = [rows[i] for i in kept]
         with self.store.begin() as txn:
-            txn.put_all(rows)
+            txn.put_all(rows, headers)
             if polled.position is not None:
                 txn.merge_position(polled.position)
             if derived is not None:

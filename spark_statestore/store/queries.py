@@ -25,7 +25,7 @@ from spark_statestore.query import (
     StateQueryRequest,
     StateQueryResult,
 )
-from spark_statestore.store.layout import HEADER_SIZE, envelope_header
+from spark_statestore.store.layout import envelope_header, envelope_value
 from spark_statestore.store.manifest import Role
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def _bucket(
         bucket = buckets.get(_partition_of(key, envelope_header(raw)[0], counts))
         if bucket is None or (limit is not None and len(bucket) >= limit):
             continue
-        bucket.append((key, raw[HEADER_SIZE:]))
+        bucket.append((key, envelope_value(raw)))
         if limit is not None and len(bucket) == limit:
             open_buckets -= 1
             if open_buckets == 0:

@@ -386,7 +386,7 @@ def scan_batches(
     return _scan(snapshot, spec, batch_rows, stats if stats is not None else ScanStats())
 
 
-_Row = tuple[bytes, bytes, int | None, int | None, int | None]
+_Row = tuple[bytes, bytes, int | None, int | None, int | None, Any]
 
 
 def _scan(
@@ -402,10 +402,10 @@ def _scan(
     schema = arrow_schema()
     wanted = spec.partitions
     remaining = -1 if spec.limit is None else spec.limit  # -1: no limit
-    columns: list[list[Any]] = [[], [], [], [], []]
-    keys, values, parts, offsets, stamps = columns
+    columns: list[list[Any]] = [[], [], [], [], [], []]
+    keys, values, parts, offsets, stamps, headers = columns
     try:
-        for key, value, partition, offset, timestamp in rows:
+        for key, value, partition, offset, timestamp, kept in rows:
             if wanted is not None and partition not in wanted:
                 continue
             keys.append(key)
@@ -413,6 +413,7 @@ def _scan(
             parts.append(partition)
             offsets.append(offset)
             stamps.append(timestamp)
+            headers.append([{"key": k, "value": v} for k, v in kept])
             stats.rows_returned += 1
             remaining -= 1
             if remaining == 0:
@@ -436,7 +437,14 @@ def _point_reads(
             record = snapshot.get_record(key)
             if record is not None:
                 stats.rows_examined += 1
-                yield key, record.value, record.partition, record.offset, record.timestamp
+                yield (
+                    key,
+                    record.value,
+                    record.partition,
+                    record.offset,
+                    record.timestamp,
+                    record.headers,
+                )
 
 
 def _range_batches(

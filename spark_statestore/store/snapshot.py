@@ -13,10 +13,12 @@ from spark_statestore.position import Position
 from spark_statestore.store.errors import StoreClosedError, StoreError
 from spark_statestore.store.layout import (
     DATA_PREFIX,
+    ENVELOPE_VERSION,
     HEADER_SIZE,
     StoredRecord,
     data_bounds,
     decode_record,
+    envelope_value,
     iterate,
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata
@@ -27,13 +29,21 @@ if TYPE_CHECKING:
 
     from spark_statestore.store.store import Store
 
-__all__ = ["Snapshot", "arrow_schema", "envelope_batch"]
+__all__ = ["Snapshot", "arrow_schema", "envelope_batch", "headers_type", "no_headers"]
 
 DEFAULT_BATCH_ROWS = 65536
 
 
+def headers_type() -> pa.DataType:
+    """The Arrow type of a record's headers: ``list<struct<key: string, value: binary>>``."""
+    import pyarrow as pa
+
+    return pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
 def arrow_schema() -> pa.Schema:
-    """The schema of :meth:`Snapshot.to_batches`: key, value, partition, offset, timestamp."""
+    """The schema of :meth:`Snapshot.to_batches`: key, value, partition, offset, timestamp,
+    headers (those kept with the record; empty when it had none)."""
     import pyarrow as pa
 
     return pa.schema(
@@ -43,8 +53,19 @@ def arrow_schema() -> pa.Schema:
             pa.field("partition", pa.int32()),
             pa.field("offset", pa.int64()),
             pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
+            pa.field("headers", headers_type()),
         ]
     )
+
+
+def no_headers(count: int) -> pa.Array:
+    """``count`` empty header lists (no Python object per row)."""
+    import pyarrow as pa
+
+    kind = headers_type()
+    zeros = pa.py_buffer(bytes(4 * (count + 1)))  # every list starts and ends at 0
+    offsets = pa.Array.from_buffers(pa.int32(), count + 1, [None, zeros])
+    return pa.ListArray.from_arrays(offsets, pa.array([], kind.value_type), type=kind)
 
 
 _TO_END = 2**31 - 1  # binary_slice's stop: pyarrow 26 fails on stop=None ("Negative buffer resize")
@@ -75,8 +96,10 @@ def envelope_batch(
     if count and pc.min(pc.binary_length(raw)).as_py() < HEADER_SIZE:
         _first_bad_envelope(dkeys, raws, path)
     headers = pc.binary_slice(raw, 0, HEADER_SIZE)
-    if count and pc.max(_big_endian(headers, 0, "B", pa.uint8(), count)).as_py() != 0:
-        _first_bad_envelope(dkeys, raws, path)
+    versions = _big_endian(headers, 0, "B", pa.uint8(), count)
+    if count and pc.max(versions).as_py() != ENVELOPE_VERSION:
+        # Some envelope keeps headers (or is not an envelope): decode row by row.
+        return _records_batch(dkeys, raws, path, partitions)
     part_array = _big_endian(headers, 1, "i", pa.int32(), count)
     offset_array = _big_endian(headers, 5, "q", pa.int64(), count)
     stamp_array = _big_endian(headers, 13, "q", pa.int64(), count)
@@ -87,12 +110,35 @@ def envelope_batch(
             _unknown_as_null(part_array),
             _unknown_as_null(offset_array),
             _unknown_as_null(stamp_array).cast(pa.timestamp("ms", tz="UTC")),
+            no_headers(count),
         ],
         schema=arrow_schema(),
     )
     if partitions is not None:
         batch = batch.filter(pc.is_in(part_array, pa.array(sorted(partitions), pa.int32())))
     return batch
+
+
+def _records_batch(
+    dkeys: Sequence[bytes],
+    raws: Sequence[bytes],
+    path: str,
+    partitions: frozenset[int] | None,
+) -> pa.RecordBatch:
+    """:func:`envelope_batch` one record at a time (envelopes with headers among them)."""
+    columns: list[list[Any]] = [[], [], [], [], [], []]
+    keys, values, parts, offsets, stamps, headers = columns
+    for dkey, raw in zip(dkeys, raws, strict=True):
+        record = decode_record(dkey[1:], raw, path)  # raises StoreCorruptedError
+        if partitions is not None and record.partition not in partitions:
+            continue
+        keys.append(record.key)
+        values.append(record.value)
+        parts.append(record.partition)
+        offsets.append(record.offset)
+        stamps.append(record.timestamp)
+        headers.append([{"key": k, "value": v} for k, v in record.headers])
+    return _to_batch(columns, arrow_schema())
 
 
 def rechunk(batches: Iterable[pa.RecordBatch], batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -201,7 +247,7 @@ class Snapshot:
             raise self._closed()
         with self._gate:
             raw: bytes | None = self._get(DATA_PREFIX + key)
-        return None if raw is None else raw[HEADER_SIZE:]
+        return None if raw is None else envelope_value(raw)
 
     def get_record(self, key: bytes) -> StoredRecord | None:
         """The record of ``key`` with its partition, offset and timestamp, or None."""
@@ -221,7 +267,7 @@ class Snapshot:
             for key in keys:
                 raw = get(DATA_PREFIX + key)
                 if raw is not None:
-                    found[key] = raw[HEADER_SIZE:]
+                    found[key] = envelope_value(raw)
         return found
 
     # -- scans ----------------------------------------------------------------------------
@@ -240,7 +286,7 @@ class Snapshot:
         keys starting with it instead. ``limit`` stops after that many pairs.
         """
         for dkey, raw in self._raw(lower, upper, reverse, prefix, limit):
-            yield dkey[1:], raw[HEADER_SIZE:]
+            yield dkey[1:], envelope_value(raw)
 
     def records(
         self,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import Enum
 from itertools import islice
 from types import TracebackType
@@ -27,17 +27,19 @@ from spark_statestore.store._merge import Entry, merge_layers, slice_sorted
 from spark_statestore.store.errors import TransactionError
 from spark_statestore.store.layout import (
     DATA_PREFIX,
-    HEADER_SIZE,
     META_COMMIT,
     META_OFFSETS,
     META_POSITION,
     META_SEQ,
     NO_VALUE,
+    Headers,
     StoredRecord,
     data_bounds,
     decode_record,
+    envelope_value,
     iterate,
     pack_header,
+    pack_headers_envelope,
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata, encode_offsets
 from spark_statestore.store.redo import SpillArea
@@ -108,6 +110,7 @@ class Transaction:
         offset: int | None = None,
         timestamp: int | None = None,
         source: tuple[str, int, int] | None = None,
+        headers: Headers = (),
     ) -> None:
         """Write ``value`` under ``key``.
 
@@ -123,6 +126,8 @@ class Transaction:
         source
             The input record behind the write, ``(topic, partition, offset)`` (KIP-791 record
             metadata): merged into the store's position on commit.
+        headers
+            The write's record headers to keep with it, ``(key, value or None)`` pairs.
         """
         if self.state is not TransactionState.OPEN:
             self._check_open()
@@ -146,7 +151,13 @@ class Transaction:
         if source is not None:
             self.record_source(*source)
         dkey = DATA_PREFIX + key
-        envelope = pack_header(partition, offset, timestamp) + value
+        if headers:
+            try:
+                envelope = pack_headers_envelope(partition, offset, timestamp, headers) + value
+            except (TypeError, ValueError, AttributeError, struct.error):
+                raise self._bad_field("headers", headers, "(str, bytes or None) pairs") from None
+        else:
+            envelope = pack_header(partition, offset, timestamp) + value
         if self._pending:
             self._index()
         self._writes[dkey] = envelope
@@ -180,12 +191,17 @@ class Transaction:
         if self._count >= self._next_check:
             self._check_budget()
 
-    def put_all(self, records: Iterable[tuple[bytes, bytes | None, int, int, int]]) -> int:
+    def put_all(
+        self,
+        records: Iterable[tuple[bytes, bytes | None, int, int, int]],
+        headers: Mapping[int, Headers] | None = None,
+    ) -> int:
         """Write many records: ``(key, value, partition, offset, timestamp)`` tuples.
 
         A None value deletes the key; a negative partition, offset or timestamp means
         unknown (a record without a partition is placed by its key's hash in queries).
-        This is the bulk path of followers and sinks. A malformed record raises
+        ``headers`` maps a record's index to the headers to keep with it (records not in it
+        keep none). This is the bulk path of followers and sinks. A malformed record raises
         :class:`TransactionError` naming its index; roll the transaction back then (the
         ``with`` block does). Returns the number of records.
         """
@@ -199,7 +215,7 @@ class Transaction:
                 columns = ()
             if len(columns) != 5:
                 raise self._malformed(count + _first_bad(chunk, self._partitions), "not a 5-tuple")
-            self._put_chunk(count, *columns)
+            self._put_chunk(count, *columns, headers=headers)
             count += len(chunk)
         return count
 
@@ -240,6 +256,7 @@ class Transaction:
         partitions: Sequence[int],
         offsets: Sequence[int],
         timestamps: Sequence[int],
+        headers: Mapping[int, Headers] | None = None,
     ) -> None:
         # C-level map/zip instead of a Python loop per record: this is the hot write path.
         if not keys:
@@ -247,16 +264,26 @@ class Transaction:
         try:
             if max(partitions) >= self._partitions:
                 raise ValueError("partition out of range")
-            headers = map(pack_header, partitions, offsets, timestamps)
+            fixed = map(pack_header, partitions, offsets, timestamps)
             if None in values:
                 envelopes: list[bytes | None] = [
                     None if value is None else header + value
-                    for header, value in zip(headers, values, strict=True)
+                    for header, value in zip(fixed, values, strict=True)
                 ]
             else:
-                envelopes = list(map(bytes.__add__, headers, values))  # type: ignore[arg-type]
+                envelopes = list(map(bytes.__add__, fixed, values))  # type: ignore[arg-type]
+            if headers:
+                # Few records carry headers: rebuild just their envelopes (version 1).
+                for index, kept in headers.items():
+                    at = index - first
+                    value = values[at] if 0 <= at < len(keys) else None
+                    if kept and value is not None:
+                        envelopes[at] = (
+                            pack_headers_envelope(partitions[at], offsets[at], timestamps[at], kept)
+                            + value
+                        )
             dkeys = list(map(DATA_PREFIX.__add__, keys))
-        except (TypeError, ValueError, struct.error) as exc:
+        except (TypeError, ValueError, AttributeError, struct.error) as exc:
             bad = _first_bad(
                 list(zip(keys, values, partitions, offsets, timestamps, strict=True)),
                 self._partitions,
@@ -340,7 +367,7 @@ class Transaction:
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` as this transaction sees it (its own writes first)."""
         envelope = self._lookup(DATA_PREFIX + key)
-        return None if envelope is None else envelope[HEADER_SIZE:]
+        return None if envelope is None else envelope_value(envelope)
 
     def get_record(self, key: bytes) -> StoredRecord | None:
         """Like :meth:`get`, with the record's partition, offset and timestamp."""
@@ -383,7 +410,7 @@ class Transaction:
             layers.append(self._spill.entries(start, stop, include_stop, reverse))
         layers.append(iterate(self._base, start, stop, include_stop, reverse, self._store._gate))
         for dkey, envelope in merge_layers(layers, reverse):
-            yield dkey[1:], envelope[HEADER_SIZE:]
+            yield dkey[1:], envelope_value(envelope)
 
     # -- end ------------------------------------------------------------------------------
     @property

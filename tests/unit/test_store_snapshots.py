@@ -202,12 +202,15 @@ def test_single_key_store_scans(make_store: MakeStore) -> None:
 # -- Arrow batches -------------------------------------------------------------------------
 def test_arrow_schema() -> None:
     schema = arrow_schema()
-    assert schema.names == ["key", "value", "partition", "offset", "timestamp"]
+    assert schema.names == ["key", "value", "partition", "offset", "timestamp", "headers"]
     assert schema.field("key").type == pa.binary()
     assert schema.field("value").type == pa.binary()
     assert schema.field("partition").type == pa.int32()
     assert schema.field("offset").type == pa.int64()
     assert schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
+    assert schema.field("headers").type == pa.list_(
+        pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+    )
     assert not schema.field("key").nullable
     assert not schema.field("value").nullable
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from spark_statestore.changelog.headers import POSITION_HEADER, VERSION_HEADER
 from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.connectors.kafka import clients
@@ -20,9 +21,16 @@ from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientE
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.follower import PollResult, Row
 
-__all__ = ["READ_AHEAD_BYTES", "KafkaChangelogSource", "handle_out_of_range", "read_ahead_settings"]
+__all__ = [
+    "READ_AHEAD_BYTES",
+    "KafkaChangelogSource",
+    "handle_out_of_range",
+    "kept_headers",
+    "read_ahead_settings",
+]
 
 _log = logging.getLogger(__name__)
+_POSITION_HEADERS = frozenset({VERSION_HEADER, POSITION_HEADER})
 
 _INVALID_OFFSET = -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID
 
@@ -248,12 +256,33 @@ class KafkaChangelogSource:
             merger.position(),
             merger.without,
             merger.skipped,
+            kept_headers(all_headers),
         )
 
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
         self._offsets_client.close()
+
+
+def kept_headers(
+    all_headers: Sequence[Sequence[tuple[str, bytes | None]] | None],
+) -> dict[int, tuple[tuple[str, bytes | None], ...]]:
+    """``{row index: headers}`` of the records with headers besides ``v``/``c`` (Kafka
+    Streams 4.3 header-aware stores log a record's headers on its changelog record; the
+    position headers are the changelog's own, not the record's)."""
+    kept = {}
+    for index, headers in enumerate(all_headers):
+        if not headers or (
+            len(headers) == 2
+            and headers[0][0] == VERSION_HEADER
+            and headers[1][0] == POSITION_HEADER
+        ):
+            continue  # the common cases: none, or just Kafka Streams' position headers
+        others = tuple(h for h in headers if h[0] not in _POSITION_HEADERS)
+        if others:
+            kept[index] = others
+    return kept
 
 
 def read_ahead_settings(
