@@ -192,7 +192,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "failOnDataLoss", bool, _SOURCE, "fail when offsets are gone from the topic", default="true"
     ),
-    OptionSpec("includeHeaders", bool, _SOURCE, "add the headers column", default="false"),
+    OptionSpec("includeHeaders", bool, _DECODERS, "add the headers column", default="false"),
     OptionSpec(
         "leaderApplicationId",
         str,

@@ -401,6 +401,7 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         lookup=lookup,
         store_type=store_type,
         window_size_ms=window_size,
+        include_headers=options.boolean("includeHeaders"),
         key_filter=key_filter,
     )
 

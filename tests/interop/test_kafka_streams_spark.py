@@ -1,5 +1,6 @@
 """Against the real Kafka Streams application, through Spark SQL: the snapshot reader's and the
-change feed's window and session columns equal Kafka Streams' own IQv2 answers.
+change feed's window and session columns, and the headers of a Kafka Streams 4.3
+header-aware store, equal Kafka Streams' own answers.
 
 The app (interop/kafka-streams) counts random orders per customer in tumbling windows of
 100 ms (``counts``) and in sessions with a 30 ms gap (``sessions``: merged sessions are
@@ -8,16 +9,27 @@ changelogs, and ``spark.read`` with ``storeType`` ``window`` / ``session`` must 
 window (key, window_start, window_end, count) and every session (key, session_start,
 session_end, count) Kafka Streams answers to ``WindowRangeQuery``, and nothing else; the
 change feed (``spark.readStream``) of the same changelogs, folded by window, must too.
+
+The app's header-aware variant (``HeadersApp``) keeps each customer's last order with the
+order's headers in a ``TimestampedKeyValueStoreWithHeaders``; Kafka Streams logs those
+headers on the changelog records, and ``spark.read`` with ``includeHeaders`` must return, for
+every key, the value, timestamp and headers Kafka Streams reads from its own store.
 """
 
 from __future__ import annotations
 
+import base64
+import random
+import struct
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+from spark_statestore.connectors.kafka.local.streams_app import HEADERS_APP, StreamsApp
 from tests.interop.test_kafka_streams import (
     CUSTOMERS,
     _apps,
@@ -163,5 +175,104 @@ def test_spark_reads_window_and_session_stores_as_kafka_streams_answers(
             storeType="session",
         )
         assert feed == theirs_sessions
+    finally:
+        app.stop()
+
+
+def produce_orders_with_headers(
+    bootstrap: str, topic: str, count: int, seed: int
+) -> dict[int, int]:
+    """Random orders (a tenth cancellations), most with random headers: repeated keys, null
+    and empty values, none at all; returns the end offsets."""
+    from tests.kafka_util import wait_until_settled
+
+    rng = random.Random(seed)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    now = int(time.time() * 1000)
+    choices: list[tuple[str, bytes | None]] = [
+        ("trace", b"t-%d" % rng.randrange(1000)),
+        ("tenant", b"acme"),
+        ("tenant", b"globex"),
+        ("empty", b""),
+        ("null", None),
+        ("bin", bytes(range(256))),
+    ]
+    for i in range(count):
+        customer = f"c{rng.randrange(CUSTOMERS):03d}"
+        amount = None if rng.random() < 0.1 else struct.pack(">q", rng.randrange(1, 1000))
+        headers = [rng.choice(choices) for _ in range(rng.choice([0, 0, 1, 2, 4]))]
+        producer.produce(
+            topic, key=customer.encode(), value=amount, timestamp=now + i, headers=headers
+        )
+    assert producer.flush(30) == 0
+    return wait_until_settled(bootstrap, topic)
+
+
+def spark_headers(headers: list[Any]) -> list[tuple[str, bytes | None]]:
+    return [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in headers]
+
+
+@pytest.mark.parametrize("position_headers", [True, False], ids=["position-headers", "none"])
+def test_spark_reads_the_headers_of_a_header_aware_store_as_kafka_streams_does(
+    spark: Any,
+    kafka_broker: LocalKafkaCluster,
+    orders: str,
+    tmp_path: Path,
+    position_headers: bool,
+) -> None:
+    """Every key's value, timestamp and headers (order, repeats, nulls; the v/c position
+    headers, when the app writes them, are not the record's) equal Kafka Streams' own store."""
+    bootstrap = kafka_broker.bootstrap_servers
+    app = StreamsApp(
+        bootstrap,
+        tmp_path / "state",
+        application_id=f"interop-{next(_apps)}",
+        input_topic=orders,
+        position_headers=position_headers,
+        settings={"session-timeout-ms": 6000, "commit-interval-ms": 100},
+        main_class=HEADERS_APP,
+    ).start()
+    try:
+        ends = produce_orders_with_headers(bootstrap, orders, 800, seed=71)
+        wait_until_processed(bootstrap, app, orders, ends)
+        answer = app.query("headers", "headed")
+        assert answer["ok"], answer
+        theirs = {
+            row["key"]: (
+                row["value"],
+                row["timestamp"],
+                [
+                    (h["key"], None if h["value"] is None else base64.b64decode(h["value"]))
+                    for h in row["headers"]
+                ],
+            )
+            for row in answer["rows"]
+        }
+        assert len(theirs) > CUSTOMERS / 2
+        assert any(headers for _, _, headers in theirs.values())
+        assert any(not headers for _, _, headers in theirs.values())
+
+        path = tmp_path / "headed"
+        replica(bootstrap, app, "headed", path)
+        rows = read_sql(
+            spark,
+            path,
+            "headed",
+            "keyValue",
+            "key, value, unix_millis(timestamp) AS ts, headers",
+            includeHeaders="true",
+        )
+        ours = {
+            r["key"]: (
+                r["value"],
+                r["ts"],
+                [
+                    (h["key"], None if h["value"] is None else bytes(h["value"]))
+                    for h in r["headers"]
+                ],
+            )
+            for r in rows
+        }
+        assert ours == theirs
     finally:
         app.stop()

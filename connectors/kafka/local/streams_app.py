@@ -27,12 +27,16 @@ from spark_statestore.connectors.kafka.errors import JarsMissingError, StreamsAp
 from spark_statestore.connectors.kafka.local.cluster import find_java
 from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION
 
-__all__ = ["STORES", "StreamsApp", "interop_app_dir"]
+__all__ = ["HEADERS_APP", "STORES", "StreamsApp", "interop_app_dir"]
 
 ENV_APP = "SPARK_STATESTORE_INTEROP_APP"
 STORES = ("totals", "latest", "versions", "counts", "sessions")
 """The app's state stores; each logs to ``<application id>-<store>-changelog``."""
 _MAIN_CLASS = "io.sparkstatestore.interop.InteropApp"
+HEADERS_APP = "io.sparkstatestore.interop.HeadersApp"
+"""The app's header-aware variant (``main_class``): one store, ``headed``, a Kafka Streams
+4.3 ``TimestampedKeyValueStoreWithHeaders`` of each customer's last order with the order's
+headers; its query ``headers`` answers every entry with value, timestamp and headers."""
 _JAR = "spark-statestore-interop.jar"
 
 
@@ -78,6 +82,8 @@ class StreamsApp:
         ``history-retention-ms``, ``window-ms``, ``session-gap-ms``).
     log_path
         Where the JVM's stderr goes (Kafka Streams' warnings and errors).
+    main_class
+        The app's main class: the one with a store of each kind, or :data:`HEADERS_APP`.
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class StreamsApp:
         position_headers: bool = True,
         settings: Mapping[str, Any] | None = None,
         log_path: Path | None = None,
+        main_class: str = _MAIN_CLASS,
     ) -> None:
         self.application_id = application_id
         self.log_path = log_path or state_dir.with_name(f"{state_dir.name}.log")
@@ -101,7 +108,7 @@ class StreamsApp:
             "position-headers": "true" if position_headers else "false",
             **{name: str(value) for name, value in (settings or {}).items()},
         }
-        self._command: list[str] = [str(find_java()), "-Xmx512m", "-cp", _classpath(), _MAIN_CLASS]
+        self._command: list[str] = [str(find_java()), "-Xmx512m", "-cp", _classpath(), main_class]
         for name, value in args.items():
             self._command += [f"--{name}", value]
         self._proc: subprocess.Popen[str] | None = None

@@ -1,0 +1,166 @@
+package io.sparkstatestore.interop;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.StoreQueryParameters;
+import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.KeyValueIterator;
+import org.apache.kafka.streams.state.QueryableStoreTypes;
+import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
+import org.apache.kafka.streams.state.Stores;
+import org.apache.kafka.streams.state.TimestampedKeyValueStoreWithHeaders;
+import org.apache.kafka.streams.state.ValueTimestampHeaders;
+
+/**
+ * A Kafka Streams 4.3 header-aware store (KIP-1271), for the interop tests of headers.
+ *
+ * <p>It reads the orders topic (as {@link InteropApp}: String keys, Long values, null cancels)
+ * and keeps each customer's last order with its record timestamp and the input record's
+ * headers in {@code headed}, a {@code TimestampedKeyValueStoreWithHeaders}
+ * ({@code Stores.persistentTimestampedKeyValueStoreWithHeaders}), logged to its changelog.
+ * Kafka Streams logs such a store's values as plain values and the headers as the changelog
+ * record's headers ({@code ChangeLoggingTimestampedKeyValueBytesStoreWithHeaders}).
+ *
+ * <p>It takes {@link InteropApp}'s command line and properties (exactly-once v2, position
+ * headers on or off). On stdin, {@code <id> headers headed} answers every entry of the store
+ * as Kafka Streams reads it ({@code QueryableStoreTypes.timestampedKeyValueStoreWithHeaders()}):
+ * {@code {"id", "ok": true, "rows": [{"key", "value", "timestamp", "headers": [{"key",
+ * "value": base64 or null}]}]}}; {@code stop} closes it. It lives apart from
+ * {@link InteropApp} so that app's stores stay as they are.
+ */
+public final class HeadersApp {
+  static final String HEADED = "headed";
+
+  private HeadersApp() {}
+
+  static Topology topology(InteropApp.Options options) {
+    Topology topology = new Topology();
+    topology.addSource(
+        "orders",
+        Serdes.String().deserializer(),
+        Serdes.Long().deserializer(),
+        options.inputTopic);
+    topology.addProcessor("latest-with-headers", LatestWithHeaders::new, "orders");
+    topology.addStateStore(
+        Stores.timestampedKeyValueStoreWithHeadersBuilder(
+            Stores.persistentTimestampedKeyValueStoreWithHeaders(HEADED),
+            Serdes.String(),
+            Serdes.Long()),
+        "latest-with-headers");
+    return topology;
+  }
+
+  /** Puts each order with its timestamp and headers; a null amount deletes the customer. */
+  static final class LatestWithHeaders implements Processor<String, Long, Void, Void> {
+    private TimestampedKeyValueStoreWithHeaders<String, Long> store;
+
+    @Override
+    public void init(ProcessorContext<Void, Void> context) {
+      store = context.getStateStore(HEADED);
+    }
+
+    @Override
+    public void process(Record<String, Long> record) {
+      if (record.value() == null) {
+        store.delete(record.key());
+      } else {
+        store.put(
+            record.key(),
+            ValueTimestampHeaders.make(record.value(), record.timestamp(), record.headers()));
+      }
+    }
+  }
+
+  static String answer(KafkaStreams streams, String line) {
+    String[] parts = line.split(" ");
+    String id = parts[0];
+    try {
+      if (parts.length != 3 || !parts[1].equals("headers")) {
+        throw new IllegalArgumentException("expected <id> headers <store>, got " + line);
+      }
+      ReadOnlyKeyValueStore<String, ValueTimestampHeaders<Long>> store =
+          streams.store(
+              StoreQueryParameters.fromNameAndType(
+                  parts[2], QueryableStoreTypes.<String, Long>timestampedKeyValueStoreWithHeaders()));
+      List<String> rows = new ArrayList<>();
+      try (KeyValueIterator<String, ValueTimestampHeaders<Long>> all = store.all()) {
+        while (all.hasNext()) {
+          KeyValue<String, ValueTimestampHeaders<Long>> next = all.next();
+          rows.add(row(next.key, next.value));
+        }
+      }
+      return "{\"id\":" + Json.string(id) + ",\"ok\":true,\"rows\":[" + String.join(",", rows)
+          + "]}";
+    } catch (RuntimeException e) {
+      return "{\"id\":" + Json.string(id) + ",\"ok\":false,\"failure\":\"EXCEPTION\",\"message\":"
+          + Json.string(String.valueOf(e)) + "}";
+    }
+  }
+
+  private static String row(String key, ValueTimestampHeaders<Long> value) {
+    List<String> headers = new ArrayList<>();
+    for (Header header : value.headers()) {
+      String bytes =
+          header.value() == null
+              ? "null"
+              : Json.string(Base64.getEncoder().encodeToString(header.value()));
+      headers.add("{\"key\":" + Json.string(header.key()) + ",\"value\":" + bytes + "}");
+    }
+    return "{\"key\":" + Json.string(key) + ",\"value\":" + Json.value(value.value())
+        + ",\"timestamp\":" + value.timestamp() + ",\"headers\":[" + String.join(",", headers)
+        + "]}";
+  }
+
+  public static void main(String[] args) throws Exception {
+    InteropApp.Options options = InteropApp.Options.parse(args);
+    PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+    KafkaStreams streams = new KafkaStreams(topology(options), InteropApp.properties(options));
+    CountDownLatch closed = new CountDownLatch(1);
+    streams.setStateListener(
+        (now, before) -> {
+          synchronized (out) {
+            out.println("{\"event\":\"state\",\"state\":\"" + now + "\"}");
+          }
+          if (now == KafkaStreams.State.NOT_RUNNING || now == KafkaStreams.State.ERROR) {
+            closed.countDown();
+          }
+        });
+    Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(30))));
+    streams.start();
+    BufferedReader in =
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    String line;
+    while ((line = in.readLine()) != null) {
+      if (line.isBlank()) {
+        continue;
+      }
+      if (line.trim().equals("stop")) {
+        break;
+      }
+      String answer = answer(streams, line.trim());
+      synchronized (out) {
+        out.println(answer);
+      }
+    }
+    streams.close(Duration.ofSeconds(30));
+    closed.await();
+    synchronized (out) {
+      out.println("{\"event\":\"stopped\"}");
+    }
+  }
+}
