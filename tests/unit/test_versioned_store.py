@@ -29,13 +29,16 @@ from spark_statestore.query import (
     VersionedRecord,
 )
 from spark_statestore.store import (
+    InvalidScanError,
     Role,
+    ScanSpec,
     Store,
     StoreCorruptedError,
     StoreMismatchError,
     StoreOptions,
     StoreSpec,
     TransactionError,
+    scan_batches,
 )
 from spark_statestore.store.versions import decode_history_key, history_key
 
@@ -146,6 +149,32 @@ def check_equal(store: Store, model: Model, keys: list[bytes], times: list[int])
             assert ask(store, query.with_ascending_timestamps()) == model.between(
                 key, start, end, True
             )
+    # Scans as of a time (the SQL reader's asOfTimestamp): every key's version then.
+    cutoffs = [t - model.retention for t in model.stream.values()]
+    for time in times[::7]:
+        for spec in (
+            ScanSpec.everything(),
+            ScanSpec.for_keys(keys),
+            ScanSpec.with_prefix(b"a"),
+            ScanSpec.between(b"\x00", b"a\x00"),
+        ):
+            spec = spec.with_as_of(time)
+            expected_rows = {
+                k: (r.value, r.timestamp)
+                for k in model.partition
+                if spec.matches_key(k) and (r := model.as_of(k, time)) is not None
+            }
+            with store.snapshot() as snapshot:
+                if cutoffs and time < max(cutoffs):
+                    with pytest.raises(InvalidScanError, match="keeps versions of changelog"):
+                        list(scan_batches(snapshot, spec))
+                    continue
+                rows = {}
+                for batch in scan_batches(snapshot, spec, batch_rows=3):
+                    for row in batch.to_pylist():
+                        stamp = row["timestamp"]
+                        rows[row["key"]] = (row["value"], int(stamp.timestamp() * 1000))
+            assert rows == expected_rows, (time, spec)
     # Key-value reads see the latest values.
     with store.snapshot() as snapshot:
         latest = {k: v for k, v in snapshot.items()}
@@ -279,6 +308,8 @@ def test_a_versioned_store_is_written_only_with_put_versions(tmp_path: Path) -> 
         with pytest.raises(TransactionError, match="key-value store"):
             txn.put_versions([(b"k", b"v", 0, 0, 0)])
         txn.rollback()
+        with store.snapshot() as snapshot, pytest.raises(InvalidScanError, match="key-value"):
+            list(scan_batches(snapshot, ScanSpec.everything().with_as_of(5)))
         result = store.query(
             StateQueryRequest.in_store(store.name).with_query(VersionedKeyQuery.with_key(b"k"))
         )
