@@ -163,7 +163,8 @@ def history_retention_of(source: ChangelogSource, given: int | None = None) -> i
 
 
 def check_versioned(store: Store, source: ChangelogSource) -> None:
-    """Refuse to follow a versioned store's changelog as a key-value store, or the reverse.
+    """Refuse to follow a versioned store's changelog as a key-value store (and warn about
+    the reverse).
 
     A versioned changelog's records are versions, out of timestamp order, and a tombstone
     means "deleted as of" its timestamp: folded last-write-wins they give wrong current
@@ -187,13 +188,14 @@ def check_versioned(store: Store, source: ChangelogSource) -> None:
     if retention is not None:
         history_retention_of(source, retention)
         if lag is None:
-            raise FollowerError(
-                f"store {store.path} is a versioned store, but changelog {source.topic!r} is "
-                "not marked as a Kafka Streams versioned store's (its min.compaction.lag.ms is "
-                "under a day; Kafka Streams sets it to the history retention plus a day): "
-                "a key-value changelog's records would be taken as versions by their "
-                "timestamps, giving wrong current values. Follow it as a key-value store, or "
-                "set the topic's min.compaction.lag.ms as Kafka Streams does"
+            _log.warning(
+                "store %s is a versioned store, but changelog %r is not marked as a Kafka "
+                "Streams versioned store's (its min.compaction.lag.ms is under a day; Kafka "
+                "Streams sets it to the history retention plus a day unless the app overrides "
+                "it): its records are taken as versions at their timestamps, which gives wrong "
+                "current values if it is a key-value store's changelog",
+                store.path,
+                source.topic,
             )
 
 

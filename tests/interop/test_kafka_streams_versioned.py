@@ -10,6 +10,7 @@ timestamp is the version's.
 
 from __future__ import annotations
 
+import json
 import random
 import struct
 from pathlib import Path
@@ -197,12 +198,16 @@ def test_versioned_store_equals_kafka_streams_answers(
         app.stop()
 
 
-def test_a_key_value_changelog_is_refused_into_a_versioned_store(
-    kafka_broker: LocalKafkaCluster, make_topic: Any, tmp_path: Path
+def test_a_retention_other_than_the_changelogs_is_refused(
+    kafka_broker: LocalKafkaCluster,
+    make_topic: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Taking a key-value changelog's records as versions by their timestamps would give
-    wrong current values; and a retention other than the changelog's would expire versions
-    at other times than Kafka Streams does."""
+    """A retention other than the changelog's would expire versions at other times than
+    Kafka Streams does; a changelog not marked as a versioned store's (a key-value store's,
+    or an app that overrides the topic's min.compaction.lag.ms) is followed as asked, with
+    a warning: its records taken as versions give wrong current values if it is not one."""
     bootstrap = kafka_broker.bootstrap_servers
     orders = make_topic(partitions=PARTITIONS, suffix="-orders")
     app = start_app(
@@ -216,17 +221,19 @@ def test_a_key_value_changelog_is_refused_into_a_versioned_store(
     try:
         produce_versions(bootstrap, orders, 50, seed=44, start=BASE)
         wait_until_processed(bootstrap, app, orders, _ends(bootstrap, orders))
-        for store, retention, message in [
-            ("totals", RETENTION_MS, "not marked as a Kafka Streams versioned store"),
-            ("versions", RETENTION_MS + 1, "history retention of 2000 ms"),
-        ]:
+        for store, retention in [("versions", RETENTION_MS + 1), ("totals", RETENTION_MS)]:
             changelog = app.changelog(store)
             spec = StoreSpec(Role.FOLLOWER, changelog, PARTITIONS, history_retention_ms=retention)
             with Store.open(tmp_path / store, spec) as replica:
                 source = KafkaChangelogSource(bootstrap, changelog)
                 try:
-                    with pytest.raises(FollowerError, match=message):
-                        Follower(replica, source)
+                    if store == "versions":
+                        with pytest.raises(FollowerError, match="history retention of 2000 ms"):
+                            Follower(replica, source)
+                    else:
+                        with caplog.at_level("WARNING", logger="spark_statestore.follower"):
+                            Follower(replica, source)
+                        assert "not marked as a Kafka Streams versioned store" in caplog.text
                 finally:
                     source.close()
     finally:
@@ -235,3 +242,83 @@ def test_a_key_value_changelog_is_refused_into_a_versioned_store(
 
 def _ends(bootstrap: str, topic: str) -> dict[int, int]:
     return wait_until_settled(bootstrap, topic)
+
+
+def test_spark_reads_a_versioned_store_as_of_a_time(
+    spark: Any, kafka_broker: LocalKafkaCluster, make_topic: Any, tmp_path: Path
+) -> None:
+    """``storeType`` versioned (the retention taken from the changelog) and the snapshot
+    reader's ``asOfTimestamp``, through the live owner and from the store alone: each
+    customer's value equals Kafka Streams' ``VersionedKeyQuery.asOf``; a time whose versions
+    have expired is refused."""
+    from tests.integration.test_spark_follower import FORMAT, wait_for_owner_exit
+
+    bootstrap = kafka_broker.bootstrap_servers
+    orders = make_topic(partitions=PARTITIONS, suffix="-orders")
+    app = start_app(
+        bootstrap,
+        orders,
+        tmp_path / "state",
+        f"interop-{next(_apps)}",
+        True,
+        **{"history-retention-ms": RETENTION_MS},
+    )
+    path = tmp_path / "versions"
+    query = None
+    try:
+        end = produce_versions(bootstrap, orders, 1_000, seed=45, start=BASE)
+        ends = _ends(bootstrap, orders)
+        wait_until_processed(bootstrap, app, orders, ends)
+        query = (
+            spark.readStream.format(FORMAT)
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("changelog", app.changelog("versions"))
+            .option("storeType", "versioned")
+            .load(str(path))
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
+        # Every order is in the store: its position (from the changelog's headers) has
+        # reached the last offset of each orders partition.
+        bound = json.dumps({orders: {str(p): o - 1 for p, o in ends.items() if o > 0}})
+
+        def read(as_of: int | None) -> dict[str, int]:
+            reader = (
+                spark.read.format(FORMAT)
+                .option("keyFormat", "string")
+                .option("valueFormat", "long")
+                .option("positionBound", bound)
+                .option("positionBoundTimeoutMs", "60000")
+            )
+            if as_of is not None:
+                reader = reader.option("asOfTimestamp", str(as_of))
+            return {r["key"]: r["value"] for r in reader.load(str(path)).collect()}
+
+        def expected(as_of: int | None) -> dict[str, int]:
+            found = {}
+            for i in range(CUSTOMERS):
+                customer = f"c{i:02d}"
+                args = [] if as_of is None else [as_of]
+                rows = theirs(app.query("vkey", "versions", customer, args=args))
+                if rows:
+                    found[customer] = struct.unpack(">q", rows[0].value)[0]
+            return found
+
+        times = [None, end - 1_000, end - 600, end - 300, end]
+        live = {time: read(time) for time in times}
+        for time, rows in live.items():
+            assert rows == expected(time), time
+        assert live[end - 1_000] != live[None]  # the history differs from the latest
+        with pytest.raises(Exception, match="keeps versions of changelog partition"):
+            read(BASE)
+        assert query.exception() is None
+        query.stop()
+        query = None
+        wait_for_owner_exit(path)
+        for time, rows in live.items():  # the store alone, no owner
+            assert read(time) == rows, time
+    finally:
+        if query is not None:
+            query.stop()
+        app.stop()
