@@ -72,6 +72,12 @@ def produce_versions(bootstrap: str, topic: str, count: int, seed: int, start: i
     return start + 3 * count
 
 
+def start_versions_app(bootstrap: str, orders: str, state: Path) -> Any:
+    """The app, position headers on, its versioned store keeping :data:`RETENTION_MS`."""
+    settings = {"history-retention-ms": RETENTION_MS}
+    return start_app(bootstrap, orders, state, f"interop-{next(_apps)}", True, **settings)
+
+
 def theirs(answer: dict[str, Any]) -> list[VersionedRecord]:
     assert answer["ok"], answer
     return [
@@ -210,14 +216,7 @@ def test_a_retention_other_than_the_changelogs_is_refused(
     a warning: its records taken as versions give wrong current values if it is not one."""
     bootstrap = kafka_broker.bootstrap_servers
     orders = make_topic(partitions=PARTITIONS, suffix="-orders")
-    app = start_app(
-        bootstrap,
-        orders,
-        tmp_path / "state",
-        f"interop-{next(_apps)}",
-        True,
-        **{"history-retention-ms": RETENTION_MS},
-    )
+    app = start_versions_app(bootstrap, orders, tmp_path / "state")
     try:
         produce_versions(bootstrap, orders, 50, seed=44, start=BASE)
         wait_until_processed(bootstrap, app, orders, _ends(bootstrap, orders))
@@ -255,14 +254,7 @@ def test_spark_reads_a_versioned_store_as_of_a_time(
 
     bootstrap = kafka_broker.bootstrap_servers
     orders = make_topic(partitions=PARTITIONS, suffix="-orders")
-    app = start_app(
-        bootstrap,
-        orders,
-        tmp_path / "state",
-        f"interop-{next(_apps)}",
-        True,
-        **{"history-retention-ms": RETENTION_MS},
-    )
+    app = start_versions_app(bootstrap, orders, tmp_path / "state")
     path = tmp_path / "versions"
     query = None
     try:
