@@ -59,6 +59,7 @@ class StoreType(str, Enum):
     TIMESTAMPED = "timestamped"
     WINDOW = "window"
     SESSION = "session"
+    VERSIONED = "versioned"
 
 
 class View(str, Enum):
@@ -206,7 +207,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "storeType",
         StoreType,
         _DECODERS,
-        "the Kafka Streams store of the changelog: keyValue, timestamped, window, session",
+        "the Kafka Streams store of the changelog: keyValue, timestamped, window, session, "
+        "versioned",
         default="keyValue",
     ),
     OptionSpec(
@@ -215,6 +217,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _DECODERS,
         "storeType window: the window size, for the window_end column (the reader needs it)",
         minimum=1,
+    ),
+    OptionSpec(
+        "historyRetentionMs",
+        int,
+        _SOURCE,
+        "storeType versioned: the store's history retention (default: the changelog's, "
+        "from its min.compaction.lag.ms)",
     ),
     OptionSpec(
         "onMissingPosition",
@@ -266,6 +275,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         default="0",
     ),
     OptionSpec("maxLag", int, _READER, "refuse a store lagging by more than N records"),
+    OptionSpec(
+        "asOfTimestamp",
+        str,
+        _READER,
+        "a versioned store's values valid at this time: epoch millis or an ISO-8601 timestamp "
+        "(UTC unless it has an offset)",
+    ),
     OptionSpec("keys", str, _READER, "a JSON array of keys to look up"),
     OptionSpec("keyFrom", str, _READER, "only keys from this one on (inclusive)"),
     OptionSpec("keyTo", str, _READER, "only keys up to this one (inclusive)"),

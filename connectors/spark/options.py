@@ -31,6 +31,7 @@ from spark_statestore.connectors.spark.option_table import (
     ValueFormat,
     View,
 )
+from spark_statestore.connectors.spark.windows import WINDOWED, check_window_size
 from spark_statestore.errors import InvalidPositionError, OptionError
 from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.partition_spec import MAX_PARTITION, parse_partitions
@@ -115,6 +116,8 @@ class SourceOptions:
     """The exactly-once leader whose committed offsets give the store's position."""
     window_size_ms: int | None = None
     """``storeType`` window: the window size, for the ``window_end`` column (None: no column)."""
+    history_retention_ms: int | None = None
+    """``storeType`` versioned: the history retention given (None: the changelog's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +135,9 @@ class ReaderOptions:
     """How long planning waits for the store to reach ``position_bound`` (0: fail at once)."""
     lookup: ScanSpec = field(default_factory=ScanSpec.everything)
     """The rows the lookup options (``keys``, ``keyPrefix``, ``keyFrom``, ``keyTo``,
-    ``partitions``) select; every row by default. For window and session stores, a scan
-    of the stored keys that holds every row the options select (see ``key_filter``)."""
+    ``partitions``) select, as of ``asOfTimestamp`` when given; every row by default. For
+    window and session stores, a scan of the stored keys that holds every row the options
+    select (see ``key_filter``)."""
     store_type: StoreType = StoreType.KEY_VALUE
     """The Kafka Streams store behind the changelog: window and session keys are split."""
     window_size_ms: int | None = None
@@ -277,6 +281,13 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "option 'leaderApplicationId' needs a follower of every partition: the leader's "
             "committed offsets cover them all; remove 'partitions'"
         )
+    store_type = options.choice("storeType", StoreType)
+    retention = options.integer("historyRetentionMs")
+    if retention is not None and store_type is not StoreType.VERSIONED:
+        raise OptionError(
+            "option 'historyRetentionMs' is a versioned store's history retention: set "
+            "storeType 'versioned' too, or drop it"
+        )
     serve_port = options.integer("servePort")
     serve_host = options.required("serveHost")  # has a default
     tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
@@ -304,7 +315,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         include_headers=options.boolean("includeHeaders"),
         partitions=partitions,
         key_prefix=_key_prefix(options.text("keyPrefix")),
-        store_type=options.choice("storeType", StoreType),
+        store_type=store_type,
         formats=_formats(options),
         on_missing_position=options.choice("onMissingPosition", OnMissingPosition),
         serve_host=serve_host,
@@ -312,25 +323,40 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         serve_tls_cert=tls_cert,
         serve_tls_key=tls_key,
         leader_application_id=leader,
-        window_size_ms=_window_size(options, options.choice("storeType", StoreType), False),
+        window_size_ms=check_window_size(options.integer("windowSizeMs"), store_type, False),
+        history_retention_ms=retention,
     )
 
 
-def _window_size(options: OptionReader, store_type: StoreType, required: bool) -> int | None:
-    """``windowSizeMs``: only for window stores; ``required`` by the snapshot reader."""
-    size = options.integer("windowSizeMs")
-    if size is not None and store_type is not StoreType.WINDOW:
-        raise OptionError(
-            f"option 'windowSizeMs' is the size of a window store's windows; storeType is "
-            f"{store_type.value!r}: drop windowSizeMs, or set storeType 'window'"
-        )
-    if size is None and required and store_type is StoreType.WINDOW:
-        raise OptionError(
-            "option 'windowSizeMs' is required with storeType 'window': the changelog "
-            "carries each window's start, not its size, so window_end = window_start + "
-            "windowSizeMs (the size the Kafka Streams app gave TimeWindows.ofSize...)"
-        )
-    return size
+def parse_as_of(text: str) -> int:
+    """``asOfTimestamp``: epoch milliseconds, or an ISO-8601 date-time (UTC unless it names
+    an offset), as epoch milliseconds.
+
+    Raises
+    ------
+    OptionError
+        Naming the option and the value.
+    """
+    from datetime import datetime, timedelta, timezone
+
+    stripped = text.strip()
+    if stripped.lstrip("-").isdigit() and stripped.isascii():
+        millis = int(stripped)
+    else:
+        try:
+            moment = datetime.fromisoformat(stripped.replace("Z", "+00:00"))
+        except ValueError:
+            raise OptionError(
+                f"option 'asOfTimestamp': {text!r} is neither epoch milliseconds nor an ISO-8601 "
+                "timestamp such as '2026-11-24T19:00:00Z'"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        millis = delta // timedelta(milliseconds=1)
+    if not -(2**63) <= millis < 2**63:
+        raise OptionError(f"option 'asOfTimestamp': {text!r} is outside Kafka's timestamps")
+    return millis
 
 
 def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
@@ -377,7 +403,7 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
     from spark_statestore.connectors.spark.reader.lookup import parse_lookup, windowed_lookup
 
     store_type = options.choice("storeType", StoreType)
-    window_size = _window_size(options, store_type, view is View.DATA)
+    window_size = check_window_size(options.integer("windowSizeMs"), store_type, view is View.DATA)
     lookup = parse_lookup(
         keys=lookup_text["keys"],
         prefix=lookup_text["keyPrefix"],
@@ -387,8 +413,16 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         key_codec=codecs_for(formats)[0],
     )
     key_filter = None
-    if store_type in (StoreType.WINDOW, StoreType.SESSION) and lookup != ScanSpec.everything():
+    if store_type in WINDOWED and lookup != ScanSpec.everything():
         lookup, key_filter = windowed_lookup(lookup)
+    as_of_text = options.text("asOfTimestamp")
+    if as_of_text is not None:
+        if view is not View.DATA:
+            raise OptionError(
+                f"option 'asOfTimestamp' reads the data view as of a time; view {view.value!r} "
+                "is not read as of a time: drop the option or read view 'data'"
+            )
+        lookup = lookup.with_as_of(parse_as_of(as_of_text))
     return ReaderOptions(
         path=path,
         view=view,

@@ -25,14 +25,45 @@ from spark_statestore.changelog.errors import ChangelogFormatError
 from spark_statestore.changelog.keys import decode_session_key, decode_window_key
 from spark_statestore.connectors.spark.errors import DecodeError
 from spark_statestore.connectors.spark.option_table import StoreType
+from spark_statestore.errors import OptionError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["WINDOWED", "SplitKeys", "split_keys", "window_columns", "window_ddl"]
+__all__ = [
+    "WINDOWED",
+    "SplitKeys",
+    "check_window_size",
+    "split_keys",
+    "window_columns",
+    "window_ddl",
+]
 
 WINDOWED = frozenset({StoreType.WINDOW, StoreType.SESSION})
 """The store types whose changelog keys carry a window."""
+
+
+def check_window_size(size: int | None, store_type: StoreType, required: bool) -> int | None:
+    """The ``windowSizeMs`` option: only for window stores; ``required`` by the reader's data
+    view (its ``window_end`` column).
+
+    Raises
+    ------
+    OptionError
+        Given for another store type, or missing where required.
+    """
+    if size is not None and store_type is not StoreType.WINDOW:
+        raise OptionError(
+            f"option 'windowSizeMs' is the size of a window store's windows; storeType is "
+            f"{store_type.value!r}: drop windowSizeMs, or set storeType 'window'"
+        )
+    if size is None and required and store_type is StoreType.WINDOW:
+        raise OptionError(
+            "option 'windowSizeMs' is required with storeType 'window': the changelog "
+            "carries each window's start, not its size, so window_end = window_start + "
+            "windowSizeMs (the size the Kafka Streams app gave TimeWindows.ofSize...)"
+        )
+    return size
 
 
 def window_ddl(store_type: StoreType, window_size_ms: int | None) -> list[str]:

@@ -15,6 +15,7 @@ from spark_statestore.store.layout import (
     DATA_PREFIX,
     ENVELOPE_VERSION,
     HEADER_SIZE,
+    META_STREAM_TIME,
     StoredRecord,
     data_bounds,
     decode_record,
@@ -22,6 +23,12 @@ from spark_statestore.store.layout import (
     iterate,
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata
+from spark_statestore.store.versions import (
+    Version,
+    decode_stream_times,
+    gated_reads,
+    key_versions,
+)
 
 if TYPE_CHECKING:
     import plyvel
@@ -256,6 +263,23 @@ class Snapshot:
         with self._gate:
             raw = self._get(DATA_PREFIX + key)
         return None if raw is None else decode_record(key, raw, self._store.path)
+
+    def versions(self, key: bytes) -> list[Version]:
+        """Every retained version of ``key`` in a versioned store, oldest first (empty for
+        a key-value store's keys: they have no history)."""
+        if self._snapshot is None:
+            raise self._closed()
+        get, scan = gated_reads(self._snapshot, self._gate)
+        return key_versions(get, scan, key, self._store.path)
+
+    def stream_times(self) -> dict[int, int]:
+        """A versioned store's ``{partition: observed stream time}`` (the largest record
+        timestamp applied; empty before any record or for a key-value store)."""
+        if self._snapshot is None:
+            raise self._closed()
+        with self._gate:
+            raw = self._get(META_STREAM_TIME)
+        return decode_stream_times(raw, self._store.path)
 
     def multi_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
         """``{key: value}`` of the ``keys`` that exist."""

@@ -18,7 +18,7 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -207,28 +207,40 @@ class StreamsApp:
 
     # -- IQv2 -----------------------------------------------------------------------------
     def query(
-        self, op: str, store: str, key: str | None = None, timeout_s: float = 30.0
+        self,
+        op: str,
+        store: str,
+        key: str | None = None,
+        timeout_s: float = 30.0,
+        *,
+        args: Sequence[object] = (),
     ) -> dict[str, Any]:
         """Ask Kafka Streams an IQv2 query; returns its answer (``ok``, ``rows``,
         ``position``, or ``failure`` and ``message``).
 
-        ``op`` is ``key`` / ``tkey`` (``KeyQuery`` / ``TimestampedKeyQuery`` of ``key``) or
-        ``range`` / ``trange`` (the whole store).
+        ``op`` is ``key`` / ``tkey`` (``KeyQuery`` / ``TimestampedKeyQuery`` of ``key``),
+        ``range`` / ``trange`` (the whole store), ``vkey`` (``VersionedKeyQuery``; ``args``:
+        an optional as-of time) or ``mvkey`` (``MultiVersionedKeyQuery``; ``args``: from,
+        to, ``asc`` or ``desc``); see ``Queries.java`` for the rest.
 
         Raises
         ------
         StreamsAppError
             The app is not running or did not answer within ``timeout_s``.
         """
-        if key is not None and (not key or any(c.isspace() for c in key)):
-            raise StreamsAppError(f"the app's query lines take keys without spaces, got {key!r}")
+        words = [str(arg) for arg in args]
+        for word in [key, *words] if key is not None else words:
+            if not word or any(c.isspace() for c in word):
+                raise StreamsAppError(
+                    f"the app's query lines take keys and arguments without spaces, got {word!r}"
+                )
         proc = self._proc
         if proc is None or proc.poll() is not None or proc.stdin is None:
             raise StreamsAppError(f"the Kafka Streams app {self.application_id!r} is not running")
         with self._changed:
             self._ids += 1
             request_id = str(self._ids)
-        proc.stdin.write(" ".join([request_id, op, store, *([key] if key else [])]) + "\n")
+        proc.stdin.write(" ".join([request_id, op, store, *([key] if key else []), *words]) + "\n")
         proc.stdin.flush()
         deadline = time.monotonic() + timeout_s
         with self._changed:
