@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.follower import Follower, FollowerState
+from spark_statestore.serve import StoreServer
 from spark_statestore.store import Role, Store, StoreSpec
 from tests.kafka_util import wait_until_settled
 
@@ -65,18 +66,23 @@ def test_the_follower_keeps_the_latest_record_headers(
     subset = follow(tmp_path / "b", bootstrap, topic, b"b")
     assert subset == {k: v for k, v in EXPECTED.items() if k.startswith(b"b")}
 
-    rows = (
-        spark.read.format("spark_statestore")
-        .option("keyFormat", "string")
-        .option("includeHeaders", "true")
-        .load(str(tmp_path / "all"))
-        .collect()
-    )
-    assert {
-        r["key"].encode(): tuple(
-            (h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]
+    def read_headers() -> dict[bytes, Any]:
+        rows = (
+            spark.read.format("spark_statestore")
+            .option("keyFormat", "string")
+            .option("includeHeaders", "true")
+            .load(str(tmp_path / "all"))
+            .collect()
         )
-        for r in rows
-    } == EXPECTED
+        return {
+            r["key"].encode(): tuple(
+                (h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]
+            )
+            for r in rows
+        }
+
+    assert read_headers() == EXPECTED  # the store read directly
+    with Store.open(tmp_path / "all", purpose="headers test") as store, StoreServer(store):
+        assert read_headers() == EXPECTED  # through its owner's Flight server
     plain = spark.read.format("spark_statestore").load(str(tmp_path / "all"))
     assert plain.columns == ["key", "value", "partition", "offset", "timestamp"]
