@@ -11,9 +11,10 @@ session_end, count) Kafka Streams answers to ``WindowRangeQuery``, and nothing e
 change feed (``spark.readStream``) of the same changelogs, folded by window, must too.
 
 The app's header-aware variant (``HeadersApp``) keeps each customer's last order with the
-order's headers in a ``TimestampedKeyValueStoreWithHeaders``; Kafka Streams logs those
-headers on the changelog records, and ``spark.read`` with ``includeHeaders`` must return, for
-every key, the value, timestamp and headers Kafka Streams reads from its own store.
+order's headers in a ``TimestampedKeyValueStoreWithHeaders``, and per 100 ms window in a
+``TimestampedWindowStoreWithHeaders``; Kafka Streams logs those headers on the changelog
+records, and ``spark.read`` with ``includeHeaders`` must return, for every key (and window),
+the value, timestamp and headers Kafka Streams reads from its own stores.
 """
 
 from __future__ import annotations
@@ -208,6 +209,13 @@ def produce_orders_with_headers(
     return wait_until_settled(bootstrap, topic)
 
 
+def answer_headers(headers: list[Any]) -> list[tuple[str, bytes | None]]:
+    """Headers as the app answers them (values in base64)."""
+    return [
+        (h["key"], None if h["value"] is None else base64.b64decode(h["value"])) for h in headers
+    ]
+
+
 def spark_headers(headers: list[Any]) -> list[tuple[str, bytes | None]]:
     return [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in headers]
 
@@ -229,7 +237,7 @@ def test_spark_reads_the_headers_of_a_header_aware_store_as_kafka_streams_does(
         application_id=f"interop-{next(_apps)}",
         input_topic=orders,
         position_headers=position_headers,
-        settings={"session-timeout-ms": 6000, "commit-interval-ms": 100},
+        settings={"session-timeout-ms": 6000, "commit-interval-ms": 100, "window-ms": WINDOW_MS},
         main_class=HEADERS_APP,
     ).start()
     try:
@@ -241,10 +249,7 @@ def test_spark_reads_the_headers_of_a_header_aware_store_as_kafka_streams_does(
             row["key"]: (
                 row["value"],
                 row["timestamp"],
-                [
-                    (h["key"], None if h["value"] is None else base64.b64decode(h["value"]))
-                    for h in row["headers"]
-                ],
+                answer_headers(row["headers"]),
             )
             for row in answer["rows"]
         }
@@ -262,17 +267,36 @@ def test_spark_reads_the_headers_of_a_header_aware_store_as_kafka_streams_does(
             "key, value, unix_millis(timestamp) AS ts, headers",
             includeHeaders="true",
         )
-        ours = {
-            r["key"]: (
-                r["value"],
-                r["ts"],
-                [
-                    (h["key"], None if h["value"] is None else bytes(h["value"]))
-                    for h in r["headers"]
-                ],
-            )
-            for r in rows
-        }
+        ours = {r["key"]: (r["value"], r["ts"], spark_headers(r["headers"])) for r in rows}
         assert ours == theirs
+
+        # A header-aware window store: each customer's last order per window, with headers.
+        answer = app.query("window-headers", "headed-windows")
+        assert answer["ok"], answer
+        theirs_windows = {
+            (row["key"], row["start"], row["end"]): (
+                row["value"],
+                row["timestamp"],
+                answer_headers(row["headers"]),
+            )
+            for row in answer["rows"]
+        }
+        assert len(theirs_windows) > len(theirs)
+        path = tmp_path / "headed-windows"
+        replica(bootstrap, app, "headed-windows", path)
+        rows = read_sql(
+            spark,
+            path,
+            "headed_windows",
+            "window",
+            "key, unix_millis(window_start) AS s, unix_millis(window_end) AS e, value, "
+            "unix_millis(timestamp) AS ts, headers",
+            windowSizeMs=str(WINDOW_MS),
+            includeHeaders="true",
+        )
+        assert {
+            (r["key"], r["s"], r["e"]): (r["value"], r["ts"], spark_headers(r["headers"]))
+            for r in rows
+        } == theirs_windows
     finally:
         app.stop()

@@ -34,9 +34,11 @@ STORES = ("totals", "latest", "versions", "counts", "sessions")
 """The app's state stores; each logs to ``<application id>-<store>-changelog``."""
 _MAIN_CLASS = "io.sparkstatestore.interop.InteropApp"
 HEADERS_APP = "io.sparkstatestore.interop.HeadersApp"
-"""The app's header-aware variant (``main_class``): one store, ``headed``, a Kafka Streams
-4.3 ``TimestampedKeyValueStoreWithHeaders`` of each customer's last order with the order's
-headers; its query ``headers`` answers every entry with value, timestamp and headers."""
+"""The app's header-aware variant (``main_class``): ``headed``, a Kafka Streams 4.3
+``TimestampedKeyValueStoreWithHeaders`` of each customer's last order with the order's
+headers, and ``headed-windows``, a ``TimestampedWindowStoreWithHeaders`` of the last order
+per window (``window-ms``); its queries ``headers`` and ``window-headers`` answer every entry
+with value, timestamp and headers (and window start and end)."""
 _JAR = "spark-statestore-interop.jar"
 
 

@@ -16,23 +16,29 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StoreQueryParameters;
 import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
 import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
+import org.apache.kafka.streams.state.ReadOnlyWindowStore;
 import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.TimestampedKeyValueStoreWithHeaders;
+import org.apache.kafka.streams.state.TimestampedWindowStoreWithHeaders;
 import org.apache.kafka.streams.state.ValueTimestampHeaders;
 
 /**
- * A Kafka Streams 4.3 header-aware store (KIP-1271), for the interop tests of headers.
+ * Kafka Streams 4.3 header-aware stores (KIP-1271), for the interop tests of headers.
  *
  * <p>It reads the orders topic (as {@link InteropApp}: String keys, Long values, null cancels)
  * and keeps each customer's last order with its record timestamp and the input record's
  * headers in {@code headed}, a {@code TimestampedKeyValueStoreWithHeaders}
- * ({@code Stores.persistentTimestampedKeyValueStoreWithHeaders}), logged to its changelog.
+ * ({@code Stores.persistentTimestampedKeyValueStoreWithHeaders}), and each customer's last
+ * order per tumbling window of {@code --window-ms} in {@code headed-windows}, a
+ * {@code TimestampedWindowStoreWithHeaders} (a cancellation deletes its window); both are
+ * logged to their changelogs.
  * Kafka Streams logs such a store's values as plain values and the headers as the changelog
  * record's headers ({@code ChangeLoggingTimestampedKeyValueBytesStoreWithHeaders}).
  *
@@ -40,11 +46,14 @@ import org.apache.kafka.streams.state.ValueTimestampHeaders;
  * headers on or off). On stdin, {@code <id> headers headed} answers every entry of the store
  * as Kafka Streams reads it ({@code QueryableStoreTypes.timestampedKeyValueStoreWithHeaders()}):
  * {@code {"id", "ok": true, "rows": [{"key", "value", "timestamp", "headers": [{"key",
- * "value": base64 or null}]}]}}; {@code stop} closes it. It lives apart from
+ * "value": base64 or null}]}]}}; {@code <id> window-headers headed-windows} answers every
+ * window ({@code timestampedWindowStoreWithHeaders()}), its rows also with {@code "start"} and
+ * {@code "end"}; {@code stop} closes it. It lives apart from
  * {@link InteropApp} so that app's stores stay as they are.
  */
 public final class HeadersApp {
   static final String HEADED = "headed";
+  static final String HEADED_WINDOWS = "headed-windows";
 
   private HeadersApp() {}
 
@@ -55,10 +64,21 @@ public final class HeadersApp {
         Serdes.String().deserializer(),
         Serdes.Long().deserializer(),
         options.inputTopic);
-    topology.addProcessor("latest-with-headers", LatestWithHeaders::new, "orders");
+    topology.addProcessor(
+        "latest-with-headers", () -> new LatestWithHeaders(options.windowMs), "orders");
     topology.addStateStore(
         Stores.timestampedKeyValueStoreWithHeadersBuilder(
             Stores.persistentTimestampedKeyValueStoreWithHeaders(HEADED),
+            Serdes.String(),
+            Serdes.Long()),
+        "latest-with-headers");
+    topology.addStateStore(
+        Stores.timestampedWindowStoreWithHeadersBuilder(
+            Stores.persistentTimestampedWindowStoreWithHeaders(
+                HEADED_WINDOWS,
+                Duration.ofMillis(options.retentionMs),
+                Duration.ofMillis(options.windowMs),
+                false),
             Serdes.String(),
             Serdes.Long()),
         "latest-with-headers");
@@ -67,21 +87,31 @@ public final class HeadersApp {
 
   /** Puts each order with its timestamp and headers; a null amount deletes the customer. */
   static final class LatestWithHeaders implements Processor<String, Long, Void, Void> {
+    private final long windowMs;
     private TimestampedKeyValueStoreWithHeaders<String, Long> store;
+    private TimestampedWindowStoreWithHeaders<String, Long> windows;
+
+    LatestWithHeaders(long windowMs) {
+      this.windowMs = windowMs;
+    }
 
     @Override
     public void init(ProcessorContext<Void, Void> context) {
       store = context.getStateStore(HEADED);
+      windows = context.getStateStore(HEADED_WINDOWS);
     }
 
     @Override
     public void process(Record<String, Long> record) {
+      long windowStart = record.timestamp() - record.timestamp() % windowMs;
       if (record.value() == null) {
         store.delete(record.key());
+        windows.put(record.key(), null, windowStart);
       } else {
-        store.put(
-            record.key(),
-            ValueTimestampHeaders.make(record.value(), record.timestamp(), record.headers()));
+        ValueTimestampHeaders<Long> value =
+            ValueTimestampHeaders.make(record.value(), record.timestamp(), record.headers());
+        store.put(record.key(), value);
+        windows.put(record.key(), value, windowStart);
       }
     }
   }
@@ -90,8 +120,14 @@ public final class HeadersApp {
     String[] parts = line.split(" ");
     String id = parts[0];
     try {
-      if (parts.length != 3 || !parts[1].equals("headers")) {
-        throw new IllegalArgumentException("expected <id> headers <store>, got " + line);
+      if (parts.length != 3) {
+        throw new IllegalArgumentException("expected <id> <op> <store>, got " + line);
+      }
+      if (parts[1].equals("window-headers")) {
+        return windowRows(streams, id, parts[2]);
+      }
+      if (!parts[1].equals("headers")) {
+        throw new IllegalArgumentException("unknown op " + parts[1]);
       }
       ReadOnlyKeyValueStore<String, ValueTimestampHeaders<Long>> store =
           streams.store(
@@ -110,6 +146,24 @@ public final class HeadersApp {
       return "{\"id\":" + Json.string(id) + ",\"ok\":false,\"failure\":\"EXCEPTION\",\"message\":"
           + Json.string(String.valueOf(e)) + "}";
     }
+  }
+
+  private static String windowRows(KafkaStreams streams, String id, String name) {
+    ReadOnlyWindowStore<String, ValueTimestampHeaders<Long>> store =
+        streams.store(
+            StoreQueryParameters.fromNameAndType(
+                name, QueryableStoreTypes.<String, Long>timestampedWindowStoreWithHeaders()));
+    List<String> rows = new ArrayList<>();
+    try (KeyValueIterator<Windowed<String>, ValueTimestampHeaders<Long>> all = store.all()) {
+      while (all.hasNext()) {
+        KeyValue<Windowed<String>, ValueTimestampHeaders<Long>> next = all.next();
+        String row = row(next.key.key(), next.value);
+        rows.add("{\"start\":" + next.key.window().start() + ",\"end\":"
+            + next.key.window().end() + "," + row.substring(1));
+      }
+    }
+    return "{\"id\":" + Json.string(id) + ",\"ok\":true,\"rows\":[" + String.join(",", rows)
+        + "]}";
   }
 
   private static String row(String key, ValueTimestampHeaders<Long> value) {
