@@ -11,6 +11,7 @@ from spark_statestore.changelog import ChangelogRecord, position_headers
 from spark_statestore.connectors.kafka.sink.bound import changelog_bound_from_records
 from spark_statestore.errors import InvalidPositionError
 from spark_statestore.position import Position
+from spark_statestore.sink.errors import PositionNotPublishedError
 
 TOPIC = "app-store-changelog"
 
@@ -68,12 +69,13 @@ def test_the_bound_covers_the_batches_up_to_the_first_that_reached_the_position(
     assert changelog_bound_from_records(TOPIC, records, position) == changelog(bound)
 
 
-def test_a_position_no_header_reaches_covers_every_record() -> None:
-    # The leader got there with batches that published nothing: all its changes are out.
-    assert changelog_bound_from_records(TOPIC, published(BATCHES), orders(p0=20)) == changelog(
-        {0: 4, 1: 4, 2: 0}
-    )
-    assert changelog_bound_from_records(TOPIC, [], orders(p0=20)) == Position.empty()
+def test_a_position_no_header_reaches_is_an_error_not_a_guess() -> None:
+    # Not published yet, or reached by batches that published nothing: "every record so
+    # far" would be too weak a bound in the first case.
+    with pytest.raises(PositionNotPublishedError, match=r"reaches \{\"orders\":\{\"0\":20\}\}"):
+        changelog_bound_from_records(TOPIC, published(BATCHES), orders(p0=20))
+    with pytest.raises(PositionNotPublishedError):
+        changelog_bound_from_records(TOPIC, [], orders(p0=20))
 
 
 def test_records_without_position_headers_cannot_be_translated() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from spark_statestore.changelog import ChangelogRecord
 from spark_statestore.errors import InvalidPositionError
 from spark_statestore.position import Position
+from spark_statestore.sink.errors import PositionNotPublishedError
 
 __all__ = ["changelog_bound", "changelog_bound_from_records"]
 
@@ -41,12 +42,13 @@ def changelog_bound_from_records(
     is, per partition, the offset of the last record of that batch or an earlier one.
     Partitions none of them wrote have no entry (nothing to wait for).
 
-    Call it once the leader has reached ``position`` (e.g. our store answered a query
-    bounded by it). If no record's header reaches it (the leader got there with batches that
-    changed nothing), every record read is covered.
-
     Raises
     ------
+    PositionNotPublishedError
+        No record's header reaches ``position``: the leader has not published it (yet), or
+        reached it with batches that changed nothing (which publish no record). Nothing
+        tells these apart in the changelog, and guessing "every record so far" would give a
+        bound too weak in the first case.
     InvalidPositionError
         A record has no position header (its leader knew no position: nothing links its
         changelog to input offsets), or the headers that reach ``position`` do not grow
@@ -54,7 +56,9 @@ def changelog_bound_from_records(
     """
     # Offsets per distinct header: as many entries as batches, not records.
     last: dict[Position, dict[int, int]] = {}
+    count = 0
     for record in records:
+        count += 1
         if record.position is None:
             raise InvalidPositionError(
                 f"changelog {topic!r} partition {record.partition} offset {record.offset} has "
@@ -67,21 +71,27 @@ def changelog_bound_from_records(
     reaching = [header for header in last if header.dominates(position)]
     # In a chain the smallest has the smallest sum of offsets, or as small a sum and fewer
     # topic-partitions.
-    first = min(reaching, key=lambda h: (sum(o for _, _, o in h), len(h.entries)), default=None)
-    if first is not None:
-        unordered = [h for h in reaching if not h.dominates(first)]
-        if unordered:
-            raise InvalidPositionError(
-                f"changelog {topic!r}: position headers {first} and {unordered[0]} both reach "
-                f"{position} but neither contains the other; they do not come from one "
-                "sink's batches"
-            )
+    if not reaching:
+        raise PositionNotPublishedError(
+            f"none of the {count} records read from changelog {topic!r} carries a position "
+            f"that reaches {position}: the leader has not "
+            "published it, or its commit is not readable yet (wait for it and ask again), or "
+            "it got there with batches that changed nothing"
+        )
+    first = min(reaching, key=lambda h: (sum(o for _, _, o in h), len(h.entries)))
+    unordered = [h for h in reaching if not h.dominates(first)]
+    if unordered:
+        raise InvalidPositionError(
+            f"changelog {topic!r}: position headers {first} and {unordered[0]} both reach "
+            f"{position} but neither contains the other; they do not come from one sink's "
+            "batches"
+        )
     bound: dict[int, int] = {}
     for header, offsets in last.items():
-        if first is None or first.dominates(header):
+        if first.dominates(header):
             for partition, offset in offsets.items():
                 bound[partition] = max(offset, bound.get(partition, -1))
-    return Position.from_map({topic: bound}) if bound else Position.empty()
+    return Position.from_map({topic: bound})
 
 
 def changelog_bound(
@@ -95,13 +105,16 @@ def changelog_bound(
     """:func:`changelog_bound_from_records` over the committed records of ``changelog``
     (read from its start to its current last stable offset with ``read_committed``).
 
-    It reads the whole changelog: meant for tests and occasional lookups, not per query.
+    It reads the records committed and readable when it is called: call it once the commit
+    that reached ``position`` is readable (its transaction markers written, a moment after
+    the commit returned). It reads the whole changelog: meant for tests and occasional
+    lookups, not per query.
     ``PositionBound.at(changelog_bound(...))`` is then a bound a Kafka Streams store
     following ``changelog`` (``addReadOnlyStateStore``) answers once it has those writes.
 
     Raises
     ------
-    InvalidPositionError
+    PositionNotPublishedError, InvalidPositionError
         See :func:`changelog_bound_from_records`.
     KafkaClientError
         The changelog cannot be read within ``timeout_s``.
