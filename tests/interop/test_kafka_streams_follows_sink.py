@@ -18,6 +18,11 @@ tables (``StreamsBuilder#globalTable``). After every batch:
   read-only stores keep positions in the topic they follow (checked once);
 * the global tables (IQv1: Kafka Streams answers IQv2 on a global store with
   ``UNKNOWN_QUERY_TYPE``, checked) reach our store's contents.
+
+Then Kafka Streams restores the read-only stores from scratch (state wiped, its consistency
+option on): the same rows, and as position exactly our leader's, merged from the ``c``
+headers, without the followed topic's offsets (a changelog bound is not met) until it
+processes the next batch, whose records add their offsets but not their headers.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import shutil
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,12 +40,15 @@ import pytest
 
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.connectors.kafka.local.streams_app import StreamsFollower
-from spark_statestore.connectors.kafka.sink.bound import changelog_bound
+from spark_statestore.connectors.kafka.sink.bound import (
+    changelog_bound,
+    changelog_bound_from_records,
+)
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.query import RangeQuery, StateQueryRequest
 from spark_statestore.store import Store
 from tests.integration.test_spark_follower import wait_for_owner_exit
-from tests.kafka_util import poll_until
+from tests.kafka_util import poll_until, settled_changelog, wait_until_settled
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +89,12 @@ def random_batches(seed: int, count: int, size: int) -> list[list[dict[str, Any]
             next_offset[partition] += 1
         batches.append(rows)
     return batches
+
+
+def input_position(rows: list[dict[str, Any]]) -> Position:
+    """The input offsets of a batch's rows (the last one per partition): what the writer of
+    the input knows, and what the leader's position (and its ``c`` headers) reach."""
+    return Position.from_map({"orders": {r["partition"]: r["offset"] for r in rows}})
 
 
 def start_sink(
@@ -204,9 +219,7 @@ def test_kafka_streams_follows_the_sinks_changelog(
             write_batch(source, index, rows)
             for query in queries.values():
                 query.processAllAvailable()
-            written = Position.from_map(
-                {"orders": {r["partition"]: r["offset"] for r in rows}}
-            )  # the last offset of each input partition: what the writer knows
+            written = input_position(rows)  # what the writer of the input knows
             ends: dict[str, Position] = {}
             for name, longs in stores.items():
                 ours = leader_answer(tmp_path / name, longs=longs)
@@ -215,18 +228,9 @@ def test_kafka_streams_follows_the_sinks_changelog(
                 ends[name] = Position.from_map(
                     {changelogs[name]: {p: end - 1 for p, end in ours["changelog_offsets"].items()}}
                 )
+                wait_until_settled(bootstrap, changelogs[name])  # the commit's markers are in
                 bound = changelog_bound(bootstrap, changelogs[name], written)
                 assert bound == ends[name]
-                # An earlier batch's writes map to the offsets the leader had then.
-                for earlier, batch_rows in enumerate(batches[:index]):
-                    earlier_written = Position.from_map(
-                        {"orders": {r["partition"]: r["offset"] for r in batch_rows}}
-                    )
-                    assert (
-                        changelog_bound(bootstrap, changelogs[name], earlier_written)
-                        == ends_seen[earlier][name]
-                    )
-
                 # Per partition: Kafka Streams' task n reads changelog partition n, and our
                 # store's partition n holds the keys the sink published there (murmur2).
                 theirs = readonly.range(name, bound, wait_s=30)
@@ -250,6 +254,59 @@ def test_kafka_streams_follows_the_sinks_changelog(
                     failure=lambda name=name: f"the global table {name} did not reach the leader",
                 )
             ends_seen.append(ends)
+
+        # Every batch's input position maps to the changelog offsets the leader had then.
+        for name in stores:
+            records = settled_changelog(bootstrap, changelogs[name])
+            for index, rows in enumerate(batches):
+                bound = changelog_bound_from_records(
+                    changelogs[name], records, input_position(rows)
+                )
+                assert bound == ends_seen[index][name], f"batch {index}"
+
+        # Kafka Streams restores a wiped read-only store from the topic it follows (up to its
+        # committed offsets). Only then are our c headers part of its position (with its
+        # consistency option on, ChangelogRecordDeserializationHelper merges them), and only
+        # they: the followed topic's offsets come back with the next record processed.
+        readonly.stop()
+        shutil.rmtree(tmp_path / "kafka-streams-readonly")
+        readonly = followers["readonly"] = StreamsFollower(
+            bootstrap,
+            tmp_path / "kafka-streams-readonly",
+            follow=follow,
+            kind="readonly",
+            application_id=f"{app_id}-follower-readonly",
+            position_headers=True,
+        )
+        readonly.start()  # RUNNING: a stream thread runs once its active tasks are restored
+        restored_at: dict[str, Position] = {}
+        for name, longs in stores.items():
+            ours = leader_answer(tmp_path / name, longs=longs)
+            restored = readonly.range(name)
+            assert kafka_streams_rows(restored) == ours["rows"]
+            assert restored["partitions"] == list(range(PARTITIONS))
+            restored_at[name] = Position.from_dict(restored["position"])
+            assert restored_at[name] == ours["position"]
+            refused = readonly.range(name, ends_seen[-1][name], wait_s=0)
+            assert (refused["ok"], refused["failure"]) == (False, "NOT_UP_TO_BOUND")
+
+        rows = random_batches(seed=15, count=1, size=40)[0]
+        for row in rows:  # after the input offsets of the first batches
+            row["offset"] += len(batches) * 20
+        write_batch(source, len(batches), rows)
+        for query in queries.values():
+            query.processAllAvailable()
+        written = input_position(rows)
+        for name, longs in stores.items():
+            ours = leader_answer(tmp_path / name, longs=longs)
+            wait_until_settled(bootstrap, changelogs[name])
+            bound = changelog_bound(bootstrap, changelogs[name], written)
+            assert bound.partition_offsets(changelogs[name]).keys() == set(range(PARTITIONS))
+            theirs = readonly.range(name, bound, wait_s=30)
+            assert kafka_streams_rows(theirs) == ours["rows"]
+            # Processing takes the records' own offsets; their c headers are not merged.
+            assert Position.from_dict(theirs["position"]) == restored_at[name].merge(bound)
+            assert not Position.from_dict(theirs["position"]).dominates(ours["position"])
     finally:
         for query in queries.values():
             query.stop()
