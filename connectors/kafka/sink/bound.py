@@ -69,15 +69,15 @@ def changelog_bound_from_records(
         if record.offset > offsets.get(record.partition, -1):
             offsets[record.partition] = record.offset
     reaching = [header for header in last if header.dominates(position)]
-    # In a chain the smallest has the smallest sum of offsets, or as small a sum and fewer
-    # topic-partitions.
     if not reaching:
         raise PositionNotPublishedError(
             f"none of the {count} records read from changelog {topic!r} carries a position "
-            f"that reaches {position}: the leader has not "
-            "published it, or its commit is not readable yet (wait for it and ask again), or "
-            "it got there with batches that changed nothing"
+            f"that reaches {position}: the leader has not published it, or its commit is not "
+            "readable yet (wait for it and ask again), or it got there with batches that "
+            "changed nothing"
         )
+    # In a chain the smallest has the smallest sum of offsets, or as small a sum and fewer
+    # topic-partitions.
     first = min(reaching, key=lambda h: (sum(o for _, _, o in h), len(h.entries)))
     unordered = [h for h in reaching if not h.dominates(first)]
     if unordered:
