@@ -135,6 +135,70 @@ class LeaderProgress(Protocol):
         ...
 
 
+VERSIONED_EXTRA_LAG_MS = 86_400_000
+"""What Kafka Streams adds to a versioned store's history retention for its changelog's
+``min.compaction.lag.ms`` (``VersionedChangelogTopicConfig``): one day."""
+
+
+def history_retention_of(source: ChangelogSource, given: int | None = None) -> int | None:
+    """The history retention to follow ``source`` with: ``given``, or what the changelog's
+    ``min.compaction.lag.ms`` says (None when it is not a versioned store's changelog and
+    nothing was given).
+
+    Raises
+    ------
+    FollowerError
+        If ``given`` disagrees with the changelog's.
+    """
+    lag = source.versioned_store_retention_ms()
+    derived = None if lag is None else lag - VERSIONED_EXTRA_LAG_MS
+    if given is not None and derived is not None and given != derived:
+        raise FollowerError(
+            f"changelog {source.topic!r} belongs to a Kafka Streams versioned store with a "
+            f"history retention of {derived} ms (its min.compaction.lag.ms {lag} minus a day), "
+            f"not the {given} ms asked for: versions would expire at other times than in "
+            "Kafka Streams; give its retention, or leave it out to take the changelog's"
+        )
+    return given if given is not None else derived
+
+
+def check_versioned(store: Store, source: ChangelogSource) -> None:
+    """Refuse to follow a versioned store's changelog as a key-value store (and warn about
+    the reverse).
+
+    A versioned changelog's records are versions, out of timestamp order, and a tombstone
+    means "deleted as of" its timestamp: folded last-write-wins they give wrong current
+    values. Kafka Streams marks the changelog with ``min.compaction.lag.ms`` = history
+    retention plus a day.
+    """
+    retention = store.manifest.history_retention_ms
+    lag = source.versioned_store_retention_ms()
+    if lag is not None and retention is None:
+        theirs = lag - VERSIONED_EXTRA_LAG_MS
+        raise FollowerError(
+            f"changelog {source.topic!r} belongs to a Kafka Streams versioned store (its "
+            f"min.compaction.lag.ms is {lag}, the history retention plus a day, as Kafka "
+            "Streams sets it): its records are versions, out of timestamp order, and a "
+            "tombstone means 'deleted as of' its timestamp, so following it as a key-value "
+            f"store would give wrong current values. Follow it into a versioned store "
+            f"(storeType 'versioned'; StoreSpec(history_retention_ms={theirs})) "
+            f"at another path than {store.path}. If it is not a versioned store's changelog, "
+            "lower the topic's min.compaction.lag.ms below one day"
+        )
+    if retention is not None:
+        history_retention_of(source, retention)
+        if lag is None:
+            _log.warning(
+                "store %s is a versioned store, but changelog %r is not marked as a Kafka "
+                "Streams versioned store's (its min.compaction.lag.ms is under a day; Kafka "
+                "Streams sets it to the history retention plus a day unless the app overrides "
+                "it): its records are taken as versions at their timestamps, which gives wrong "
+                "current values if it is a key-value store's changelog",
+                store.path,
+                source.topic,
+            )
+
+
 class Follower:
     """Applies a changelog to a follower store, chunk by chunk, forever (until stopped).
 
@@ -187,17 +251,7 @@ class Follower:
                 f"changelog {source.topic!r} has {count} partitions but store {store.path} "
                 f"was built for {manifest.partitions}; delete the store and follow again"
             )
-        versioned = source.versioned_store_retention_ms()
-        if versioned is not None:
-            raise FollowerError(
-                f"changelog {source.topic!r} belongs to a Kafka Streams versioned store (its "
-                f"min.compaction.lag.ms is {versioned}, the history retention plus a day, as "
-                "Kafka Streams sets it): its records are versions, out of timestamp order, and "
-                "a tombstone means 'deleted as of' its timestamp, so following it as a "
-                "key-value store would give wrong current values; versioned stores cannot be "
-                "followed yet. If it is not a versioned store's changelog, lower the topic's "
-                "min.compaction.lag.ms below one day"
-            )
+        check_versioned(store, source)
         held = list(manifest.holds)
         chosen = held if partitions is None else sorted(set(partitions))
         if chosen != held:
@@ -228,6 +282,7 @@ class Follower:
         self.end_offsets: dict[int, int] = {}
         self.records_applied = 0
         self.records_skipped = 0
+        self.records_expired = 0
         self.records_without_position = 0
         self.error: BaseException | None = None
         self._applied = threading.Condition()
@@ -311,8 +366,12 @@ class Follower:
             # A subset store has still read the records it does not keep: the chunk's
             # position counts for it (it is as fresh for its keys as the changelog it read).
             rows = [row for row in rows if row[0].startswith(prefix)]
+        kept = len(rows)
         with self.store.begin() as txn:
-            txn.put_all(rows)
+            if self.store.manifest.versioned:
+                kept = txn.put_versions(rows)
+            else:
+                txn.put_all(rows)
             if polled.position is not None:
                 txn.merge_position(polled.position)
             if derived is not None:
@@ -323,6 +382,7 @@ class Follower:
         with self._applied:
             self.records_applied += len(rows)
             self.records_skipped += len(polled.rows) - len(rows)
+            self.records_expired += len(rows) - kept
             self.records_without_position += polled.without_position + polled.skipped_positions
             self._applied.notify_all()
         self._check_caught_up(metadata.changelog_offsets)

@@ -200,15 +200,23 @@ def _decided(
 
 @contextlib.contextmanager
 def caught_up_follower(
-    path: Path, bootstrap: str, changelog: str, partitions: int
+    path: Path,
+    bootstrap: str,
+    changelog: str,
+    partitions: int,
+    *,
+    history_retention_ms: int | None = None,
 ) -> Iterator[Store]:
-    """A follower store at ``path`` that has restored ``changelog`` to its end (and stopped
-    following), open for the test to read."""
+    """A follower store at ``path`` (versioned with ``history_retention_ms``) that has
+    restored ``changelog`` to its end (and stopped following), open for the test to read."""
     from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
     from spark_statestore.follower import Follower, FollowerState
     from spark_statestore.store import Role, Store, StoreSpec
 
-    with Store.open(path, StoreSpec(Role.FOLLOWER, changelog, partitions)) as replica:
+    spec = StoreSpec(
+        Role.FOLLOWER, changelog, partitions, history_retention_ms=history_retention_ms
+    )
+    with Store.open(path, spec) as replica:
         follower = Follower(replica, KafkaChangelogSource(bootstrap, changelog))
         while follower.state is not FollowerState.RUNNING:
             follower.step()

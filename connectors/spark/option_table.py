@@ -58,6 +58,7 @@ class StoreType(str, Enum):
     KEY_VALUE = "keyValue"
     TIMESTAMPED = "timestamped"
     WINDOW = "window"
+    VERSIONED = "versioned"
 
 
 class View(str, Enum):
@@ -205,8 +206,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "storeType",
         StoreType,
         _SOURCE,
-        "the Kafka Streams store of the changelog: keyValue, timestamped, window",
+        "the Kafka Streams store of the changelog: keyValue, timestamped, window, versioned",
         default="keyValue",
+    ),
+    OptionSpec(
+        "historyRetentionMs",
+        int,
+        _SOURCE,
+        "storeType versioned: the store's history retention (default: the changelog's, "
+        "from its min.compaction.lag.ms)",
     ),
     OptionSpec(
         "onMissingPosition",
@@ -258,6 +266,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         default="0",
     ),
     OptionSpec("maxLag", int, _READER, "refuse a store lagging by more than N records"),
+    OptionSpec(
+        "asOfTimestamp",
+        str,
+        _READER,
+        "a versioned store's values valid at this time: epoch millis or an ISO-8601 timestamp "
+        "(UTC unless it has an offset)",
+    ),
     OptionSpec("keys", str, _READER, "a JSON array of keys to look up"),
     OptionSpec("keyFrom", str, _READER, "only keys from this one on (inclusive)"),
     OptionSpec("keyTo", str, _READER, "only keys up to this one (inclusive)"),

@@ -113,6 +113,8 @@ class SourceOptions:
     """PEM private key file of the owner's Flight server (TLS); with serve_tls_cert."""
     leader_application_id: str | None = None
     """The exactly-once leader whose committed offsets give the store's position."""
+    history_retention_ms: int | None = None
+    """``storeType`` versioned: the history retention given (None: the changelog's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,7 @@ class ReaderOptions:
     """How long planning waits for the store to reach ``position_bound`` (0: fail at once)."""
     lookup: ScanSpec = field(default_factory=ScanSpec.everything)
     """The rows the lookup options (``keys``, ``keyPrefix``, ``keyFrom``, ``keyTo``,
-    ``partitions``) select; every row by default."""
+    ``partitions``) select, as of ``asOfTimestamp`` when given; every row by default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +267,13 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "option 'leaderApplicationId' needs a follower of every partition: the leader's "
             "committed offsets cover them all; remove 'partitions'"
         )
+    store_type = options.choice("storeType", StoreType)
+    retention = options.integer("historyRetentionMs")
+    if retention is not None and store_type is not StoreType.VERSIONED:
+        raise OptionError(
+            "option 'historyRetentionMs' is a versioned store's history retention: set "
+            "storeType 'versioned' too, or drop it"
+        )
     serve_port = options.integer("servePort")
     serve_host = options.required("serveHost")  # has a default
     tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
@@ -292,7 +301,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         include_headers=options.boolean("includeHeaders"),
         partitions=partitions,
         key_prefix=_key_prefix(options.text("keyPrefix")),
-        store_type=options.choice("storeType", StoreType),
+        store_type=store_type,
         formats=_formats(options),
         on_missing_position=options.choice("onMissingPosition", OnMissingPosition),
         serve_host=serve_host,
@@ -300,7 +309,39 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         serve_tls_cert=tls_cert,
         serve_tls_key=tls_key,
         leader_application_id=leader,
+        history_retention_ms=retention,
     )
+
+
+def parse_as_of(text: str) -> int:
+    """``asOfTimestamp``: epoch milliseconds, or an ISO-8601 date-time (UTC unless it names
+    an offset), as epoch milliseconds.
+
+    Raises
+    ------
+    OptionError
+        Naming the option and the value.
+    """
+    from datetime import datetime, timedelta, timezone
+
+    stripped = text.strip()
+    if stripped.lstrip("-").isdigit() and stripped.isascii():
+        millis = int(stripped)
+    else:
+        try:
+            moment = datetime.fromisoformat(stripped.replace("Z", "+00:00"))
+        except ValueError:
+            raise OptionError(
+                f"option 'asOfTimestamp': {text!r} is neither epoch milliseconds nor an ISO-8601 "
+                "timestamp such as '2026-11-24T19:00:00Z'"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        millis = delta // timedelta(milliseconds=1)
+    if not -(2**63) <= millis < 2**63:
+        raise OptionError(f"option 'asOfTimestamp': {text!r} is outside Kafka's timestamps")
+    return millis
 
 
 def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
@@ -354,6 +395,14 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         partitions=lookup_text["partitions"],
         key_codec=codecs_for(formats)[0],
     )
+    as_of_text = options.text("asOfTimestamp")
+    if as_of_text is not None:
+        if view is not View.DATA:
+            raise OptionError(
+                f"option 'asOfTimestamp' reads the data view as of a time; view {view.value!r} "
+                "is not read as of a time: drop the option or read view 'data'"
+            )
+        lookup = lookup.with_as_of(parse_as_of(as_of_text))
     return ReaderOptions(
         path=path,
         view=view,

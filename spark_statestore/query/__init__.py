@@ -1,7 +1,8 @@
 """Interactive queries in the style of Kafka Streams' IQv2 (KIP-796) and KIP-535.
 
 Queries (:class:`KeyQuery`, :class:`RangeQuery`, :class:`PrefixQuery`, :class:`RawKeyQuery`,
-:class:`RawScanQuery`) are immutable value objects built with named constructors. A
+:class:`RawScanQuery`, and for versioned stores :class:`VersionedKeyQuery` and
+:class:`MultiVersionedKeyQuery`) are immutable value objects built with named constructors. A
 :class:`StateQueryRequest` names the store, the query, the partitions, the
 :class:`~spark_statestore.position.PositionBound` and a few flags; a store answers with a
 :class:`StateQueryResult` holding one :class:`QueryResult` per partition, each carrying the
@@ -15,14 +16,16 @@ from spark_statestore.query._errors import FailureReason, QueryError, QueryFaile
 from spark_statestore.query._queries import (
     CustomQuery,
     KeyQuery,
+    MultiVersionedKeyQuery,
     PrefixQuery,
     Query,
     RangeQuery,
     RawKeyQuery,
     RawScanQuery,
+    VersionedKeyQuery,
 )
 from spark_statestore.query._requests import InStore, StateQueryRequest
-from spark_statestore.query._results import QueryResult, StateQueryResult
+from spark_statestore.query._results import QueryResult, StateQueryResult, VersionedRecord
 from spark_statestore.query._routing import HostInfo, KeyQueryMetadata, LagInfo
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "KeyQuery",
     "KeyQueryMetadata",
     "LagInfo",
+    "MultiVersionedKeyQuery",
     "PrefixQuery",
     "Query",
     "QueryError",
@@ -43,4 +47,6 @@ __all__ = [
     "RawScanQuery",
     "StateQueryRequest",
     "StateQueryResult",
+    "VersionedKeyQuery",
+    "VersionedRecord",
 ]

@@ -159,6 +159,94 @@ class RawScanQuery:
         return replace(self, limit=limit)
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _check_time(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise QueryError(f"{what} must be epoch milliseconds (an int), got {value!r}")
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise QueryError(f"{what} {value} is outside the int64 range of Kafka timestamps")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedKeyQuery(Generic[K, V]):
+    """One key's value in a versioned store, as Kafka Streams' ``VersionedKeyQuery``: the
+    latest, or the one valid at a time. The result is a
+    :class:`~spark_statestore.query.VersionedRecord`, or None.
+
+    Build with :meth:`with_key`, then optionally :meth:`as_of`. As in Kafka Streams, a time
+    older than the key's partition's stream time minus the history retention only finds a
+    latest value that was valid by then.
+    """
+
+    key: K
+    as_of_timestamp: int | None = None
+
+    @classmethod
+    def with_key(cls, key: K) -> VersionedKeyQuery[K, Any]:
+        """A query for the latest value of ``key``."""
+        _check_not_none(key, "VersionedKeyQuery key")
+        return cls(key)
+
+    def as_of(self, timestamp: int) -> VersionedKeyQuery[K, V]:
+        """A copy asking for the value valid at ``timestamp`` (epoch milliseconds)."""
+        return replace(self, as_of_timestamp=_check_time(timestamp, "VersionedKeyQuery as_of"))
+
+
+@dataclass(frozen=True, slots=True)
+class MultiVersionedKeyQuery(Generic[K, V]):
+    """The versions of one key valid during a time interval, as Kafka Streams'
+    ``MultiVersionedKeyQuery``. The result is a list of
+    :class:`~spark_statestore.query.VersionedRecord`, newest first unless
+    :meth:`with_ascending_timestamps`.
+
+    Build with :meth:`with_key`, then :meth:`from_time` / :meth:`to_time` (both inclusive,
+    open by default). A version is returned when its validity ``[timestamp, valid_to)``
+    overlaps ``[from_time, to_time]``; tombstones are not returned. Versions that ended
+    before the partition's stream time minus the history retention are never returned
+    (Kafka Streams may still return some of them until their segment is dropped).
+    """
+
+    key: K
+    from_timestamp: int | None = None
+    to_timestamp: int | None = None
+    ascending: bool = False
+
+    @classmethod
+    def with_key(cls, key: K) -> MultiVersionedKeyQuery[K, Any]:
+        """Every retained version of ``key``, newest first."""
+        _check_not_none(key, "MultiVersionedKeyQuery key")
+        return cls(key)
+
+    def from_time(self, timestamp: int) -> MultiVersionedKeyQuery[K, V]:
+        """A copy returning only versions still valid at or after ``timestamp``."""
+        time = _check_time(timestamp, "MultiVersionedKeyQuery from_time")
+        if self.to_timestamp is not None and time > self.to_timestamp:
+            raise QueryError(
+                f"MultiVersionedKeyQuery from_time {time} is after to_time {self.to_timestamp}"
+            )
+        return replace(self, from_timestamp=time)
+
+    def to_time(self, timestamp: int) -> MultiVersionedKeyQuery[K, V]:
+        """A copy returning only versions that began at or before ``timestamp``."""
+        time = _check_time(timestamp, "MultiVersionedKeyQuery to_time")
+        if self.from_timestamp is not None and time < self.from_timestamp:
+            raise QueryError(
+                f"MultiVersionedKeyQuery to_time {time} is before from_time {self.from_timestamp}"
+            )
+        return replace(self, to_timestamp=time)
+
+    def with_ascending_timestamps(self) -> MultiVersionedKeyQuery[K, V]:
+        """A copy returning the oldest version first."""
+        return replace(self, ascending=True)
+
+    def with_descending_timestamps(self) -> MultiVersionedKeyQuery[K, V]:
+        """A copy returning the newest version first (the default)."""
+        return replace(self, ascending=False)
+
+
 class CustomQuery:
     """Base class of queries defined outside this package (IQv2's custom ``Query``).
 
@@ -175,8 +263,19 @@ Query: TypeAlias = (
     | PrefixQuery
     | RawKeyQuery
     | RawScanQuery
+    | VersionedKeyQuery[Any, Any]
+    | MultiVersionedKeyQuery[Any, Any]
     | CustomQuery
 )
 """Any query a store may be asked to execute."""
 
-_QUERY_TYPES = (KeyQuery, RangeQuery, PrefixQuery, RawKeyQuery, RawScanQuery, CustomQuery)
+_QUERY_TYPES = (
+    KeyQuery,
+    RangeQuery,
+    PrefixQuery,
+    RawKeyQuery,
+    RawScanQuery,
+    VersionedKeyQuery,
+    MultiVersionedKeyQuery,
+    CustomQuery,
+)

@@ -20,6 +20,27 @@ R = TypeVar("R")
 
 # -- results -------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
+class VersionedRecord:
+    """A value with its validity interval, as Kafka Streams' ``VersionedRecord``: the result
+    of a :class:`~spark_statestore.query.VersionedKeyQuery`, and the items of a
+    :class:`~spark_statestore.query.MultiVersionedKeyQuery`'s result.
+
+    Parameters
+    ----------
+    value
+        The value bytes.
+    timestamp
+        When the version became valid (epoch milliseconds).
+    valid_to
+        When the next version replaced it (exclusive), or None for the latest version.
+    """
+
+    value: bytes
+    timestamp: int
+    valid_to: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class QueryResult(Generic[R]):
     """One partition's (or a global store's) answer to a query.
 

@@ -1,7 +1,9 @@
 """On-disk layout of a store: key namespaces and the value envelope (docs/store.md, "On disk").
 
 One store is one LevelDB database. User data lives under the data namespace ``b"d" + key``;
-the store's metadata lives under ``b"m:" + name``. Every data value is an *envelope*::
+a versioned store keeps its other versions under the history namespace ``b"h"``
+(:mod:`~spark_statestore.store.versions`); the store's metadata lives under ``b"m:" + name``.
+Every data value is an *envelope*::
 
     byte 0      envelope version (0)
     bytes 1-4   int32 big-endian  changelog partition of the write (-1: unknown)
@@ -25,6 +27,8 @@ from spark_statestore.store.gate import Gate, gated_chunks
 DATA_PREFIX: Final = b"d"
 DATA_START: Final = b"d"
 DATA_STOP: Final = b"e"  # first key after the data namespace
+HISTORY_PREFIX: Final = b"h"  # versioned stores: every version but the latest value
+HISTORY_STOP: Final = b"i"  # first key after the history namespace
 META_PREFIX: Final = b"m:"
 
 # Metadata keys.
@@ -34,6 +38,7 @@ META_OFFSETS: Final = b"m:offsets"  # {"partition": next changelog offset} JSON
 META_COMMIT: Final = b"m:commit"  # CommitRecord JSON (sink: query id, batch id, offsets)
 META_SEQ: Final = b"m:seq"  # number of commits so far, decimal ASCII
 META_REDO: Final = b"m:redo"  # redo marker JSON while a chunked commit is being applied
+META_STREAM_TIME: Final = b"m:stream_time"  # versioned: {"partition": observed stream time}
 
 ENVELOPE_VERSION: Final = 0
 NO_VALUE: Final = -1  # "unknown" partition / offset, "no" timestamp

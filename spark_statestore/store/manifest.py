@@ -17,8 +17,15 @@ from spark_statestore.store.errors import RECOVERY_HINT, StoreCorruptedError, St
 
 __all__ = ["FORMAT_VERSION", "CommitRecord", "Role", "StoreManifest", "StoreMetadata"]
 
-FORMAT_VERSION = 1
-"""The on-disk format this code writes; stores with a larger version are refused."""
+FORMAT_VERSION = 2
+"""The newest on-disk format this code understands; stores with a larger one are refused.
+
+Version 1 is a key-value store; version 2 a versioned store (its history namespace and
+stream times), written only for those, so older code refuses to open a versioned store as
+a key-value one."""
+
+KEY_VALUE_FORMAT_VERSION = 1
+VERSIONED_FORMAT_VERSION = 2
 
 
 class Role(str, Enum):
@@ -53,6 +60,9 @@ class StoreManifest:
         The partitions a subset follower holds; None: all of them.
     key_prefix
         The key prefix a subset follower keeps; None: every key.
+    history_retention_ms
+        A versioned store's history retention (:mod:`~spark_statestore.store.versions`);
+        None for a key-value store.
     """
 
     format_version: int
@@ -64,6 +74,12 @@ class StoreManifest:
     created_at: str
     held_partitions: tuple[int, ...] | None = None
     key_prefix: bytes | None = None
+    history_retention_ms: int | None = None
+
+    @property
+    def versioned(self) -> bool:
+        """True for a versioned store."""
+        return self.history_retention_ms is not None
 
     @property
     def holds(self) -> tuple[int, ...]:
@@ -91,6 +107,11 @@ class StoreManifest:
                     None if self.held_partitions is None else list(self.held_partitions)
                 ),
                 "key_prefix": None if self.key_prefix is None else self.key_prefix.hex(),
+                **(
+                    {}
+                    if self.history_retention_ms is None
+                    else {"history_retention_ms": self.history_retention_ms}
+                ),
             },
             sort_keys=True,
         ).encode()
@@ -118,9 +139,16 @@ class StoreManifest:
                 created_at=_typed(data, "created_at", str),
                 held_partitions=_held_partitions(data.get("held_partitions")),
                 key_prefix=_key_prefix(data.get("key_prefix")),
+                history_retention_ms=_retention(data.get("history_retention_ms")),
             )
         except (TypeError, ValueError) as exc:
             raise _corrupt(path, "manifest", exc) from exc
+        if (manifest.format_version >= VERSIONED_FORMAT_VERSION) != manifest.versioned:
+            raise _corrupt(
+                path,
+                "manifest",
+                ValueError("format version 2 is a versioned store's, with a history retention"),
+            )
         if manifest.format_version < 1 or manifest.partitions < 1:
             raise _corrupt(path, "manifest", ValueError(f"impossible values in {data}"))
         if manifest.changelog_topic is not None and not isinstance(manifest.changelog_topic, str):
@@ -277,6 +305,14 @@ def _held_partitions(raw: Any) -> tuple[int, ...] | None:
     ):
         raise TypeError(f"held_partitions must be a list of partitions, got {raw!r}")
     return tuple(raw)
+
+
+def _retention(raw: Any) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise ValueError(f"history_retention_ms must be an int >= 0, got {raw!r}")
+    return raw
 
 
 def _key_prefix(raw: Any) -> bytes | None:

@@ -17,6 +17,7 @@ from spark_statestore.errors import StateStoreError
 from spark_statestore.query import (
     FailureReason,
     KeyQuery,
+    MultiVersionedKeyQuery,
     PrefixQuery,
     QueryResult,
     RangeQuery,
@@ -24,9 +25,18 @@ from spark_statestore.query import (
     RawScanQuery,
     StateQueryRequest,
     StateQueryResult,
+    VersionedKeyQuery,
+    VersionedRecord,
 )
 from spark_statestore.store.layout import HEADER_SIZE, envelope_header
 from spark_statestore.store.manifest import Role
+from spark_statestore.store.versions import (
+    INT64_MAX,
+    INT64_MIN,
+    cutoff_of,
+    version_as_of,
+    versions_between,
+)
 
 if TYPE_CHECKING:
     from spark_statestore.store.snapshot import Snapshot
@@ -105,6 +115,32 @@ def _run(
                 p: (record.value if record is not None and holder == p else None)
                 for p in partitions
             }
+        elif isinstance(query, (VersionedKeyQuery, MultiVersionedKeyQuery)):
+            retention = store.manifest.history_retention_ms
+            if retention is None:  # as Kafka Streams answers it for a key-value store
+                return {
+                    p: QueryResult.for_unknown_query_type(query, store.name, position)
+                    for p in partitions
+                }
+            kind = "versions lookup"
+            key = _key(query.key, "key")
+            versions = snapshot.versions(key)
+            examined = len(versions)
+            holder = _partition_of(key, versions[-1].partition if versions else None, counts)
+            cutoff = cutoff_of(snapshot.stream_times().get(holder), retention)
+            found: Any
+            if isinstance(query, VersionedKeyQuery):
+                found = _versioned_get(versions, query.as_of_timestamp, cutoff)
+                values = {p: (found if p == holder else None) for p in partitions}
+            else:
+                found = versions_between(
+                    versions,
+                    INT64_MIN if query.from_timestamp is None else query.from_timestamp,
+                    INT64_MAX if query.to_timestamp is None else query.to_timestamp,
+                    cutoff,
+                    ascending=query.ascending,
+                )
+                values = {p: (found if p == holder else []) for p in partitions}
         elif isinstance(query, (RangeQuery, PrefixQuery, RawScanQuery)):
             if isinstance(query, RangeQuery):
                 kind = "descending range scan" if query.descending else "range scan"
@@ -141,7 +177,7 @@ def _run(
         value = values[partition]
         info: tuple[str, ...] = ()
         if request.execution_info_enabled:
-            returned = (0 if value is None else 1) if kind == "point get" else len(value)
+            returned = len(value) if isinstance(value, list) else 0 if value is None else 1
             info = (
                 f"store {store.name!r} partition {partition}: {type(query).__name__} as a "
                 f"{kind} over snapshot commit {snapshot.commit_seq}; examined {examined} "
@@ -149,6 +185,17 @@ def _run(
             )
         results[partition] = QueryResult.for_result(value, position, info)
     return results
+
+
+def _versioned_get(versions: list[Any], as_of: int | None, cutoff: int) -> VersionedRecord | None:
+    """Kafka Streams' ``get(key)`` (latest) or ``get(key, asOfTimestamp)``."""
+    if as_of is None:
+        latest = versions[-1] if versions else None
+        if latest is None or latest.value is None:
+            return None
+        return VersionedRecord(latest.value, latest.valid_from)
+    found = version_as_of(versions, as_of, cutoff)
+    return None if found is None else found[0]
 
 
 def _bucket(

@@ -44,7 +44,7 @@ from spark_statestore.store.errors import (
 )
 from spark_statestore.store.files import fsync_dir, make_private_dir
 from spark_statestore.store.gate import Gate
-from spark_statestore.store.layout import DATA_START, DATA_STOP, META_REDO, iterate
+from spark_statestore.store.layout import DATA_START, HISTORY_STOP, META_REDO, iterate
 
 if TYPE_CHECKING:
     import plyvel
@@ -201,7 +201,8 @@ def apply_redo(
     try:
         chunk = db.write_batch(sync=sync)
         size = chunks = 0
-        with redo_db.iterator(start=DATA_START, stop=DATA_STOP) as it:
+        # The data and history namespaces (a versioned store's history records spill too).
+        with redo_db.iterator(start=DATA_START, stop=HISTORY_STOP) as it:
             for key, raw in it:
                 if raw[:1] == _PUT:
                     chunk.put(key, raw[1:])

@@ -31,6 +31,7 @@ from spark_statestore.store.snapshot import (
     envelope_batch,
     rechunk,
 )
+from spark_statestore.store.versioned_scan import as_of_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,6 +49,7 @@ _FIELDS = (
     "prefix",
     "partitions",
     "limit",
+    "as_of",
 )
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -80,6 +82,10 @@ class ScanSpec:
         rows of unknown partition never match. None: every partition.
     limit
         At most this many rows (None: no limit; 0 selects nothing).
+    as_of
+        For a versioned store: each key's version valid at this time (epoch milliseconds)
+        instead of its latest value; the row's timestamp is when that version began. None:
+        the latest values.
 
     Raises
     ------
@@ -95,6 +101,7 @@ class ScanSpec:
     prefix: bytes | None = None
     partitions: frozenset[int] | None = None
     limit: int | None = None
+    as_of: int | None = None
 
     def __post_init__(self) -> None:
         if self.keys is not None:
@@ -128,6 +135,15 @@ class ScanSpec:
             raise InvalidScanError(f"ScanSpec limit must be an int >= 0 or None, got {limit!r}")
         if limit is not None and not 0 <= limit <= _INT64_MAX:
             raise InvalidScanError(f"ScanSpec limit must be in [0, 2**63-1] (or None), got {limit}")
+        as_of = self.as_of
+        if as_of is not None and (
+            isinstance(as_of, bool)
+            or not isinstance(as_of, int)
+            or not -_INT64_MAX - 1 <= as_of <= _INT64_MAX
+        ):
+            raise InvalidScanError(
+                f"ScanSpec as_of must be epoch milliseconds (an int64) or None, got {as_of!r}"
+            )
 
     # -- named constructors ---------------------------------------------------------------
     @classmethod
@@ -172,6 +188,10 @@ class ScanSpec:
         """A copy that keeps only rows of these changelog partitions (replacing any set)."""
         return replace(self, partitions=_as_partitions(partitions))
 
+    def with_as_of(self, as_of: int | None) -> ScanSpec:
+        """A copy reading each key's version valid at ``as_of`` (a versioned store)."""
+        return replace(self, as_of=as_of)
+
     def with_limit(self, limit: int | None) -> ScanSpec:
         """A copy returning at most ``limit`` rows (None: no limit)."""
         return replace(self, limit=limit)
@@ -187,6 +207,11 @@ class ScanSpec:
         keys = _meet(self.keys, other.keys, lambda a, b: tuple(sorted(set(a) & set(b))))
         partitions = _meet(self.partitions, other.partitions, lambda a, b: a & b)
         limit = _meet(self.limit, other.limit, min)
+        if None not in (self.as_of, other.as_of) and self.as_of != other.as_of:
+            raise InvalidScanError(
+                f"cannot intersect scans as of two times ({self.as_of} and {other.as_of})"
+            )
+        as_of = self.as_of if self.as_of is not None else other.as_of
         prefix = self.prefix
         if other.prefix is not None:
             if prefix is None or other.prefix.startswith(prefix):
@@ -216,6 +241,7 @@ class ScanSpec:
             prefix=prefix,
             partitions=partitions,
             limit=limit,
+            as_of=as_of,
         )
 
     # -- what it selects ------------------------------------------------------------------
@@ -269,12 +295,13 @@ class ScanSpec:
             "prefix": _b64(self.prefix),
             "partitions": None if self.partitions is None else sorted(self.partitions),
             "limit": self.limit,
+            "as_of": self.as_of,
         }
 
     def to_json(self) -> str:
         """Compact deterministic JSON: ``{"keys": ["<base64>", ...] | null, "lower":
         "<base64>" | null, "lower_inclusive": true, "upper": ..., "upper_inclusive": ...,
-        "prefix": ..., "partitions": [0, 2] | null, "limit": 10 | null}``."""
+        "prefix": ..., "partitions": [0, 2] | null, "limit": 10 | null, "as_of": null}``."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -311,6 +338,7 @@ class ScanSpec:
             prefix=_unb64(data.get("prefix"), "prefix"),
             partitions=None if partitions is None else _as_partitions(partitions),
             limit=data.get("limit"),
+            as_of=data.get("as_of"),
         )
 
     @classmethod
@@ -395,10 +423,13 @@ def _scan(
     bounds = spec._key_range()
     if bounds is None or spec.is_empty():
         return
-    if spec.keys is None:
+    if spec.as_of is not None:
+        rows = as_of_rows(snapshot, spec, stats)
+    elif spec.keys is None:
         yield from _range_batches(snapshot, spec, bounds, batch_rows, stats)
         return
-    rows = _point_reads(snapshot, spec.keys, bounds, stats)
+    else:
+        rows = _point_reads(snapshot, spec.keys, bounds, stats)
     schema = arrow_schema()
     wanted = spec.partitions
     remaining = -1 if spec.limit is None else spec.limit  # -1: no limit

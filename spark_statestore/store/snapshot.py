@@ -14,12 +14,19 @@ from spark_statestore.store.errors import StoreClosedError, StoreError
 from spark_statestore.store.layout import (
     DATA_PREFIX,
     HEADER_SIZE,
+    META_STREAM_TIME,
     StoredRecord,
     data_bounds,
     decode_record,
     iterate,
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata
+from spark_statestore.store.versions import (
+    Version,
+    decode_stream_times,
+    gated_reads,
+    key_versions,
+)
 
 if TYPE_CHECKING:
     import plyvel
@@ -210,6 +217,23 @@ class Snapshot:
         with self._gate:
             raw = self._get(DATA_PREFIX + key)
         return None if raw is None else decode_record(key, raw, self._store.path)
+
+    def versions(self, key: bytes) -> list[Version]:
+        """Every retained version of ``key`` in a versioned store, oldest first (empty for
+        a key-value store's keys: they have no history)."""
+        if self._snapshot is None:
+            raise self._closed()
+        get, scan = gated_reads(self._snapshot, self._gate)
+        return key_versions(get, scan, key, self._store.path)
+
+    def stream_times(self) -> dict[int, int]:
+        """A versioned store's ``{partition: observed stream time}`` (the largest record
+        timestamp applied; empty before any record or for a key-value store)."""
+        if self._snapshot is None:
+            raise self._closed()
+        with self._gate:
+            raw = self._get(META_STREAM_TIME)
+        return decode_stream_times(raw, self._store.path)
 
     def multi_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
         """``{key: value}`` of the ``keys`` that exist."""

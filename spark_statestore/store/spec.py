@@ -36,6 +36,11 @@ class StoreSpec:
     key_prefix
         A subset follower keeps only the keys starting with these bytes; None keeps all.
         Fixed at creation, checked on reopen.
+    history_retention_ms
+        Make (or expect) a versioned store with this history retention, in milliseconds:
+        a follower of a Kafka Streams versioned store's changelog
+        (:mod:`~spark_statestore.store.versions`). None: a key-value store. Fixed at
+        creation, checked on reopen.
     """
 
     role: Role
@@ -44,6 +49,7 @@ class StoreSpec:
     name: str | None = None
     held_partitions: tuple[int, ...] | None = None
     key_prefix: bytes | None = None
+    history_retention_ms: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -91,6 +97,17 @@ class StoreSpec:
             self.held_partitions is not None or self.key_prefix is not None
         ):
             raise OptionError("only a follower store can hold a subset of its changelog")
+        retention = self.history_retention_ms
+        if retention is not None:
+            if isinstance(retention, bool) or not isinstance(retention, int) or retention < 0:
+                raise OptionError(
+                    f"history retention must be an int >= 0 (milliseconds), got {retention!r}"
+                )
+            if self.role is not Role.FOLLOWER:
+                raise OptionError(
+                    "only a follower store can be versioned (it follows a Kafka Streams "
+                    "versioned store's changelog); a sink writes key-value stores"
+                )
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,8 @@ from spark_statestore.store.layout import (
     META_SEQ,
 )
 from spark_statestore.store.manifest import (
-    FORMAT_VERSION,
+    KEY_VALUE_FORMAT_VERSION,
+    VERSIONED_FORMAT_VERSION,
     CommitRecord,
     Role,
     StoreManifest,
@@ -539,7 +540,11 @@ def _load_or_create_manifest(db: plyvel.DB, path: str, spec: StoreSpec | None) -
     if spec is None:
         raise StoreNotFoundError(f"no store at {path}: the database is empty", path)
     manifest = StoreManifest(
-        format_version=FORMAT_VERSION,
+        format_version=(
+            KEY_VALUE_FORMAT_VERSION
+            if spec.history_retention_ms is None
+            else VERSIONED_FORMAT_VERSION
+        ),
         role=spec.role,
         changelog_topic=spec.changelog_topic,
         partitions=spec.partitions,
@@ -548,6 +553,7 @@ def _load_or_create_manifest(db: plyvel.DB, path: str, spec: StoreSpec | None) -
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         held_partitions=spec.held_partitions,
         key_prefix=spec.key_prefix,
+        history_retention_ms=spec.history_retention_ms,
     )
     db.put(META_MANIFEST, manifest.to_json(), sync=True)
     return manifest
@@ -589,11 +595,24 @@ def _check_spec(path: str, manifest: StoreManifest, spec: StoreSpec | None) -> N
             "cannot change: use another path, or delete the store and follow again",
             path,
         )
+    if spec.history_retention_ms != manifest.history_retention_ms:
+        raise StoreMismatchError(
+            f"store {path} is {_describe_kind(manifest.history_retention_ms)}, not "
+            f"{_describe_kind(spec.history_retention_ms)}; a store's kind and history "
+            "retention cannot change: use another path, or delete the store and follow again",
+            path,
+        )
     if spec.name is not None and spec.name != manifest.name:
         raise StoreMismatchError(
             f"store {path} is named {manifest.name!r}, not {spec.name!r}; use another path",
             path,
         )
+
+
+def _describe_kind(retention_ms: int | None) -> str:
+    if retention_ms is None:
+        return "a key-value store"
+    return f"a versioned store with a history retention of {retention_ms} ms"
 
 
 def _describe_subset(partitions: tuple[int, ...] | None, prefix: bytes | None) -> str:

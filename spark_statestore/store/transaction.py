@@ -32,6 +32,7 @@ from spark_statestore.store.layout import (
     META_OFFSETS,
     META_POSITION,
     META_SEQ,
+    META_STREAM_TIME,
     NO_VALUE,
     StoredRecord,
     data_bounds,
@@ -41,6 +42,12 @@ from spark_statestore.store.layout import (
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata, encode_offsets
 from spark_statestore.store.redo import SpillArea
+from spark_statestore.store.versions import (
+    VersionedWriter,
+    decode_stream_times,
+    encode_stream_times,
+    gated_reads,
+)
 
 if TYPE_CHECKING:
     import plyvel
@@ -95,6 +102,8 @@ class Transaction:
         self._offsets = dict(meta.changelog_offsets)
         self._offsets_changed = False
         self._commit_record: CommitRecord | None = None
+        self._retention = store.manifest.history_retention_ms
+        self._versions: VersionedWriter | None = None
         self.id = uuid.uuid4().hex
         self.state = TransactionState.OPEN
 
@@ -124,8 +133,8 @@ class Transaction:
             The input record behind the write, ``(topic, partition, offset)`` (KIP-791 record
             metadata): merged into the store's position on commit.
         """
-        if self.state is not TransactionState.OPEN:
-            self._check_open()
+        if self.state is not TransactionState.OPEN or self._retention is not None:
+            self._check_key_value_write("put")
         if type(key) is not bytes:
             key = _as_bytes(key, "key")
         if type(value) is not bytes:
@@ -164,8 +173,8 @@ class Transaction:
         source: tuple[str, int, int] | None = None,
     ) -> None:
         """Delete ``key`` (nothing is kept locally). ``source`` is as for :meth:`put`."""
-        if self.state is not TransactionState.OPEN:
-            self._check_open()
+        if self.state is not TransactionState.OPEN or self._retention is not None:
+            self._check_key_value_write("delete")
         if type(key) is not bytes:
             key = _as_bytes(key, "key")
         if source is not None:
@@ -189,7 +198,7 @@ class Transaction:
         :class:`TransactionError` naming its index; roll the transaction back then (the
         ``with`` block does). Returns the number of records.
         """
-        self._check_open()
+        self._check_key_value_write("put_all")
         records = iter(records)
         count = 0
         while chunk := list(islice(records, _CHUNK)):
@@ -212,7 +221,7 @@ class Transaction:
         timestamps: Sequence[int],
     ) -> int:
         """Like :meth:`put_all`, with one sequence per field (all of the same length)."""
-        self._check_open()
+        self._check_key_value_write("put_columns")
         count = len(keys)
         if not len(values) == len(partitions) == len(offsets) == len(timestamps) == count:
             raise TransactionError(
@@ -273,6 +282,83 @@ class Transaction:
         self._sorted = None
         self._count += len(dkeys)
         self._check_budget()
+
+    def put_versions(self, records: Iterable[tuple[bytes, bytes | None, int, int, int]]) -> int:
+        """Apply changelog records to a versioned store: ``(key, value, partition, offset,
+        timestamp)`` tuples in changelog order, as for :meth:`put_all`, a None value being a
+        tombstone ("deleted as of" the timestamp). Each becomes the key's version at its
+        timestamp, as in Kafka Streams' versioned store (:mod:`~spark_statestore.store.versions`);
+        a record older than its partition's stream time minus the history retention is
+        dropped, as Kafka Streams drops it. Returns the number of records kept.
+
+        Raises
+        ------
+        TransactionError
+            On a key-value store, or for a malformed record (naming its index) or one
+            without a timestamp.
+        """
+        self._check_open()
+        if self._retention is None:
+            raise TransactionError(
+                f"store {self._store.path} is a key-value store: write it with put_all; "
+                "put_versions is for versioned stores",
+                self._store.path,
+            )
+        writer = self._versions
+        if writer is None:
+            base, gate = self._base, self._store._gate
+            get, scan = gated_reads(base, gate)
+            with gate:
+                times = decode_stream_times(base.get(META_STREAM_TIME), self._store.path)
+            writer = self._versions = VersionedWriter(
+                get, scan, self._retention, times, self._store.path
+            )
+        kept = 0
+        for index, record in enumerate(records):
+            try:
+                key, value, partition, offset, timestamp = record
+                if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
+                    raise TypeError("key and value must be bytes (value None: a tombstone)")
+                for name, number in (("partition", partition), ("offset", offset)):
+                    if type(number) is not int:
+                        raise TypeError(f"{name} must be an int")
+                if not 0 <= partition < self._partitions:
+                    raise ValueError(f"partition {partition} is not in [0, {self._partitions})")
+                if type(timestamp) is not int or not 0 <= timestamp <= _INT64_MAX:
+                    raise ValueError(
+                        f"timestamp {timestamp!r} is not epoch millis >= 0: a versioned store's "
+                        "records are versions at their timestamps"
+                    )
+            except (TypeError, ValueError) as exc:
+                raise self._malformed(index, str(exc)) from None
+            kept += writer.apply(key, value, partition, offset, timestamp)
+        return kept
+
+    def _flush_versions(self) -> None:
+        """Move the versioned writer's pending changes into the transaction's writes."""
+        writer = self._versions
+        if writer is None or not writer.pending:
+            return
+        if self._pending:
+            self._index()
+        for raw_key, raw in writer.writes():
+            self._writes[raw_key] = raw
+            if raw is None:
+                self._batch.delete(raw_key)
+            else:
+                self._batch.put(raw_key, raw)
+            self._count += 1
+        self._sorted = None
+        self._check_budget()
+
+    def _check_key_value_write(self, method: str) -> None:
+        self._check_open()
+        if self._retention is not None:
+            raise TransactionError(
+                f"store {self._store.path} is a versioned store: {method} would bypass its "
+                "versions; apply changelog records with put_versions",
+                self._store.path,
+            )
 
     def _index(self) -> dict[bytes, bytes | None]:
         """The read index of unspilled writes, with the pending bulk writes folded in."""
@@ -349,6 +435,7 @@ class Transaction:
 
     def _lookup(self, dkey: bytes) -> bytes | None:
         self._check_open()
+        self._flush_versions()
         writes = self._index() if self._pending else self._writes
         if dkey in writes:
             return writes[dkey]
@@ -371,6 +458,7 @@ class Transaction:
         """``(key, value)`` in key order over ``[lower, upper]`` (inclusive) or ``prefix``,
         as this transaction sees them."""
         self._check_open()
+        self._flush_versions()
         start, stop, include_stop = data_bounds(lower, upper, prefix)
         if self._pending:
             self._index()
@@ -414,6 +502,7 @@ class Transaction:
             If the transaction is not open.
         """
         self._check_open()
+        self._flush_versions()
         position = self._position
         if self._sources:
             position = position.merge(Position.from_map(_group(self._sources)))
@@ -427,6 +516,8 @@ class Transaction:
         if self._commit_record is not None:
             commit_record = self._commit_record
             metadata[META_COMMIT] = commit_record.to_json()
+        if self._versions is not None:
+            metadata[META_STREAM_TIME] = encode_stream_times(self._versions.stream_times)
         new_meta = StoreMetadata(position, dict(self._offsets), commit_record, seq)
         try:
             if self._spill is None:

@@ -31,7 +31,9 @@ def test_query_keys_cannot_break_the_request_line(tmp_path: Path) -> None:
     from spark_statestore.connectors.kafka.local.streams_app import StreamsApp
 
     app = StreamsApp("127.0.0.1:1", tmp_path / "state")  # built by the setup; not started
-    with pytest.raises(StreamsAppError, match="keys without spaces"):
+    with pytest.raises(StreamsAppError, match="keys and arguments without spaces"):
         app.query("key", "totals", "a b")
+    with pytest.raises(StreamsAppError, match="without spaces, got '1 2'"):
+        app.query("vkey", "versions", "a", args=["1 2"])
     with pytest.raises(StreamsAppError, match="not running"):
         app.query("key", "totals", "a")

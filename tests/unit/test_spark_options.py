@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from spark_statestore.position import Position
 BASE = {"path": "/tmp/s", "kafka.bootstrap.servers": "b:9092", "changelog": "app-s-changelog"}
 
 
-def source(**extra: str) -> object:
+def source(**extra: str) -> Any:
     return parse_source_options({**BASE, **{k.lower(): v for k, v in extra.items()}})
 
 
@@ -355,3 +356,38 @@ def test_leader_application_id_is_a_kafka_name_for_a_whole_follower() -> None:
         source(leaderApplicationId="orders app")
     with pytest.raises(OptionError, match=r"leaderApplicationId.*every partition"):
         source(leaderApplicationId="orders-app", partitions="0")
+
+
+@pytest.mark.parametrize(
+    ("text", "millis"),
+    [
+        ("1700000000000", 1_700_000_000_000),
+        ("-5", -5),
+        ("2026-11-24T19:00:00Z", 1_795_546_800_000),
+        ("2026-11-24T19:00:00.123+01:00", 1_795_543_200_123),
+        ("2026-11-24 19:00:00", 1_795_546_800_000),  # no offset: UTC
+    ],
+)
+def test_as_of_timestamp_is_epoch_millis_or_iso_8601(text: str, millis: int) -> None:
+    options = parse_reader_options({"path": "/tmp/s", "asoftimestamp": text})
+    assert options.lookup.as_of == millis
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"asoftimestamp": "yesterday"}, "neither epoch milliseconds nor an ISO-8601"),
+        ({"asoftimestamp": "1" * 30}, "outside Kafka's timestamps"),
+        ({"asoftimestamp": "5", "view": "lag"}, "view 'lag' is not read as of a time"),
+    ],
+)
+def test_bad_as_of_timestamps_name_the_option(raw: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=re.escape(message)):
+        parse_reader_options({"path": "/tmp/s", **raw})
+
+
+def test_history_retention_is_for_versioned_stores() -> None:
+    assert source(storeType="versioned").history_retention_ms is None  # the changelog's
+    assert source(storeType="versioned", historyRetentionMs="60000").history_retention_ms == 60000
+    with pytest.raises(OptionError, match="set storeType 'versioned' too"):
+        source(historyRetentionMs="60000")

@@ -88,7 +88,7 @@ def test_create_records_the_spec_in_the_manifest(tmp_path: Path, role: Role) -> 
         assert store.manifest.changelog_topic == "orders-changelog"
         assert store.manifest.partitions == 3
         assert store.partitions == range(3)
-        assert store.manifest.format_version == FORMAT_VERSION
+        assert store.manifest.format_version == 1  # a key-value store (2: versioned)
         assert store.name == "orders"  # the directory name by default
         meta = store.metadata
         assert meta.commit_seq == 0

@@ -373,8 +373,10 @@ def test_json_shape() -> None:
         "prefix": None,
         "partitions": [0, 2],
         "limit": 7,
+        "as_of": None,
     }
     assert ScanSpec.from_json("{}") == ScanSpec.everything()
+    assert json.loads(ScanSpec.everything().with_as_of(-5).to_json())["as_of"] == -5
 
 
 @pytest.mark.parametrize(
@@ -390,6 +392,8 @@ def test_json_shape() -> None:
         ('{"partitions": {"0": 1}}', "'partitions' must be a list"),
         ('{"partitions": ["0"]}', "partitions must be ints"),
         ('{"limit": "10"}', "limit must be an int"),
+        ('{"as_of": "2024-01-01"}', "as_of must be epoch milliseconds"),
+        ('{"as_of": 9223372036854775808}', "as_of must be epoch milliseconds"),
         ('{"upper_inclusive": "yes"}', "True or False"),
     ],
 )

@@ -24,7 +24,7 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -215,33 +215,40 @@ class StreamsApp:
 
     # -- IQv2 -----------------------------------------------------------------------------
     def query(
-        self, op: str, store: str, key: str | None = None, timeout_s: float = 30.0
+        self,
+        op: str,
+        store: str,
+        key: str | None = None,
+        timeout_s: float = 30.0,
+        *,
+        args: Sequence[object] = (),
     ) -> dict[str, Any]:
         """Ask Kafka Streams an IQv2 query; returns its answer (``ok``, ``rows``,
         ``position``, or ``failure`` and ``message``).
 
-        ``op`` is ``key`` / ``tkey`` (``KeyQuery`` / ``TimestampedKeyQuery`` of ``key``) or
-        ``range`` / ``trange`` (the whole store).
+        ``op`` is ``key`` / ``tkey`` (``KeyQuery`` / ``TimestampedKeyQuery`` of ``key``),
+        ``range`` / ``trange`` (the whole store), ``vkey`` (``VersionedKeyQuery``; ``args``:
+        an optional as-of time) or ``mvkey`` (``MultiVersionedKeyQuery``; ``args``: from,
+        to, ``asc`` or ``desc``); see ``Queries.java`` for the rest.
 
         Raises
         ------
         StreamsAppError
             The app is not running or did not answer within ``timeout_s``.
         """
-        if key is not None and (not key or any(c.isspace() for c in key)):
-            raise StreamsAppError(f"the app's query lines take keys without spaces, got {key!r}")
-        return self._ask([op, store, *([key] if key else [])], timeout_s)
-
-    def _ask(self, words: list[str], timeout_s: float) -> dict[str, Any]:
-        """Send one query line (``<id> <words...>``) and wait for its answer."""
-        op, store = words[0], words[1]
+        words = [str(arg) for arg in args]
+        for word in [key, *words] if key is not None else words:
+            if not word or any(c.isspace() for c in word):
+                raise StreamsAppError(
+                    f"the app's query lines take keys and arguments without spaces, got {word!r}"
+                )
         proc = self._proc
         if proc is None or proc.poll() is not None or proc.stdin is None:
             raise StreamsAppError(f"the Kafka Streams app {self.application_id!r} is not running")
         with self._changed:
             self._ids += 1
             request_id = str(self._ids)
-        proc.stdin.write(" ".join([request_id, *words]) + "\n")
+        proc.stdin.write(" ".join([request_id, op, store, *([key] if key else []), *words]) + "\n")
         proc.stdin.flush()
         deadline = time.monotonic() + timeout_s
         with self._changed:
@@ -357,22 +364,22 @@ class StreamsFollower(StreamsApp):
         ``PositionBound.at(bound)`` when a bound is given; Kafka Streams is asked again while a
         partition answers ``NOT_UP_TO_BOUND``, for up to ``wait_s``.
 
-        Returns the answer: ``ok``, ``rows`` (``key``, ``value``), ``position``,
+        Returns the answer: ``ok``, ``rows`` (``partition``, ``key``, ``value``), ``position``,
         ``partitions`` (those that answered) and ``attempts``; or ``ok`` false with
         ``failure`` (a ``FailureReason`` name), ``partition``, ``message`` and ``position``.
         """
-        words = ["range", store, str(int(wait_s * 1000))]
+        args = [str(int(wait_s * 1000))]
         if bound is not None and not bound.is_empty():
-            words.append(
+            args.append(
                 ",".join(
                     f"{topic}:{partition}:{offset}"
                     for topic, partitions in sorted(bound.to_map().items())
                     for partition, offset in sorted(partitions.items())
                 )
             )
-        return self._ask(words, timeout_s + wait_s)
+        return self.query("range", store, timeout_s=timeout_s + wait_s, args=args)
 
     def all(self, store: str, timeout_s: float = 30.0) -> dict[str, Any]:
         """IQv1 ``KafkaStreams#store(...).all()`` of a key-value store (a global table's
         way to be read); the answer's ``position`` is None (IQv1 has none)."""
-        return self._ask(["all", store], timeout_s)
+        return self.query("all", store, timeout_s=timeout_s)

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
-from spark_statestore.connectors.spark.options import SourceOptions
+from spark_statestore.connectors.spark.options import SourceOptions, StoreType
 from spark_statestore.errors import FollowerError, OptionError
-from spark_statestore.follower import Follower, FollowerState
+from spark_statestore.follower import Follower, FollowerState, history_retention_of
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.store import Role, Store, StoreSpec
@@ -49,12 +49,24 @@ class FollowerRuntime:
         closers: list[Callable[[], None]] = [source.close]
         try:
             count = source.partition_count()
+            retention = None
+            if options.store_type is StoreType.VERSIONED:
+                retention = history_retention_of(source, options.history_retention_ms)
+                if retention is None:
+                    raise OptionError(
+                        f"storeType 'versioned': changelog {options.changelog!r} does not say "
+                        "its store's history retention (Kafka Streams sets its "
+                        "min.compaction.lag.ms to the retention plus a day, unless the app "
+                        "overrides it; it is under a day): check it is a versioned store's "
+                        "changelog, and set option 'historyRetentionMs'"
+                    )
             spec = StoreSpec(
                 Role.FOLLOWER,
                 options.changelog,
                 count,
                 held_partitions=options.partitions,
                 key_prefix=options.key_prefix,
+                history_retention_ms=retention,
             )
             self.store = Store.open(
                 options.path,

@@ -9,6 +9,7 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.query.KeyQuery;
+import org.apache.kafka.streams.query.MultiVersionedKeyQuery;
 import org.apache.kafka.streams.query.Position;
 import org.apache.kafka.streams.query.QueryResult;
 import org.apache.kafka.streams.query.RangeQuery;
@@ -16,9 +17,12 @@ import org.apache.kafka.streams.query.StateQueryRequest;
 import org.apache.kafka.streams.query.StateQueryResult;
 import org.apache.kafka.streams.query.TimestampedKeyQuery;
 import org.apache.kafka.streams.query.TimestampedRangeQuery;
+import org.apache.kafka.streams.query.VersionedKeyQuery;
 import org.apache.kafka.streams.query.WindowRangeQuery;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.ValueAndTimestamp;
+import org.apache.kafka.streams.state.VersionedRecord;
+import org.apache.kafka.streams.state.VersionedRecordIterator;
 
 /**
  * Answers Kafka Streams' own IQv2 queries, one request per line: {@code <id> <op> <store>
@@ -32,8 +36,16 @@ import org.apache.kafka.streams.state.ValueAndTimestamp;
  *   <li>{@code windows}: {@code WindowRangeQuery.withWindowStartRange(epoch, far future)}, every
  *       window of a window store;
  *   <li>{@code sessions}: {@code WindowRangeQuery.withKey(key)}, a key's sessions in a session
- *       store.
+ *       store;
+ *   <li>{@code vkey <key> [<asOf>]}: {@code VersionedKeyQuery.withKey(key)}, with {@code
+ *       .asOf(asOf)} when given (epoch milliseconds);
+ *   <li>{@code mvkey <key> <from> <to> asc|desc}: {@code
+ *       MultiVersionedKeyQuery.withKey(key).fromTime(from).toTime(to)}, in that order of
+ *       timestamps.
  * </ul>
+ *
+ * <p>Rows of versioned stores carry {@code "timestamp"} (valid from) and {@code "validTo"}
+ * (null for the latest version).
  *
  * <p>Rows of window and session stores also carry {@code "start"} and {@code "end"} (epoch
  * milliseconds).
@@ -78,6 +90,27 @@ final class Queries {
         case "sessions":
           return iterated(id, streams.query(StateQueryRequest.inStore(store)
               .withQuery(WindowRangeQuery.<String, Object>withKey(key(parts)))));
+        case "vkey": {
+          VersionedKeyQuery<String, Object> query = VersionedKeyQuery.withKey(key(parts));
+          if (parts.length > 4) {
+            query = query.asOf(Instant.ofEpochMilli(Long.parseLong(parts[4])));
+          }
+          return versioned(id, streams.query(StateQueryRequest.inStore(store).withQuery(query)),
+              parts[3]);
+        }
+        case "mvkey": {
+          if (parts.length < 7) {
+            throw new IllegalArgumentException("mvkey needs <key> <from> <to> asc|desc");
+          }
+          MultiVersionedKeyQuery<String, Object> query =
+              MultiVersionedKeyQuery.<String, Object>withKey(key(parts))
+                  .fromTime(Instant.ofEpochMilli(Long.parseLong(parts[4])))
+                  .toTime(Instant.ofEpochMilli(Long.parseLong(parts[5])));
+          query = parts[6].equals("asc")
+              ? query.withAscendingTimestamps() : query.withDescendingTimestamps();
+          return versions(id, streams.query(StateQueryRequest.inStore(store).withQuery(query)),
+              parts[3]);
+        }
         default:
           throw new IllegalArgumentException("unknown op " + op);
       }
@@ -108,6 +141,47 @@ final class Queries {
       }
     }
     return success(id, rows, result.getPosition());
+  }
+
+  /** A versioned key query's answer: the version from the partition that has the key. */
+  private static <V> String versioned(
+      String id, StateQueryResult<VersionedRecord<V>> result, String key) {
+    String failure = failure(id, result);
+    if (failure != null) {
+      return failure;
+    }
+    List<String> rows = new ArrayList<>();
+    for (QueryResult<VersionedRecord<V>> partition : result.getPartitionResults().values()) {
+      VersionedRecord<V> record = partition.getResult();
+      if (record != null) {
+        rows.add(versionRow(key, record));
+      }
+    }
+    return success(id, rows, result.getPosition());
+  }
+
+  /** A multi-versioned key query's answer: the versions in the iterator's order. */
+  private static <V> String versions(
+      String id, StateQueryResult<VersionedRecordIterator<V>> result, String key) {
+    String failure = failure(id, result);
+    List<String> rows = new ArrayList<>();
+    for (QueryResult<VersionedRecordIterator<V>> partition :
+        result.getPartitionResults().values()) {
+      if (partition.isSuccess() && partition.getResult() != null) {
+        try (VersionedRecordIterator<V> iterator = partition.getResult()) {
+          while (iterator.hasNext()) {
+            rows.add(versionRow(key, iterator.next()));
+          }
+        }
+      }
+    }
+    return failure != null ? failure : success(id, rows, result.getPosition());
+  }
+
+  private static String versionRow(String key, VersionedRecord<?> record) {
+    return "{\"key\":" + Json.string(key) + ",\"value\":" + Json.value(record.value())
+        + ",\"timestamp\":" + record.timestamp() + ",\"validTo\":"
+        + record.validTo().map(String::valueOf).orElse("null") + "}";
   }
 
   /** A range query's answer: every row of every partition (each iterator closed). */
