@@ -106,9 +106,12 @@ __all__ = [
     "RAW_POLL_TIMEOUT_S",
     "SUITE",
     "WARMUP_CHANGES",
+    "distribution",
     "latency_changes",
+    "percentile",
     "restore_records",
     "run_latency_suite",
+    "shown",
 ]
 
 SUITE = "latency"
@@ -399,30 +402,32 @@ def _past(partition: int, offset: int, applied: Mapping[int, int]) -> bool:
     return applied.get(partition, 0) > offset
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """The nearest-rank ``q`` quantile (``0 < q <= 1``) of ``values``."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def _distribution(values: Sequence[float]) -> dict[str, float]:
+def distribution(values: Sequence[float]) -> dict[str, float]:
     return {
-        "p50_ms": round(_percentile(values, 0.50), 2),
-        "p99_ms": round(_percentile(values, 0.99), 2),
+        "p50_ms": round(percentile(values, 0.50), 2),
+        "p99_ms": round(percentile(values, 0.99), 2),
         "max_ms": round(max(values), 2),
     }
 
 
+def shown(d: Mapping[str, float]) -> str:
+    """A :func:`distribution` in words: ``p50 3.1 ms, p99 9.8 ms, max 12.0 ms``."""
+    return f"p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms, max {d['max_ms']:.1f} ms"
+
+
 def _latency_measurement(latencies: _Latencies) -> Measurement:
-    ours, raw = _distribution(latencies.follower_ms), _distribution(latencies.raw_ms)
+    ours, raw = distribution(latencies.follower_ms), distribution(latencies.raw_ms)
     goal = f"goal p50 <= {GOAL_P50_MS:.0f} ms, p99 <= {GOAL_P99_MS:.0f} ms"
 
-    def shown(d: Mapping[str, float]) -> str:
-        return f"p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms, max {d['max_ms']:.1f} ms"
-
     # The percentiles are taken from the unrounded samples, the rates likewise.
-    our_p50 = _percentile(latencies.follower_ms, 0.50)
-    raw_p50 = _percentile(latencies.raw_ms, 0.50)
+    our_p50 = percentile(latencies.follower_ms, 0.50)
+    raw_p50 = percentile(latencies.raw_ms, 0.50)
     return Measurement(
         suite=SUITE,
         name="commit_to_visible",
@@ -447,11 +452,11 @@ def _latency_measurement(latencies: _Latencies) -> Measurement:
             **{f"candidate_{k}": v for k, v in ours.items()},
             **{f"baseline_{k}": v for k, v in raw.items()},
             "p50_over_raw": round(our_p50 / raw_p50, 3),
-            "leader_commit_p50_ms": round(_percentile(latencies.commit_ms, 0.50), 2),
+            "leader_commit_p50_ms": round(percentile(latencies.commit_ms, 0.50), 2),
             "goal_p50_ms": GOAL_P50_MS,
             "goal_p99_ms": GOAL_P99_MS,
             "goal_met": our_p50 <= GOAL_P50_MS
-            and _percentile(latencies.follower_ms, 0.99) <= GOAL_P99_MS,
+            and percentile(latencies.follower_ms, 0.99) <= GOAL_P99_MS,
             "follower_poll_timeout_s": latencies.poll_timeout_s,
             "follower_chunk_records": latencies.chunk_records,
             "raw_poll_timeout_s": RAW_POLL_TIMEOUT_S,
