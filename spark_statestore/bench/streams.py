@@ -44,8 +44,12 @@ customer, written by Kafka Streams itself; that topic is what both sides restore
     store and cache, before its own exactly-once commit), and in a RUNNING follower's store, by
     ``Follower.wait_for`` re-checked at every follower commit until the store's position (the
     ``c`` headers) has reached the order's offset, then a ``Store.get`` must read the amount
-    (after Kafka Streams committed its changelog transaction). Reported as changes/s = 1000 /
-    p50 ms; p50, p99, max of both sides are parameters.
+    (after Kafka Streams committed its changelog transaction). On the follower's orders a bare
+    read_committed consumer of the changelog (the latency suite's
+    :class:`~spark_statestore.bench.latency.RawObserver`, from the changelog's end) also notes
+    when Kafka Streams' record of the order arrives: the earliest any replica could see it
+    (``changelog_raw_*``). Reported as changes/s = 1000 / p50 ms; p50, p99, max of each are
+    parameters.
 
 No measurement has a target: they are reported for information.
 
@@ -72,7 +76,7 @@ from spark_statestore.bench.follower import (
     follower_records,
     follower_run,
 )
-from spark_statestore.bench.latency import distribution, percentile, shown
+from spark_statestore.bench.latency import RawObserver, distribution, percentile, shown
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave
 from spark_statestore.bench.streams_peer import (
     CHANGELOG,
@@ -215,6 +219,9 @@ def run_streams_suite(options: BenchOptions) -> list[Measurement]:
 class _Latencies:
     streams_ms: tuple[float, ...]
     follower_ms: tuple[float, ...]
+    changelog_ms: tuple[float, ...]
+    """Of the follower's orders: until a bare read_committed consumer of the changelog got
+    Kafka Streams' record of it."""
 
 
 def _measure_latencies(
@@ -235,7 +242,7 @@ def _measure_latencies(
             "transactional.id": f"spark-statestore-bench-{ORDERS_TOPIC}-latency",
         }
     )
-    samples: dict[str, list[float]] = {"streams": [], "follower": []}
+    samples: dict[str, list[float]] = {"streams": [], "follower": [], "changelog": []}
     orders = Orders(2 * (WARMUP_CHANGES + changes))
     try:
         spec = StoreSpec(Role.FOLLOWER, CHANGELOG, PARTITIONS)
@@ -245,26 +252,54 @@ def _measure_latencies(
                 follower.start()
                 if not follower.wait_running(RESTORE_DEADLINE_S):
                     raise BenchError(f"bench suite {SUITE}: the follower did not restore")
-                producer.init_transactions(30)
-                for i in range(orders.records):
-                    side = "streams" if i % 2 == 0 else "follower"
-                    partition, key, amount = i % PARTITIONS, LATENCY_KEY_FORMAT % i, i + 1
-                    offset, committed = _order(producer, partition, key, amount)
-                    orders.last_offsets[partition] = offset
-                    if side == "streams":
-                        visible = _visible_in_app(app, key, amount)
-                    else:
-                        visible = _visible_in_follower(
-                            follower, store, partition, offset, key, amount
-                        )
-                    if i >= 2 * WARMUP_CHANGES:
-                        samples[side].append((visible - committed) * 1000)
+                # Started once the app is idle: it reads only what the orders below cause.
+                raw = RawObserver(
+                    peer.bootstrap, CHANGELOG, by_key=True, from_end=True, suite=SUITE
+                )
+                try:
+                    producer.init_transactions(30)
+                    for i in range(orders.records):
+                        _sample(i, app, follower, store, raw, producer, orders, samples)
+                finally:
+                    raw.close()
             finally:
                 follower.stop()
     except KafkaException as exc:
         raise BenchError(f"bench suite {SUITE}: an order's transaction failed: {exc}") from exc
-    latencies.append(_Latencies(tuple(samples["streams"]), tuple(samples["follower"])))
+    latencies.append(
+        _Latencies(
+            tuple(samples["streams"]), tuple(samples["follower"]), tuple(samples["changelog"])
+        )
+    )
     return orders
+
+
+def _sample(
+    i: int,
+    app: StreamsApp,
+    follower: Any,
+    store: Any,
+    raw: RawObserver,
+    producer: Any,
+    orders: Orders,
+    samples: dict[str, list[float]],
+) -> None:
+    """Order ``i``: even ones observed in the app, odd ones in the follower (and by the bare
+    consumer of the changelog); samples in milliseconds after the warm-up."""
+    partition, key, amount = i % PARTITIONS, LATENCY_KEY_FORMAT % i, i + 1
+    offset, committed = _order(producer, partition, key, amount)
+    orders.last_offsets[partition] = offset
+    timed = i >= 2 * WARMUP_CHANGES
+    if i % 2 == 0:
+        visible = _visible_in_app(app, key, amount)
+        if timed:
+            samples["streams"].append((visible - committed) * 1000)
+        return
+    visible = _visible_in_follower(follower, store, partition, offset, key, amount)
+    arrived = raw.wait_arrival(key, _VISIBLE_TIMEOUT_S)
+    if timed:
+        samples["follower"].append((visible - committed) * 1000)
+        samples["changelog"].append((arrived - committed) * 1000)
 
 
 def _order(producer: Any, partition: int, key: bytes, amount: int) -> tuple[int, float]:
@@ -326,6 +361,7 @@ def _visible_in_follower(
 
 def _latency_measurement(latencies: _Latencies, common: Mapping[str, Any]) -> Measurement:
     ours, theirs = distribution(latencies.follower_ms), distribution(latencies.streams_ms)
+    raw = distribution(latencies.changelog_ms)
 
     our_p50 = percentile(latencies.follower_ms, 0.50)
     their_p50 = percentile(latencies.streams_ms, 0.50)
@@ -345,11 +381,13 @@ def _latency_measurement(latencies: _Latencies, common: Mapping[str, Any]) -> Me
             "timed": "the order's commit_transaction() returning to: Follower.wait_for() "
             "seeing the store's position reach the order (then a Store.get confirms) / the "
             "app's IQv2 KeyQuery answering the amount (asked in a loop)",
-            "observers": "alternate orders (never both at once)",
+            "observers": "alternate orders (never both at once); on the follower's orders a "
+            "bare read_committed consumer of the changelog (changelog_raw_*) watches too",
             "kafka_streams_commit_interval_ms": COMMIT_INTERVAL_MS,
             "percentiles": "nearest rank",
             **{f"candidate_{k}": v for k, v in ours.items()},
             **{f"baseline_{k}": v for k, v in theirs.items()},
+            **{f"changelog_raw_{k}": v for k, v in raw.items()},
             "p50_over_kafka_streams": round(our_p50 / their_p50, 3),
             "rounds": 1,
         },

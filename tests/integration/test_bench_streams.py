@@ -54,7 +54,7 @@ def test_the_streams_suite_measures_our_follower_against_kafka_streams(
     visible = by_name["commit_to_visible"]
     p = visible.parameters
     assert p["changes"] == QUICK_CHANGES
-    for side in ("candidate", "baseline"):
+    for side in ("candidate", "baseline", "changelog_raw"):
         assert 0 < p[f"{side}_p50_ms"] <= p[f"{side}_p99_ms"] <= p[f"{side}_max_ms"]
     assert visible.candidate_rate == pytest.approx(1000 / p["candidate_p50_ms"], rel=0.01)
     assert p["p50_over_kafka_streams"] == pytest.approx(1 / visible.ratio, rel=0.01)
