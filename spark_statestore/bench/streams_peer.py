@@ -278,6 +278,8 @@ class StreamsPeer:
             pause.wait(_POLL_S)
 
     def check_answers(self, app: StreamsApp, orders: Orders) -> None:
+        """Fail unless the app's IQv2 KeyQuery of the last customer of every partition
+        answers its amount."""
         for key, amount in orders.last_keys.values():
             answer = app.query("key", STORE, key.decode())
             rows = answer.get("rows") or []
