@@ -123,6 +123,7 @@ class StreamsApp:
         self._answers: dict[str, dict[str, Any]] = {}
         self._states: queue.Queue[str] = queue.Queue()
         self._errors: list[str] = []
+        self._events: list[dict[str, Any]] = []
         self._changed = threading.Condition()
         self._ids = 0
 
@@ -263,12 +264,22 @@ class StreamsApp:
             return self._answers.pop(request_id)
 
     # -- its output -----------------------------------------------------------------------
+    def events(self) -> list[dict[str, Any]]:
+        """The app's event lines so far, in order (``starting``, ``state``,
+        ``restore-start``, ``restore-end``, ...), each with ``at``: the JVM's clock in epoch
+        milliseconds."""
+        with self._changed:
+            return list(self._events)
+
     def _read(self, stdout: IO[str]) -> None:
         for line in stdout:
             try:
                 message = json.loads(line)
             except json.JSONDecodeError:
                 continue  # not ours (a JVM warning on stdout)
+            if "event" in message:
+                with self._changed:
+                    self._events.append(message)
             if message.get("event") == "state":
                 self._states.put(str(message["state"]))
             elif message.get("event") == "error":
