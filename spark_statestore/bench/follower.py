@@ -87,26 +87,29 @@ _ENTRY = struct.Struct(">iq")  # one (partition, offset) entry of a `c` header
 
 @dataclass(frozen=True, slots=True)
 class Changelog:
-    """The changelog produced for the run and what a complete restore of it holds."""
+    """The changelog produced for the run and what a complete restore of it holds (by
+    default this suite's :data:`TOPIC`; the ``streams`` suite's is Kafka Streams' own)."""
 
     bootstrap: str
     records: int
     transactions: int
     end_offsets: dict[int, int]
     last_records: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    topic: str = TOPIC
+    suite: str = SUITE
 
     def check(self, get: Callable[[bytes], bytes | None], applied: int | None, what: str) -> None:
         """Fail unless ``what`` applied every record (the last of each partition reads back)."""
         if applied is not None and applied != self.records:
             raise BenchError(
-                f"bench suite {SUITE}: {what} applied {applied:,} records, the changelog has "
+                f"bench suite {self.suite}: {what} applied {applied:,} records, the changelog has "
                 f"{self.records:,}; its rate would be meaningless"
             )
         for partition, (key, value) in self.last_records.items():
             found = get(key)
             if found != value:
                 raise BenchError(
-                    f"bench suite {SUITE}: {what} did not restore partition {partition}: key "
+                    f"bench suite {self.suite}: {what} did not restore partition {partition}: key "
                     f"{key!r} reads {found!r}, expected {value!r}; its rate would be meaningless"
                 )
 
@@ -344,9 +347,9 @@ def follower_run(root: str, changelog: Changelog) -> float:
 
     path = tempfile.mkdtemp(prefix="follower-", dir=root)
     try:
-        spec = StoreSpec(Role.FOLLOWER, TOPIC, PARTITIONS)
+        spec = StoreSpec(Role.FOLLOWER, changelog.topic, PARTITIONS)
         with Store.open(path, spec, purpose="spark-statestore bench") as store:
-            source = KafkaChangelogSource(changelog.bootstrap, TOPIC)
+            source = KafkaChangelogSource(changelog.bootstrap, changelog.topic)
             try:
                 follower = Follower(store, source, chunk_records=CHUNK_RECORDS)
             except BaseException:

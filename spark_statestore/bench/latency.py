@@ -106,9 +106,13 @@ __all__ = [
     "RAW_POLL_TIMEOUT_S",
     "SUITE",
     "WARMUP_CHANGES",
+    "RawObserver",
+    "distribution",
     "latency_changes",
+    "percentile",
     "restore_records",
     "run_latency_suite",
+    "shown",
 ]
 
 SUITE = "latency"
@@ -213,16 +217,34 @@ class _Latencies:
     chunk_records: int
 
 
-class _RawObserver:
-    """A bare read_committed consumer polling on its own thread, noting when each record
-    arrives."""
+class RawObserver:
+    """A bare read_committed consumer of ``topic`` polling on its own thread, noting when each
+    record arrives, by ``(partition, offset)`` or, with ``by_key``, by its key; from the
+    start of the topic, or with ``from_end`` from the end offsets it reads first."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str = LATENCY_TOPIC,
+        *,
+        by_key: bool = False,
+        from_end: bool = False,
+        suite: str = SUITE,
+    ) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
+        self._topic = topic
+        self._by_key = by_key
+        self._suite = suite
         self._consumer = Consumer(consumer_settings(bootstrap, "latency-raw"))
-        self._consumer.assign([TopicPartition(LATENCY_TOPIC, p, 0) for p in range(PARTITIONS)])
-        self._arrivals: dict[tuple[int, int], float] = {}
+        starts = {
+            p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            if from_end
+            else 0
+            for p in range(PARTITIONS)
+        }
+        self._consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+        self._arrivals: dict[Any, float] = {}
         self._arrived = threading.Condition()
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -242,29 +264,31 @@ class _RawObserver:
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         continue
-                    raise BenchError(f"bench suite {SUITE}: the raw consumer failed: {error}")
-                where = (message.partition(), message.offset())
+                    raise BenchError(f"bench suite {self._suite}: the raw consumer failed: {error}")
+                where = message.key() if self._by_key else (message.partition(), message.offset())
                 with self._arrived:
-                    self._arrivals[where] = at  # type: ignore[index]
+                    self._arrivals[where] = at
                     self._arrived.notify_all()
         except BaseException as exc:  # re-raised by wait_arrival in the measuring thread
             self._error = exc
             with self._arrived:
                 self._arrived.notify_all()
 
-    def wait_arrival(self, partition: int, offset: int, timeout_s: float) -> float:
-        """When (``perf_counter``) the record at ``partition``/``offset`` arrived."""
-        where = (partition, offset)
+    def wait_arrival(self, where: Any, timeout_s: float) -> float:
+        """When (``perf_counter``) the record at ``where`` (``(partition, offset)``, or its
+        key) arrived."""
         with self._arrived:
             self._arrived.wait_for(
                 lambda: self._error is not None or where in self._arrivals, timeout_s
             )
             if self._error is not None:
-                raise BenchError(f"bench suite {SUITE}: the raw consumer failed") from self._error
+                raise BenchError(
+                    f"bench suite {self._suite}: the raw consumer failed"
+                ) from self._error
             if where not in self._arrivals:
                 raise BenchError(
-                    f"bench suite {SUITE}: the raw consumer did not see {LATENCY_TOPIC}-"
-                    f"{partition} offset {offset} within {timeout_s:.0f} s of its commit"
+                    f"bench suite {self._suite}: the raw consumer did not see {where!r} of "
+                    f"{self._topic} within {timeout_s:.0f} s of its commit"
                 )
             return self._arrivals.pop(where)
 
@@ -297,7 +321,7 @@ def _measure_latencies(root: str, bootstrap: str, timed_changes: int) -> _Latenc
                     f"bench suite {SUITE}: the follower of the empty {LATENCY_TOPIC} is "
                     f"{follower.state.value}, not RUNNING, after {_VISIBLE_TIMEOUT_S:.0f} s"
                 )
-            raw = _RawObserver(bootstrap)
+            raw = RawObserver(bootstrap)
             try:
                 samples = _publish_and_observe(
                     bootstrap, store, follower, raw, WARMUP_CHANGES + timed_changes
@@ -319,7 +343,7 @@ def _measure_latencies(root: str, bootstrap: str, timed_changes: int) -> _Latenc
 
 
 def _publish_and_observe(
-    bootstrap: str, store: Store, follower: Follower, raw: _RawObserver, count: int
+    bootstrap: str, store: Store, follower: Follower, raw: RawObserver, count: int
 ) -> list[tuple[float, float, float]]:
     """``count`` changes, one transaction each: ``(follower ms, raw ms, commit ms)`` each."""
     from confluent_kafka import KafkaException, Producer
@@ -368,7 +392,7 @@ def _publish_and_observe(
                     f"bench suite {SUITE}: the follower applied {LATENCY_TOPIC}-{partition} "
                     f"offset {offset} but key {key!r} reads {found!r}, expected {value!r}"
                 )
-            arrived = raw.wait_arrival(partition, offset, _VISIBLE_TIMEOUT_S)
+            arrived = raw.wait_arrival((partition, offset), _VISIBLE_TIMEOUT_S)
             samples.append(
                 (
                     (visible - committed) * 1000,
@@ -399,30 +423,32 @@ def _past(partition: int, offset: int, applied: Mapping[int, int]) -> bool:
     return applied.get(partition, 0) > offset
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """The nearest-rank ``q`` quantile (``0 < q <= 1``) of ``values``."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def _distribution(values: Sequence[float]) -> dict[str, float]:
+def distribution(values: Sequence[float]) -> dict[str, float]:
     return {
-        "p50_ms": round(_percentile(values, 0.50), 2),
-        "p99_ms": round(_percentile(values, 0.99), 2),
+        "p50_ms": round(percentile(values, 0.50), 2),
+        "p99_ms": round(percentile(values, 0.99), 2),
         "max_ms": round(max(values), 2),
     }
 
 
+def shown(d: Mapping[str, float]) -> str:
+    """A :func:`distribution` in words: ``p50 3.1 ms, p99 9.8 ms, max 12.0 ms``."""
+    return f"p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms, max {d['max_ms']:.1f} ms"
+
+
 def _latency_measurement(latencies: _Latencies) -> Measurement:
-    ours, raw = _distribution(latencies.follower_ms), _distribution(latencies.raw_ms)
+    ours, raw = distribution(latencies.follower_ms), distribution(latencies.raw_ms)
     goal = f"goal p50 <= {GOAL_P50_MS:.0f} ms, p99 <= {GOAL_P99_MS:.0f} ms"
 
-    def shown(d: Mapping[str, float]) -> str:
-        return f"p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms, max {d['max_ms']:.1f} ms"
-
     # The percentiles are taken from the unrounded samples, the rates likewise.
-    our_p50 = _percentile(latencies.follower_ms, 0.50)
-    raw_p50 = _percentile(latencies.raw_ms, 0.50)
+    our_p50 = percentile(latencies.follower_ms, 0.50)
+    raw_p50 = percentile(latencies.raw_ms, 0.50)
     return Measurement(
         suite=SUITE,
         name="commit_to_visible",
@@ -447,11 +473,11 @@ def _latency_measurement(latencies: _Latencies) -> Measurement:
             **{f"candidate_{k}": v for k, v in ours.items()},
             **{f"baseline_{k}": v for k, v in raw.items()},
             "p50_over_raw": round(our_p50 / raw_p50, 3),
-            "leader_commit_p50_ms": round(_percentile(latencies.commit_ms, 0.50), 2),
+            "leader_commit_p50_ms": round(percentile(latencies.commit_ms, 0.50), 2),
             "goal_p50_ms": GOAL_P50_MS,
             "goal_p99_ms": GOAL_P99_MS,
             "goal_met": our_p50 <= GOAL_P50_MS
-            and _percentile(latencies.follower_ms, 0.99) <= GOAL_P99_MS,
+            and percentile(latencies.follower_ms, 0.99) <= GOAL_P99_MS,
             "follower_poll_timeout_s": latencies.poll_timeout_s,
             "follower_chunk_records": latencies.chunk_records,
             "raw_poll_timeout_s": RAW_POLL_TIMEOUT_S,

@@ -20,6 +20,7 @@ from spark_statestore.bench.report import machine_facts
 from spark_statestore.bench.sink import run_sink_suite
 from spark_statestore.bench.spark import run_spark_suite
 from spark_statestore.bench.store import run_store_suite
+from spark_statestore.bench.streams import run_streams_suite
 from spark_statestore.errors import OptionError, closest_hint
 
 __all__ = ["SUITES", "Suite", "resolve_suites", "run_suites"]
@@ -34,6 +35,7 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
         "sink": run_sink_suite,
         "peers": run_peers_suite,
         "latency": run_latency_suite,
+        "streams": run_streams_suite,
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""

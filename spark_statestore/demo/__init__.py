@@ -3,20 +3,23 @@
 :func:`run_demo` (:mod:`~spark_statestore.demo.run`) is the whole sequence:
 
 1. Start a local Apache Kafka broker (KRaft, a JVM) through ``spark-statestore broker``, with
-   the changelog topic ``inventory-app-stock-changelog`` (4 partitions) and the topics the
-   Spark job of section 6 publishes to.
-2. Start "another application" in its own process (:mod:`~spark_statestore.demo.app`): a
-   Kafka Streams-like inventory app that writes its changelog in transactions, with position
-   headers, updates, a tombstone and one aborted transaction
-   (:mod:`~spark_statestore.demo.processes`).
+   the orders topic ``shop-orders`` (4 partitions) and the topics the Spark job of section 6
+   publishes to.
+2. Start "another application": the repository's real Kafka Streams app
+   (``interop/kafka-streams``, its own JVM, :mod:`~spark_statestore.demo.app`), which keeps
+   each customer's order total in a RocksDB store logged to ``shop-app-totals-changelog``
+   (exactly-once, position headers on); write orders to it in transactions, one of them
+   aborted.
 3. to 5. A Spark follower query materializes that changelog into a local store; Spark SQL
-   queries the live store while the app writes more (:mod:`~spark_statestore.demo.follow_part`).
+   queries the live store, beside the app's own IQv2 answers, while more orders arrive
+   (:mod:`~spark_statestore.demo.follow_part`).
 6. and 7. A Spark job aggregates the changelog and writes through the transactional sink into
    a store it leads, with a changelog of its own; a second query follows that changelog; SQL
-   shows both stores agree; a read bounded by the app's next write fails with
+   shows both stores agree; a read bounded by the app's next changelog write fails with
    NOT_UP_TO_BOUND until the follower has caught up with it
    (:mod:`~spark_statestore.demo.loop_part`).
-8. Say what to look at; every query, Spark, the app and the broker are stopped; exit 0.
+8. Say what to look at; every query, Spark, the Kafka Streams app and the broker are stopped
+   (also on errors); exit 0.
 
 :mod:`~spark_statestore.demo.output` is what the parts share (the output, SQL on stores, the
 feed printer). The work directory (default ``/tmp/spark-statestore-demo``) is cleaned at the

@@ -1,283 +1,277 @@
-"""The demo's "other application": a Kafka Streams-like inventory app and its changelog.
+"""The demo's "other application": the repository's Kafka Streams app, and the orders it gets.
 
-The app ``inventory-app`` keeps a key-value store ``stock`` (item -> units in stock) and
-logs every change to ``inventory-app-stock-changelog`` the way Kafka Streams does with
-exactly-once processing: one Kafka transaction per commit, keys as UTF-8 strings, values as
-8-byte big-endian longs (Kafka's ``LongSerializer``), ``null`` for a deleted item, and the
-``v``/``c`` position headers (the input offsets of ``inventory-orders`` the task had processed
-when it logged the change, padded the way Kafka Streams pads them).
+The app is ``interop/kafka-streams`` (Kafka Streams 4.3.1, a separate JVM, run through
+:class:`~spark_statestore.connectors.kafka.local.streams_app.StreamsApp`) with the
+application id ``shop-app``: it reads the orders topic ``shop-orders`` (key: the customer id
+as UTF-8, value: the amount as an 8-byte big-endian long) exactly-once (v2) with position
+headers on, and keeps, among its stores, ``totals`` (customer -> sum of their amounts) in
+RocksDB, logged by Kafka Streams to ``shop-app-totals-changelog``: the changelog the demo
+follows.
 
-What it writes is a fixed script (:func:`inventory_script`), so the demo knows what to
-expect; :func:`expected_state` folds it. Run it as its own process::
-
-    python -m spark_statestore.demo.app --bootstrap-servers HOST:PORT
-
-and send it a phase number per line on stdin; it writes that phase's transactions, prints a
-line per transaction and then ``done <phase> <written>``, where ``<written>`` is the position
-(offsets JSON) of the changelog records it committed in that phase: per changelog partition,
-the offset of the last one (so a reader can bound a query by a write it has just seen). It
-exits at the end of its input.
-
-Kafka clients are imported inside :class:`InventoryApp`, never at module import.
+The demo writes the orders itself, in transactions of a transactional producer, from a fixed
+script (:func:`orders_script`), so it knows what to expect (:func:`expected_totals`). One
+transaction of phase 1 is aborted: the app reads its input read_committed, so those orders
+never count. :class:`ShopApp` writes a phase and waits, on a read_committed consumer of the
+changelog, until the app has logged the effect of every order of it (the ``c`` headers of
+its records reach the orders' offsets); it returns the changelog coordinates of those records
+and the orders' position. Kafka clients are imported when the demo runs, never at module
+import.
 """
 
 from __future__ import annotations
 
-import argparse
 import struct
-import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_statestore.changelog import encode_position, partition_for_key
+from spark_statestore.changelog import partition_for_key
+from spark_statestore.demo.errors import DemoError
+from spark_statestore.demo.output import WAIT_S, count, say
 from spark_statestore.position import Position
 
 if TYPE_CHECKING:
-    from confluent_kafka import Producer
+    from spark_statestore.connectors.kafka.local.streams_app import StreamsApp
 
 __all__ = [
-    "ABORTED_STOCK",
+    "ABORTED_AMOUNT",
     "APP_ID",
     "CHANGELOG",
     "INPUT_TOPIC",
+    "ORDERED",
+    "ORDER_CUSTOMER",
     "PARTITIONS",
-    "SOLD",
-    "SOLD_ITEM",
-    "AppState",
-    "InventoryApp",
+    "STATE_DIR",
+    "STORE",
+    "Phase",
+    "ShopApp",
     "Transaction",
-    "decode_stock",
-    "encode_stock",
-    "expected_state",
-    "inventory_script",
-    "main",
+    "customer",
+    "decode_amount",
+    "expected_totals",
+    "orders_script",
+    "shop_app",
 ]
 
-APP_ID = "inventory-app"
-STORE = "stock"
+APP_ID = "shop-app"
+STORE = "totals"
 CHANGELOG = f"{APP_ID}-{STORE}-changelog"
-INPUT_TOPIC = "inventory-orders"
+INPUT_TOPIC = "shop-orders"
 PARTITIONS = 4
-ABORTED_STOCK = 999_999
-"""The stock the aborted transaction writes: it must never be seen by a read_committed reader."""
-SOLD_ITEM = "item-042"
-SOLD = 12
-"""Units of :data:`SOLD_ITEM` phase 3 sells."""
+STATE_DIR = "kafka-streams-state"
+"""Kafka Streams' state directory (its RocksDB stores), in the demo's work directory."""
+ABORTED_AMOUNT = 999_999
+"""The amount of the aborted orders: no total may ever include it."""
+ORDER_CUSTOMER = "cust-042"
+ORDERED = 12
+"""The amount of :data:`ORDER_CUSTOMER`'s order in phase 3."""
 
-_ITEMS = 50
+_CUSTOMERS = 50
 _LONG = struct.Struct(">q")
 
 
-def item(number: int) -> str:
-    """The key of item ``number``: ``item-042``."""
-    return f"item-{number:03d}"
+def customer(number: int) -> str:
+    """The key of customer ``number``: ``cust-042``."""
+    return f"cust-{number:03d}"
 
 
-def encode_stock(units: int) -> bytes:
-    """Units in stock as Kafka's ``LongSerializer`` writes them (8 bytes, big-endian)."""
-    return _LONG.pack(units)
-
-
-def decode_stock(value: bytes) -> int:
-    """The inverse of :func:`encode_stock`."""
+def decode_amount(value: bytes) -> int:
+    """An 8-byte big-endian long (Kafka's ``LongSerializer``)."""
     return int(_LONG.unpack(value)[0])
 
 
 @dataclass(frozen=True)
 class Transaction:
-    """One commit of the app: ``(key, units or None for a delete)`` changes, in order."""
+    """One transaction of orders ``(customer, amount)``, committed or aborted."""
 
     phase: int
     label: str
-    changes: tuple[tuple[str, int | None], ...]
+    orders: tuple[tuple[str, int], ...]
     aborted: bool = False
 
-    def describe(self) -> str:
-        """``label (2 upserts, 1 delete)``."""
-        deletes = sum(1 for _, units in self.changes if units is None)
-        counts = [(len(self.changes) - deletes, "upsert"), (deletes, "delete")]
-        parts = [f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts if n]
-        return f"{self.label} ({', '.join(parts)})"
+
+def orders_script() -> list[Transaction]:
+    """The demo's orders: phase 1 (before the Spark query starts), 2 (while it runs) and 3
+    (one order, the write the demo's position-bounded read waits for)."""
+    first = tuple((customer(i), 20 + (i * 37) % 80) for i in range(_CUSTOMERS))
+    again = tuple((customer(i), i % 5 + 1) for i in (3, 7, 11, 18, 21, 25, 30, 36, 42, 47))
+    return [
+        Transaction(1, f"first orders of {_CUSTOMERS} customers", first),
+        Transaction(1, "repeat orders", again),
+        Transaction(
+            1,
+            f"cust-042 and cust-007 order {ABORTED_AMOUNT}",
+            ((customer(42), ABORTED_AMOUNT), (customer(7), ABORTED_AMOUNT)),
+            aborted=True,
+        ),
+        Transaction(1, "two big orders", ((customer(7), 40), (customer(30), 10))),
+        Transaction(2, "cust-042 orders again", ((customer(42), 100),)),
+        Transaction(2, "a new customer, cust-050", ((customer(50), 75),)),
+        Transaction(3, f"{ORDER_CUSTOMER} orders {ORDERED}", ((ORDER_CUSTOMER, ORDERED),)),
+    ]
+
+
+def expected_totals(up_to_phase: int) -> dict[str, int]:
+    """What the app's ``totals`` store holds after phases ``<= up_to_phase``: the sum of
+    each customer's committed orders."""
+    totals: dict[str, int] = {}
+    for txn in orders_script():
+        if txn.phase <= up_to_phase and not txn.aborted:
+            for key, amount in txn.orders:
+                totals[key] = totals.get(key, 0) + amount
+    return totals
 
 
 @dataclass(frozen=True)
-class AppState:
-    """What a read_committed reader of the changelog must end up with."""
+class Phase:
+    """What a phase wrote and where the app logged it."""
 
-    stock: dict[str, int]
-    position: Position
-    committed_changes: int
-    """Records in committed transactions (each one is delivered exactly once)."""
-
-
-def inventory_script() -> list[Transaction]:
-    """The app's transactions: phase 1 (before the Spark query starts), 2 (while it runs) and
-    3 (one sale, the write the demo's position-bounded read waits for)."""
-    stock: dict[str, int] = {}
-    script: list[Transaction] = []
-
-    def commit(phase: int, label: str, changes: list[tuple[str, int | None]]) -> None:
-        script.append(Transaction(phase, label, tuple(changes)))
-        for key, units in changes:
-            if units is None:
-                stock.pop(key, None)
-            else:
-                stock[key] = units
-
-    commit(
-        1,
-        f"opening stock for {_ITEMS} items",
-        [(item(i), 20 + (i * 37) % 80) for i in range(_ITEMS)],
-    )
-    sold = [3, 7, 11, 18, 21, 25, 30, 36, 42, 47]
-    commit(1, "orders shipped", [(item(i), stock[item(i)] - (i % 5 + 1)) for i in sold])
-    commit(1, "item-013 discontinued", [(item(13), None), (item(14), stock[item(14)] + 10)])
-    # A commit that fails half-way (Kafka Streams aborts the transaction and reprocesses):
-    # its records are in the log but read_committed readers must never see them.
-    script.append(
-        Transaction(
-            1,
-            f"item-042 and item-007 set to {ABORTED_STOCK}, item-030 deleted",
-            ((item(42), ABORTED_STOCK), (item(7), ABORTED_STOCK), (item(30), None)),
-            aborted=True,
-        )
-    )
-    commit(1, "restock", [(item(7), stock[item(7)] + 40), (item(30), stock[item(30)] + 10)])
-    commit(
-        2, "item-042 restocked, item-050 added", [(item(42), stock[item(42)] + 100), (item(50), 75)]
-    )
-    commit(2, "item-021 discontinued", [(item(21), None)])
-    commit(3, f"{SOLD_ITEM} sold", [(SOLD_ITEM, stock[SOLD_ITEM] - SOLD)])
-    return script
+    orders: Position
+    """The app's input position after the phase: per orders partition, the offset of the
+    last committed order (what the ``c`` headers of the app's records reach)."""
+    written: Position
+    """The changelog coordinates of the app's records for the phase: per changelog
+    partition, the offset of the last one."""
 
 
-def _partition(key: str) -> int:
-    return partition_for_key(key.encode(), PARTITIONS)
+class ShopApp:
+    """The running app, the demo's orders producer and a reader of the app's changelog.
 
-
-def expected_state(up_to_phase: int) -> AppState:
-    """The committed state after every transaction of phases ``<= up_to_phase``."""
-    stock: dict[str, int] = {}
-    offsets: dict[int, int] = {}
-    committed = 0
-    for txn in inventory_script():
-        if txn.phase > up_to_phase:
-            break
-        if txn.aborted:
-            continue  # its input offsets are processed again by the next commit
-        committed += len(txn.changes)
-        for key, units in txn.changes:
-            partition = _partition(key)
-            offsets[partition] = offsets.get(partition, -1) + 1
-            if units is None:
-                stock.pop(key, None)
-            else:
-                stock[key] = units
-    return AppState(stock, Position.from_map({INPUT_TOPIC: offsets}), committed)
-
-
-class InventoryApp:
-    """The app's changelog writer: one Kafka transaction per :class:`Transaction`.
-
-    Like a Kafka Streams task per input partition, a change for key ``k`` processes the next
-    input record of partition ``murmur2(k) % 4`` of ``inventory-orders`` and is logged to the
-    same changelog partition with the task's position in its ``c`` header.
+    Parameters
+    ----------
+    app
+        The started Kafka Streams app.
+    bootstrap
+        The broker.
     """
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        from confluent_kafka import Producer
+    def __init__(self, app: StreamsApp, bootstrap: str) -> None:
+        from confluent_kafka import Producer, TopicPartition
 
-        self._producer: Producer = Producer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "transactional.id": f"{APP_ID}-0_0",
-                "linger.ms": 5,
-            }
+        from spark_statestore.connectors.kafka import clients
+
+        self.app = app
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": "spark-statestore-demo-orders"}
         )
         self._producer.init_transactions(30)
-        self._offsets: dict[int, int] = {}  # input partition -> last committed offset
-        self.last_written = Position.empty()
-        """Changelog partition -> offset of the last record the last transaction committed."""
+        self._changelog = clients.consumer(
+            bootstrap, None, group="spark-statestore-demo", what=f"changelog {CHANGELOG!r}"
+        )
+        self._changelog.assign([TopicPartition(CHANGELOG, p, 0) for p in range(PARTITIONS)])
+        self._orders = Position.empty()
+        self._seen = Position.empty()  # merged c headers of the changelog records read
+        self._number = 0
 
-    def run(self, txn: Transaction) -> Position:
-        """Write one transaction (commit or abort it); returns the app's committed position.
+    def run_phase(self, phase: int) -> Phase:
+        """Write ``phase``'s transactions, printing a line each, and wait until the app has
+        logged every order of it to its changelog."""
+        for txn in (t for t in orders_script() if t.phase == phase):
+            self._number += 1
+            self._write(txn)
+            orders = count(len(txn.orders), "order")
+            if txn.aborted:
+                say(f"transaction {self._number} ABORTED:   {txn.label} (must never count)")
+            else:
+                say(f"transaction {self._number} committed: {txn.label} ({orders})")
+        written = self._read_changelog_until(self._orders)
+        say(f"the app has logged phase {phase}: {CHANGELOG} records up to {written.to_json()}")
+        return Phase(self._orders, written)
 
-        Afterwards :attr:`last_written` holds the changelog coordinates of the records this
-        transaction committed (empty for an aborted one).
-        """
-        offsets = dict(self._offsets)
+    def _write(self, txn: Transaction) -> None:
         delivered: list[tuple[int, int]] = []
+        failed: list[Any] = []
 
         def on_delivery(err: Any, msg: Any) -> None:
             if err is None:
                 delivered.append((msg.partition(), msg.offset()))
+            else:
+                failed.append(err)
 
         self._producer.begin_transaction()
-        for key, units in txn.changes:
-            partition = _partition(key)
-            offsets[partition] = offsets.get(partition, -1) + 1
-            task_position = Position.from_map({INPUT_TOPIC: {partition: offsets[partition]}})
+        for key, amount in txn.orders:
             self._producer.produce(
-                CHANGELOG,
+                INPUT_TOPIC,
                 key=key.encode(),
-                value=None if units is None else encode_stock(units),
-                partition=partition,
-                headers=[
-                    ("v", b"\x00"),
-                    ("c", encode_position(task_position, pad_like_kafka_streams=True)),
-                ],
+                value=_LONG.pack(amount),
+                # Kafka's Java partitioner: a reader of the topic finds keys where it expects
+                partition=partition_for_key(key.encode(), PARTITIONS),
                 on_delivery=on_delivery,
             )
-        # Flushing serves the delivery reports: they carry the records' changelog offsets.
-        self._producer.flush(30)  # for an aborted transaction: the records really land...
-        written: dict[int, int] = {}
+        self._producer.flush(30)  # the delivery reports carry the orders' offsets
+        if failed:
+            raise DemoError(f"orders were not delivered to {INPUT_TOPIC}: {failed}")
         if txn.aborted:
-            self._producer.abort_transaction(30)  # ...and are then aborted
-        else:
-            self._producer.commit_transaction(30)
-            self._offsets = offsets
-            for partition, offset in delivered:
-                written[partition] = max(offset, written.get(partition, -1))
-        self.last_written = Position.from_map({CHANGELOG: written}) if written else Position.empty()
-        return Position.from_map({INPUT_TOPIC: self._offsets})
+            self._producer.abort_transaction(30)  # the orders are in the log, then aborted
+            return
+        self._producer.commit_transaction(30)
+        for partition, offset in delivered:
+            self._orders = self._orders.merge(Position.from_map({INPUT_TOPIC: {partition: offset}}))
+
+    def _read_changelog_until(self, orders: Position) -> Position:
+        """Read the app's changelog (read_committed) until its ``c`` headers reach
+        ``orders``; the changelog coordinates of the records read meanwhile."""
+        from confluent_kafka import KafkaError
+
+        from spark_statestore.connectors.kafka.tail import message_to_record
+
+        written: dict[int, int] = {}
+        deadline = time.monotonic() + WAIT_S
+        while not self._seen.dominates(orders):
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"the Kafka Streams app did not log orders up to {orders} within "
+                    f"{WAIT_S:.0f} s (its changelog reached {self._seen}); see {self.app.log_path}"
+                )
+            for message in self._changelog.consume(500, timeout=1.0):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise DemoError(f"reading {CHANGELOG} failed: {error}")
+                record = message_to_record(message)
+                written[record.partition] = record.offset
+                if record.position is not None:
+                    self._seen = self._seen.merge(record.position)
+        return Position.from_map({CHANGELOG: written}) if written else Position.empty()
 
     def close(self) -> None:
+        """Close the producer and the changelog reader (the app is stopped by its owner)."""
         self._producer.flush(30)
+        self._changelog.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the app: read phase numbers from stdin, write each phase's transactions."""
-    parser = argparse.ArgumentParser(
-        prog="python -m spark_statestore.demo.app", description=__doc__.splitlines()[0]
+@contextmanager
+def shop_app(workdir: Path, bootstrap: str) -> Iterator[ShopApp]:
+    """Start the Kafka Streams app (its JVM logging to ``app.log``, its state in
+    :data:`STATE_DIR`) and return once it is RUNNING; on exit, even after an error, the
+    clients are closed and the app is stopped (cleanly; killed if it does not exit)."""
+    from spark_statestore.connectors.kafka.local.streams_app import StreamsApp
+
+    app = StreamsApp(
+        bootstrap,
+        workdir / STATE_DIR,
+        application_id=APP_ID,
+        input_topic=INPUT_TOPIC,
+        position_headers=True,
+        log_path=workdir / "app.log",
     )
-    parser.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
-    args = parser.parse_args(argv)
-    app = InventoryApp(args.bootstrap_servers)
-    script = inventory_script()
-    number = 0
-    position = Position.empty()
+    started = time.monotonic()
+    app.start()  # kills the JVM itself if it does not reach RUNNING
     try:
-        for line in sys.stdin:
-            phase = int(line)
-            written = Position.empty()
-            for txn in (t for t in script if t.phase == phase):
-                number += 1
-                position = app.run(txn)
-                written = written.merge(app.last_written)
-                if txn.aborted:
-                    print(
-                        f"transaction {number} ABORTED:   {txn.label} (must never be seen)",
-                        flush=True,
-                    )
-                else:
-                    print(f"transaction {number} committed: {txn.describe()}", flush=True)
-            print(f"position after phase {phase}: {position.to_json()}", flush=True)
-            print(f"done {phase} {written.to_json()}", flush=True)
+        say(f"Kafka Streams is RUNNING ({time.monotonic() - started:.0f} s): {_describe(app)}")
+        shop = ShopApp(app, bootstrap)
+        try:
+            yield shop
+        finally:
+            shop.close()
     finally:
-        app.close()
-    return 0
+        app.stop()  # killed if it does not exit in time
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def _describe(app: StreamsApp) -> str:
+    states = [e["state"] for e in app.events() if e.get("event") == "state"]
+    return " -> ".join(["CREATED", *states])

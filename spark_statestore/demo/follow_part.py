@@ -1,11 +1,13 @@
-"""The demo's first half (sections 3 to 5): a Spark query follows the app's changelog.
+"""The demo's first half (sections 3 to 5): a Spark query follows the Kafka Streams app's changelog.
 
-3. A Spark follower query materializes the inventory app's changelog into a local store; its
+3. A Spark follower query materializes ``shop-app-totals-changelog``, written by the real
+   Kafka Streams app (:mod:`spark_statestore.demo.app`), into a local store; its
    ``foreachBatch`` sink prints a line per micro-batch.
 4. While it runs, Spark SQL queries the live store: a key lookup, a key range, an aggregate,
-   the position and lag views.
-5. The app writes more; the same SQL sees it, and a lookup bounded by the app's position
-   (read your writes) answers.
+   the position and lag views; then the app's own IQv2 answers (``RangeQuery``,
+   ``KeyQuery``) are set beside the replica's rows and positions: equal, key for key.
+5. More orders arrive; the same SQL sees their effect, and a lookup bounded by the orders'
+   position (read your writes) answers with the app's new total.
 
 Then the follower query is stopped; its store stays on disk for the second half
 (:mod:`spark_statestore.demo.loop_part`).
@@ -17,7 +19,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spark_statestore.demo.app import ABORTED_STOCK, CHANGELOG, PARTITIONS, AppState, expected_state
+from spark_statestore.demo.app import (
+    ABORTED_AMOUNT,
+    CHANGELOG,
+    PARTITIONS,
+    STORE,
+    Phase,
+    ShopApp,
+    expected_totals,
+)
 from spark_statestore.demo.output import (
     FORMAT,
     FeedPrinter,
@@ -26,15 +36,15 @@ from spark_statestore.demo.output import (
     run_sql,
     say,
     stop_query,
+    table,
 )
-from spark_statestore.demo.processes import AppProcess
 from spark_statestore.position import Position
 
 __all__ = ["LOOKUP_KEY", "OWNED", "run_follow_part", "what_to_look_at"]
 
-LOOKUP_KEY = "item-042"
-RANGE = ("item-010", "item-015")
-_STORE_DIR = "stock-store"
+LOOKUP_KEY = "cust-042"
+RANGE = ("cust-010", "cust-015")
+_STORE_DIR = "totals-store"
 _CHECKPOINT_DIR = "follower-checkpoint"
 OWNED = (_STORE_DIR, _CHECKPOINT_DIR)
 """What this part writes in the demo's work directory (removed when the demo starts)."""
@@ -49,10 +59,16 @@ class _LiveSql:
         self._store = store
 
     def query(
-        self, sql: str, view: str = "data", name: str | None = None, **options: str
+        self,
+        sql: str,
+        view: str = "data",
+        name: str | None = None,
+        *,
+        show: bool = True,
+        **options: str,
     ) -> list[Any]:
         if name is None:
-            name = "stock" if view == "data" else f"stock_{view}"
+            name = "totals" if view == "data" else f"totals_{view}"
         create_view(
             self._spark,
             name,
@@ -62,24 +78,30 @@ class _LiveSql:
             view=view,
             **options,
         )
+        if not show:
+            rows: list[Any] = self._spark.sql(sql).collect()
+            return rows
         return run_sql(self._spark, sql)
 
 
-def _lookup(sql: _LiveSql, **options: str) -> list[Any]:
+def _lookup(sql: _LiveSql, *, show: bool = True, **options: str) -> list[Any]:
     # The key is an option of the view (one LevelDB get): PySpark 4.x would replay a pushed
     # WHERE key = ... for the view's later queries, so the reader never pushes filters there.
     return sql.query(
-        "SELECT key, value AS stock, partition, offset, "
-        "date_format(timestamp, 'HH:mm:ss.SSS') AS written_at FROM stock_item",
-        name="stock_item",
+        "SELECT key, value AS total, partition, offset, "
+        "date_format(timestamp, 'HH:mm:ss.SSS') AS written_at FROM totals_item",
+        name="totals_item",
         keys=json.dumps([LOOKUP_KEY]),
+        show=show,
         **options,
     )
 
 
-def _position_rows(sql: _LiveSql) -> Position:
+def _position_rows(sql: _LiveSql, *, show: bool = True) -> Position:
     rows = sql.query(
-        "SELECT topic, partition, offset FROM stock_position ORDER BY partition", view="position"
+        "SELECT topic, partition, offset FROM totals_position ORDER BY partition",
+        view="position",
+        show=show,
     )
     offsets: dict[str, dict[int, int]] = {}
     for row in rows:
@@ -87,55 +109,97 @@ def _position_rows(sql: _LiveSql) -> Position:
     return Position.from_map(offsets)
 
 
-def _query_live_store(sql: _LiveSql, expected: AppState, problems: list[str]) -> int:
+def _query_live_store(sql: _LiveSql, phase: Phase, problems: list[str]) -> int:
     """Run the demo's queries; returns the changelog offset of the looked-up key's row."""
+    expected = expected_totals(1)
     say(f"-- a key lookup: a view with keys '[\"{LOOKUP_KEY}\"]' (one LevelDB get, not a scan)")
     rows = _lookup(sql)
-    if [r["stock"] for r in rows] != [expected.stock[LOOKUP_KEY]]:
+    if [r["total"] for r in rows] != [expected[LOOKUP_KEY]]:
         problems.append(f"lookup of {LOOKUP_KEY} returned {rows}")
     lookup_offset = int(rows[0]["offset"]) if rows else -1
 
     say()
-    say(
-        f"-- a key range: keyFrom '{RANGE[0]}', keyTo '{RANGE[1]}' (item-013 was discontinued: "
-        "its tombstone deleted it)"
-    )
+    say(f"-- a key range: keyFrom '{RANGE[0]}', keyTo '{RANGE[1]}'")
     rows = sql.query(
-        "SELECT key, value AS stock, partition, offset FROM stock_range ORDER BY key",
-        name="stock_range",
+        "SELECT key, value AS total, partition, offset FROM totals_range ORDER BY key",
+        name="totals_range",
         keyFrom=RANGE[0],
         keyTo=RANGE[1],
     )
-    wanted = sorted(k for k in expected.stock if RANGE[0] <= k <= RANGE[1])
-    if [r["key"] for r in rows] != wanted:
-        problems.append(f"range {RANGE} returned {[r['key'] for r in rows]}, expected {wanted}")
+    wanted = sorted(k for k in expected if RANGE[0] <= k <= RANGE[1])
+    if [(r["key"], r["total"]) for r in rows] != [(k, expected[k]) for k in wanted]:
+        problems.append(f"range {RANGE} returned {rows}, expected {wanted}")
 
     say()
-    say(f"-- an aggregate over the whole store (the aborted {ABORTED_STOCK} is nowhere)")
+    say(f"-- an aggregate over the whole store (no total includes the aborted {ABORTED_AMOUNT})")
     rows = sql.query(
-        "SELECT count(*) AS items, sum(value) AS units, min(value) AS min_units, "
-        f"max(value) AS max_units, count_if(value = {ABORTED_STOCK}) AS aborted_values FROM stock"
+        "SELECT count(*) AS customers, sum(value) AS all_orders, min(value) AS min_total, "
+        f"max(value) AS max_total, count_if(value >= {ABORTED_AMOUNT}) AS aborted_counted "
+        "FROM totals"
     )
-    got = (rows[0]["items"], rows[0]["units"], rows[0]["aborted_values"]) if rows else None
-    want = (len(expected.stock), sum(expected.stock.values()), 0)
+    got = (
+        (rows[0]["customers"], rows[0]["all_orders"], rows[0]["aborted_counted"]) if rows else None
+    )
+    want = (len(expected), sum(expected.values()), 0)
     if got != want:
-        problems.append(f"aggregate (items, units, aborted) = {got}, expected {want}")
+        problems.append(f"aggregate (customers, sum, aborted) = {got}, expected {want}")
 
     say()
     say("-- the store's position: the app's input offsets, merged from the c headers")
     position = _position_rows(sql)
-    if position != expected.position:
-        problems.append(f"position view {position} != the app's position {expected.position}")
+    if position != phase.orders:
+        problems.append(f"position view {position} != the orders' position {phase.orders}")
 
     say()
     say("-- the lag view: per changelog partition, applied offset vs end offset")
     rows = sql.query(
-        "SELECT partition, current_offset, end_offset, lag FROM stock_lag ORDER BY partition",
+        "SELECT partition, current_offset, end_offset, lag FROM totals_lag ORDER BY partition",
         view="lag",
     )
     if any(r["lag"] != 0 for r in rows) or len(rows) != PARTITIONS:
         problems.append(f"lag view: {rows}")
     return lookup_offset
+
+
+def _compare_with_the_app(sql: _LiveSql, shop: ShopApp, phase: int, problems: list[str]) -> None:
+    """Set the app's own IQv2 answers beside the replica's rows and position."""
+    say(f"-- Kafka Streams' own answer: IQv2 RangeQuery on its {STORE!r} store (in its JVM)")
+    answer = shop.app.query("range", STORE)
+    if not answer.get("ok"):
+        problems.append(f"the app refused the RangeQuery: {answer}")
+        return
+    theirs = {str(r["key"]): int(r["value"]) for r in answer.get("rows", [])}
+    their_position = Position.from_dict(answer.get("position") or {})
+    rows = sql.query("SELECT key, value FROM totals", show=False)
+    ours = {r["key"]: r["value"] for r in rows}
+    our_position = _position_rows(sql, show=False)
+    table(
+        ["", "customers", "sum of totals", "position"],
+        [
+            ["Kafka Streams", len(theirs), sum(theirs.values()), their_position.to_json()],
+            ["our replica", len(ours), sum(ours.values()), our_position.to_json()],
+        ],
+    )
+    differ = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k))
+    if differ or their_position != our_position or theirs != expected_totals(phase):
+        problems.append(
+            f"the replica differs from the app: keys {differ[:10]}, positions {our_position} "
+            f"vs {their_position}"
+        )
+    else:
+        say(f"equal key for key ({len(ours)} customers) and at the same position")
+
+    say()
+    say(f"-- KeyQuery {LOOKUP_KEY!r} in Kafka Streams vs the replica's lookup")
+    answer = shop.app.query("key", STORE, LOOKUP_KEY)
+    theirs_one = [r["value"] for r in answer.get("rows", [])]
+    ours_one = [r["total"] for r in _lookup(sql, show=False)]
+    table(
+        ["", "key", "total"],
+        [["Kafka Streams", LOOKUP_KEY, *theirs_one], ["our replica", LOOKUP_KEY, *ours_one]],
+    )
+    if theirs_one != ours_one:
+        problems.append(f"KeyQuery {LOOKUP_KEY}: Kafka Streams {theirs_one}, replica {ours_one}")
 
 
 def _follow(spark: Any, bootstrap: str, store: Path, checkpoint: Path, feed: FeedPrinter) -> Any:
@@ -151,16 +215,17 @@ def _follow(spark: Any, bootstrap: str, store: Path, checkpoint: Path, feed: Fee
         stream.writeStream.foreachBatch(feed)
         .trigger(processingTime="1 second")
         .option("checkpointLocation", str(checkpoint))
-        .queryName("inventory_follower")
+        .queryName("totals_follower")
         .start()
     )
 
 
 def run_follow_part(
-    spark: Any, bootstrap: str, app: AppProcess, workdir: Path, problems: list[str]
+    spark: Any, bootstrap: str, shop: ShopApp, first: Phase, workdir: Path, problems: list[str]
 ) -> None:
-    """Sections 3 to 5 (see the module docstring); appends what went wrong to ``problems``
-    and stops the follower query (and waits for its store's owner to exit)."""
+    """Sections 3 to 5 (see the module docstring), after the app has logged phase 1
+    (``first``); appends what went wrong to ``problems`` and stops the follower query (and
+    waits for its store's owner to exit)."""
     store, checkpoint = workdir / _STORE_DIR, workdir / _CHECKPOINT_DIR
     say(f'spark.readStream.format("{FORMAT}")')
     say(f'    .option("kafka.bootstrap.servers", ...).option("changelog", "{CHANGELOG}")')
@@ -170,39 +235,38 @@ def run_follow_part(
     feed = FeedPrinter("follower")
     query = _follow(spark, bootstrap, store, checkpoint, feed)
     try:
-        first = expected_state(1)
-        feed.wait_for(first.committed_changes, query)
-        say(f"all {first.committed_changes} committed changes delivered; query still running")
+        feed.wait_for_position(first.orders, query)
+        say(f"the replica has every change of phase 1 (position {first.orders.to_json()})")
 
-        banner("4. Spark SQL on the live store while the query runs")
+        banner("4. Spark SQL on the live store while the query runs, beside Kafka Streams' IQv2")
         sql = _LiveSql(spark, store)
         before = _query_live_store(sql, first, problems)
+        say()
+        _compare_with_the_app(sql, shop, 1, problems)
 
-        banner("5. the app writes more while the query keeps running")
-        app.run_phase(2)
-        final = expected_state(2)
-        feed.wait_for(final.committed_changes, query)
-        say(f"all {final.committed_changes} committed changes delivered")
+        banner("5. more orders while the query keeps running")
+        second = shop.run_phase(2)
+        feed.wait_for_position(second.orders, query)
+        say(f"the replica has every change of phase 2 (position {second.orders.to_json()})")
         say()
         say(
-            f"-- the same lookup, bounded by the app's position {final.position.to_json()} "
+            f"-- the same lookup, bounded by the orders' position {second.orders.to_json()} "
             "(read your writes)"
         )
-        rows = _lookup(sql, positionBound=final.position.to_json())
-        if [r["stock"] for r in rows] != [final.stock[LOOKUP_KEY]] or not (
+        rows = _lookup(sql, positionBound=second.orders.to_json())
+        if [r["total"] for r in rows] != [expected_totals(2)[LOOKUP_KEY]] or not (
             rows and rows[0]["offset"] > before
         ):
             problems.append(f"second lookup of {LOOKUP_KEY} returned {rows}")
         say()
-        say("-- the position moved on with the new changes")
-        if _position_rows(sql) != final.position:
-            problems.append("the position view did not reach the app's final position")
-        if feed.delivered != final.committed_changes:
-            problems.append(
-                f"{feed.delivered} changes delivered, expected {final.committed_changes}"
-            )
-        if feed.values[ABORTED_STOCK]:
-            problems.append(f"{feed.values[ABORTED_STOCK]} aborted value(s) reached the feed")
+        say("-- the position moved on with the new orders")
+        if _position_rows(sql) != second.orders:
+            problems.append("the position view did not reach the orders' position")
+        say()
+        _compare_with_the_app(sql, shop, 2, problems)
+        aborted = [v for v in feed.values if v is not None and v >= ABORTED_AMOUNT]
+        if aborted:
+            problems.append(f"totals with the aborted orders reached the feed: {aborted}")
     finally:
         stop_query(query, [store], problems)
     say("the follower query is stopped (its store stays on disk)")
@@ -211,20 +275,22 @@ def run_follow_part(
 def what_to_look_at(root: Path) -> None:
     """The demo's closing notes about this part."""
     store = root / _STORE_DIR
-    final = expected_state(2)
     say(f"- the follower store is kept at {store} (as of phase 2); read it again with")
     say(f'    spark.read.format("{FORMAT}").option("keyFormat", "string")')
     say(f'        .option("valueFormat", "long").load("{store}")')
     say(
-        f"- the aborted transaction ({LOOKUP_KEY} and item-007 set to {ABORTED_STOCK}, "
-        "item-030 deleted) never appeared: not in the change feed, not in any SQL result"
+        f"- its rows and position equal Kafka Streams' own IQv2 answers: the changelog was "
+        f"written by the real app (Kafka Streams' RocksDB stores: {root / 'kafka-streams-state'})"
     )
-    say("- item-013 and item-021 are gone: their tombstones deleted them")
     say(
-        f"- the position {final.position.to_json()} is the merge of the c headers of "
-        "the applied records: per input partition, the last offset the app processed"
+        f"- the aborted orders ({LOOKUP_KEY} and cust-007, {ABORTED_AMOUNT} each) never "
+        "counted: not in the change feed, not in any total, not in the app's answers"
+    )
+    say(
+        "- the position is the merge of the c headers of the applied records: per orders "
+        "partition, the offset of the last order the app had processed"
     )
     say(
         "- every row carries its changelog partition and offset; "
-        f"{LOOKUP_KEY}'s offset moved when the app restocked it"
+        f"{LOOKUP_KEY}'s offset moved when the app logged its new total"
     )

@@ -1,27 +1,26 @@
 """The demo's second half: a Spark job leads a store, and a second Spark query follows it.
 
 :func:`run_loop` runs inside the demo (:mod:`spark_statestore.demo.run`) once its first follower
-query has stopped, with the broker, the inventory app and Spark still up:
+query has stopped, with the broker, the Kafka Streams app and Spark still up:
 
-6. The *leader* query (application ``stock-report``) reads the inventory changelog with
-   Spark's own Kafka source (``format("kafka")``, read_committed), computes the units in
-   stock per item category (``item-04`` = items ``item-040`` to ``item-049``) and writes
+6. The *leader* query (application ``shop-report``) reads the app's ``totals`` changelog with
+   Spark's own Kafka source (``format("kafka")``, read_committed), sums the customers'
+   totals per customer group (``cust-04`` = customers ``cust-040`` to ``cust-049``) and writes
    them in complete mode through the transactional sink into the store it leads,
-   publishing every batch to its changelog
-   ``stock-report-units-changelog``. The *follower* query follows that changelog into another
-   store. Spark SQL shows both stores side by side: same rows, same changelog coordinates,
-   same position.
-7. The app writes one more change. A read of the follower bounded by that record's changelog
-   coordinates (``positionBound``) fails with NOT_UP_TO_BOUND until the change has gone
-   through the leader and its changelog into the follower; the same read with
+   publishing every batch to its changelog ``shop-report-groups-changelog``. The *follower*
+   query follows that changelog into another store. Spark SQL shows both stores side by side:
+   same rows, same changelog coordinates, same position.
+7. One more order. A read of the follower bounded by the changelog record in which Kafka
+   Streams logged its effect (``positionBound``) fails with NOT_UP_TO_BOUND until the change
+   has gone through the leader and its changelog into the follower; the same read with
    ``positionBoundTimeoutMs`` waits on the follower query's store server for the commit that
-   reaches the bound, and answers with the new total.
+   reaches the bound, and answers with the new group total.
 
 Why complete mode through ``writeStream`` (and not ``foreachBatch`` with the batch writer):
 the sink reads each batch's source offsets from Spark's offset log, where the Kafka source
-logs them (``{"inventory-app-stock-changelog": {"3": next offset}}``), so the leader's
+logs them (``{"shop-app-totals-changelog": {"3": next offset}}``), so the leader's
 position says exactly how far into the app's changelog its input records went. Complete mode
-republishes every category with that position in each batch, so the follower's position
+republishes every group with that position in each batch, so the follower's position
 equals the leader's, even after a batch that only moved past a transaction marker. The batch
 writer has no offset log: its position would come from the rows' own ``topic``/``partition``/
 ``offset``, one input record per aggregate row.
@@ -37,7 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from spark_statestore.demo.app import CHANGELOG, PARTITIONS, SOLD, SOLD_ITEM, expected_state
+from spark_statestore.demo.app import (
+    CHANGELOG,
+    ORDER_CUSTOMER,
+    ORDERED,
+    PARTITIONS,
+    Phase,
+    expected_totals,
+)
 from spark_statestore.demo.output import (
     FORMAT,
     FeedPrinter,
@@ -56,21 +62,21 @@ __all__ = [
     "TOPICS",
     "PhaseRunner",
     "category",
-    "expected_units",
+    "group_totals",
     "run_loop",
     "what_to_look_at",
 ]
 
-REPORT_APP = "stock-report"
-REPORT_CHANGELOG = f"{REPORT_APP}-units-changelog"
+REPORT_APP = "shop-report"
+REPORT_CHANGELOG = f"{REPORT_APP}-groups-changelog"
 _REPORT_PARTITIONS = 2
 TOPICS = (f"{REPORT_CHANGELOG}:{_REPORT_PARTITIONS}", f"{REPORT_CHANGELOG}-progress:1")
 """The topics the broker must create for the leader's sink (``name:partitions``)."""
 
-_LEADER_STORE = "units-store"
-_FOLLOWER_STORE = "units-follower-store"
-_LEADER_CHECKPOINT = "units-checkpoint"
-_FOLLOWER_CHECKPOINT = "units-follower-checkpoint"
+_LEADER_STORE = "groups-store"
+_FOLLOWER_STORE = "groups-follower-store"
+_LEADER_CHECKPOINT = "groups-checkpoint"
+_FOLLOWER_CHECKPOINT = "groups-follower-checkpoint"
 OWNED = (_LEADER_STORE, _FOLLOWER_STORE, _LEADER_CHECKPOINT, _FOLLOWER_CHECKPOINT)
 """What this part writes in the demo's work directory (removed when the demo starts)."""
 
@@ -79,24 +85,24 @@ _NOT_UP_TO_BOUND = re.compile(r"NOT_UP_TO_BOUND: [^\n]*")
 
 
 class PhaseRunner(Protocol):
-    """The inventory app's process as the demo drives it."""
+    """The Kafka Streams app as the demo drives it (:class:`~spark_statestore.demo.app.ShopApp`)."""
 
-    def run_phase(self, phase: int) -> Position:
-        """Let the app write ``phase``; returns the changelog coordinates of its records."""
+    def run_phase(self, phase: int) -> Phase:
+        """Write ``phase``'s orders; returns once the app has logged them, with where."""
         ...
 
 
 def category(key: str) -> str:
-    """The category of an item: ``item-042`` -> ``item-04``."""
+    """The group of a customer: ``cust-042`` -> ``cust-04``."""
     return key[:7]
 
 
-def expected_units(stock: Mapping[str, int]) -> dict[str, int]:
-    """Units in stock per category, from the items' stock."""
-    units: dict[str, int] = {}
-    for key, value in stock.items():
-        units[category(key)] = units.get(category(key), 0) + value
-    return units
+def group_totals(totals: Mapping[str, int]) -> dict[str, int]:
+    """The sum of the customers' totals per group."""
+    groups: dict[str, int] = {}
+    for key, value in totals.items():
+        groups[category(key)] = groups.get(category(key), 0) + value
+    return groups
 
 
 @dataclass(frozen=True)
@@ -131,12 +137,12 @@ def _start_leader(spark: Any, bootstrap: str, paths: _Paths) -> Any:
         F.conv(F.hex("value"), 16, 10).cast("bigint").alias("value"),
         "offset",
     )
-    # The changelog carries new values only, so a total needs each item's latest value: the
-    # aggregation keeps its category's changes and sums the latest one of each item (all
-    # changes of a key are in one changelog partition, so their offsets order them). Its
-    # state grows with the changes; a per-item stateful operator would not, but Python's
+    # The changelog carries new values only, so a group's sum needs each customer's latest
+    # total: the aggregation keeps its group's changes and sums the latest one of each
+    # customer (all changes of a key are in one changelog partition, so their offsets order
+    # them). Its state grows with the changes; a per-key stateful operator would not, but Python's
     # (applyInPandasWithState, transformWithState) need pandas.
-    by_category = changes.groupBy(F.substring("key", 1, 7).alias("category")).agg(
+    by_group = changes.groupBy(F.substring("key", 1, 7).alias("customer_group")).agg(
         F.collect_list(F.struct("key", "offset", "value")).alias("changes")
     )
     latest = F.filter(
@@ -145,12 +151,12 @@ def _start_leader(spark: Any, bootstrap: str, paths: _Paths) -> Any:
             ~F.exists("changes", lambda d: (d["key"] == c["key"]) & (d["offset"] > c["offset"]))
         ),
     )
-    units = F.aggregate(
+    summed = F.aggregate(
         latest, F.lit(0).cast("bigint"), lambda total, c: total + F.coalesce(c["value"], F.lit(0))
     )
     # 8 bytes, big-endian, like Kafka's LongSerializer (ANSI Spark refuses CAST(x AS BINARY)).
-    as_long = F.unhex(F.lpad(F.hex(units), 16, "0"))
-    report = by_category.select(F.col("category").alias("key"), as_long.alias("value"))
+    as_long = F.unhex(F.lpad(F.hex(summed), 16, "0"))
+    report = by_group.select(F.col("customer_group").alias("key"), as_long.alias("value"))
     return (
         report.writeStream.format(FORMAT)
         .outputMode("complete")
@@ -176,7 +182,7 @@ def _start_follower(spark: Any, bootstrap: str, paths: _Paths, feed: FeedPrinter
         stream.writeStream.foreachBatch(feed)
         .trigger(processingTime="1 second")
         .option("checkpointLocation", str(paths.root / _FOLLOWER_CHECKPOINT))
-        .queryName("stock_report_follower")
+        .queryName("shop_report_follower")
         .start()
     )
 
@@ -185,14 +191,14 @@ def _describe(paths: _Paths) -> None:
     say(f'leader ({REPORT_APP!r}): spark.readStream.format("kafka")   -- Spark\'s own source')
     say(f'    .option("subscribe", "{CHANGELOG}")')
     say('    .option("kafka.isolation.level", "read_committed").load()')
-    say("    .groupBy(substring(key, 1, 7) AS category)   -- item-04: item-040 .. item-049")
-    say("    .agg(<the latest stock of each item, summed>)   -- units in stock")
+    say("    .groupBy(substring(key, 1, 7) AS customer_group)   -- cust-04: cust-040 .. cust-049")
+    say("    .agg(<the latest total of each customer, summed>)")
     say(f'    .writeStream.outputMode("complete").format("{FORMAT}")')
     say(f'    .option("changelog", "{REPORT_CHANGELOG}").option("application.id", "{REPORT_APP}")')
     say(f'    .start("{paths.leader_store}")')
     say("  its position: the sink merges each batch's source offsets from Spark's offset log,")
     say(f'  {{"{CHANGELOG}": {{"<partition>": <next offset>}}}}: how far into the app\'s')
-    say("  changelog the totals are; each batch republishes every total with it (complete mode)")
+    say("  changelog the sums are; each batch republishes every sum with it (complete mode)")
     say(f'follower: spark.readStream.format("{FORMAT}").option("changelog", "{REPORT_CHANGELOG}")')
     say(f'    .load("{paths.follower_store}").writeStream.foreachBatch(print_summary)')
 
@@ -220,32 +226,32 @@ def _compare(
 ) -> None:
     """Show the leader and the follower side by side; check rows and positions agree."""
     say("-- the leader's store and the follower's, side by side (rows: changelog partition@offset)")
-    create_view(spark, "units_leader", paths.leader_store, **_STRING_LONG)
-    create_view(spark, "units_follower", paths.follower_store, **_STRING_LONG)
+    create_view(spark, "groups_leader", paths.leader_store, **_STRING_LONG)
+    create_view(spark, "groups_follower", paths.follower_store, **_STRING_LONG)
     rows = run_sql(
         spark,
-        "SELECT key AS category, l.value AS leader_units, f.value AS follower_units, "
+        "SELECT key AS customer_group, l.value AS leader_total, f.value AS follower_total, "
         "concat(l.partition, '@', l.offset) AS leader_row, "
         "concat(f.partition, '@', f.offset) AS follower_row "
-        "FROM units_leader l FULL JOIN units_follower f USING (key) ORDER BY key",
+        "FROM groups_leader l FULL JOIN groups_follower f USING (key) ORDER BY key",
     )
-    got = {r["category"]: (r["leader_units"], r["follower_units"]) for r in rows}
-    want = {key: (units, units) for key, units in expected.items()}
+    got = {r["customer_group"]: (r["leader_total"], r["follower_total"]) for r in rows}
+    want = {key: (total, total) for key, total in expected.items()}
     if got != want:
-        problems.append(f"leader/follower totals {got} != the app's stock per category {want}")
+        problems.append(f"leader/follower sums {got} != the app's totals per group {want}")
     if any(r["leader_row"] != r["follower_row"] for r in rows):
         problems.append("the follower's rows are not at the leader's changelog offsets")
     else:
-        say(f"same {len(rows)} rows, the same changelog records; totals = the app's stock")
+        say(f"same {len(rows)} rows, the same changelog records; sums = the app's totals")
 
     say()
     say(f"-- their positions: how far into {CHANGELOG} the totals are")
     for name, store in (("leader", paths.leader_store), ("follower", paths.follower_store)):
-        create_view(spark, f"units_{name}_position", store, view="position")
+        create_view(spark, f"groups_{name}_position", store, view="position")
     rows = run_sql(
         spark,
         "SELECT topic, partition, l.offset AS leader, f.offset AS follower "
-        "FROM units_leader_position l FULL JOIN units_follower_position f "
+        "FROM groups_leader_position l FULL JOIN groups_follower_position f "
         "USING (topic, partition) ORDER BY topic, partition",
     )
     leader = Position.from_map(_offsets(rows, "leader"))
@@ -273,14 +279,14 @@ def _bounded_read(
 
     create_view(
         spark,
-        "units_bounded",
+        "groups_bounded",
         store,
         positionBound=bound.to_json(),
         positionBoundTimeoutMs=str(wait_ms),
         keys=json.dumps([key]),
         **_STRING_LONG,
     )
-    sql = "SELECT key AS category, value AS units FROM units_bounded"
+    sql = "SELECT key AS customer_group, value AS total FROM groups_bounded"
     try:
         rows = run_sql(spark, sql)
     except PySparkException as exc:
@@ -291,7 +297,7 @@ def _bounded_read(
             raise
         say(f"  refused: {refused.group(0)}")
         return None
-    return int(rows[0]["units"]) if rows else -1
+    return int(rows[0]["total"]) if rows else -1
 
 
 def _read_your_writes(
@@ -300,32 +306,35 @@ def _read_your_writes(
     paths: _Paths,
     problems: list[str],
 ) -> None:
-    key = category(SOLD_ITEM)
-    before, after = (expected_units(expected_state(n).stock)[key] for n in (2, 3))
-    written = app.run_phase(3)
+    key = category(ORDER_CUSTOMER)
+    before, after = (group_totals(expected_totals(n))[key] for n in (2, 3))
+    written = app.run_phase(3).written
     entries = list(written)
     if len(entries) != 1:
         problems.append(f"the app reported {written} for its one-record phase 3")
         return
     _, partition, offset = entries[0]
     written_at = time.monotonic()
-    say(f"{SOLD_ITEM} sold {SOLD}: record {CHANGELOG} partition {partition} offset {offset}")
+    say(
+        f"{ORDER_CUSTOMER} orders {ORDERED}: Kafka Streams logged the new total at record "
+        f"{CHANGELOG} partition {partition} offset {offset}"
+    )
     say()
     say(f"-- {key}'s total on the follower, bounded by that record: positionBound {written}")
-    units = _bounded_read(spark, paths.follower_store, written, key)
-    if units is not None:
-        say("the sale had already gone through the leader into the follower")
-        if units != after:
-            problems.append(f"the bounded read returned {units} for {key}, expected {after}")
+    total = _bounded_read(spark, paths.follower_store, written, key)
+    if total is not None:
+        say("the order had already gone through the leader into the follower")
+        if total != after:
+            problems.append(f"the bounded read returned {total} for {key}, expected {after}")
     say()
     say("-- the same read, now waiting for the follower: positionBoundTimeoutMs 60000")
     say("   (the follower query's store server answers at the commit that reaches the bound)")
-    units = _bounded_read(spark, paths.follower_store, written, key, wait_ms=60_000)
+    total = _bounded_read(spark, paths.follower_store, written, key, wait_ms=60_000)
     say(f"answered {time.monotonic() - written_at:.1f} s after the write")
-    if units is None or units != after:
-        problems.append(f"the bounded read after catching up returned {units}, expected {after}")
+    if total is None or total != after:
+        problems.append(f"the bounded read after catching up returned {total}, expected {after}")
     else:
-        say(f"bounded read OK: {key} went from {before} to {units} units")
+        say(f"bounded read OK: {key} went from {before} to {total}")
 
 
 def run_loop(
@@ -338,21 +347,21 @@ def run_loop(
     _describe(paths)
     leader = _start_leader(spark, bootstrap, paths)
     try:
-        feed = FeedPrinter("units follower")
+        feed = FeedPrinter("groups follower")
         follower = _start_follower(spark, bootstrap, paths, feed)
         try:
             target = _input_end(bootstrap)
             feed.wait_for_position(target, follower, leader)
-            say(f"the follower has the totals up to the end of the app's changelog {target}")
+            say(f"the follower has the sums up to the end of the app's changelog {target}")
             say()
-            _compare(spark, paths, expected_units(expected_state(2).stock), target, problems)
+            _compare(spark, paths, group_totals(expected_totals(2)), target, problems)
 
             banner("7. read your writes across the loop: a bound from the app's next write")
             _read_your_writes(spark, app, paths, problems)
             target = _input_end(bootstrap)
             feed.wait_for_position(target, follower, leader)
             say()
-            _compare(spark, paths, expected_units(expected_state(3).stock), target, problems)
+            _compare(spark, paths, group_totals(expected_totals(3)), target, problems)
         finally:
             stop_query(follower, [paths.follower_store], problems)
     finally:

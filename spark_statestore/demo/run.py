@@ -13,10 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from spark_statestore.demo import follow_part, loop_part
-from spark_statestore.demo.app import APP_ID, CHANGELOG, INPUT_TOPIC, PARTITIONS
+from spark_statestore.demo.app import (
+    APP_ID,
+    CHANGELOG,
+    INPUT_TOPIC,
+    PARTITIONS,
+    STATE_DIR,
+    shop_app,
+)
 from spark_statestore.demo.errors import DemoError
 from spark_statestore.demo.output import banner, say
-from spark_statestore.demo.processes import app_process
 
 __all__ = ["DEFAULT_WORKDIR", "run_demo"]
 
@@ -27,6 +33,7 @@ _OWNED = (
     "app.log",
     "bootstrap.servers",
     "log4j2.properties",
+    STATE_DIR,
     *follow_part.OWNED,
     *loop_part.OWNED,
 )
@@ -47,30 +54,40 @@ def run_demo(workdir: Path | None = None) -> int:
     problems: list[str] = []
     with _workdir(workdir or DEFAULT_WORKDIR) as root:
         banner("1. a local Apache Kafka broker (KRaft, a separate JVM process)")
-        topics = [f"{CHANGELOG}:{PARTITIONS}", *loop_part.TOPICS]
+        # Kafka Streams creates its changelogs itself (as many partitions as the orders).
+        topics = [f"{INPUT_TOPIC}:{PARTITIONS}", *loop_part.TOPICS]
         with broker_child(
             root / "broker.log", topics, bootstrap_file=root / "bootstrap.servers", who="demo"
         ) as bootstrap:
             say(f"bootstrap.servers = {bootstrap}")
-            say(f"changelog topic {CHANGELOG} ({PARTITIONS} partitions)")
+            say(f"orders topic {INPUT_TOPIC} ({PARTITIONS} partitions)")
             say(f"topics {', '.join(loop_part.TOPICS)} (name:partitions) for the Spark job's sink")
 
-            banner(f"2. another application ({APP_ID!r}, a separate process) writes its changelog")
-            say("keys: UTF-8 item ids; values: 8-byte big-endian longs (units in stock);")
-            say(f"headers v/c: the app's position in its input topic {INPUT_TOPIC}")
-            with app_process(root, bootstrap) as app:
-                app.run_phase(1)
+            banner(
+                f"2. another application: the repository's Kafka Streams app ({APP_ID!r}, "
+                "its own JVM)"
+            )
+            say(f"interop/kafka-streams: reads {INPUT_TOPIC} exactly-once (v2), keeps a store")
+            say(f"'totals' (customer -> sum of their orders) in RocksDB, logged to {CHANGELOG}")
+            say("keys: UTF-8 customer ids; values: 8-byte big-endian longs; headers v/c: the")
+            say(f"app's position in {INPUT_TOPIC} (Kafka Streams' position headers turned on)")
+            with shop_app(root, bootstrap) as shop:
+                say(f"orders go to {INPUT_TOPIC} in transactions:")
+                first = shop.run_phase(1)
                 banner("3. a Spark follower query materializes the changelog into a local store")
                 with _spark_session(root) as spark:
-                    follow_part.run_follow_part(spark, bootstrap, app, root, problems)  # 3 to 5
-                    loop_part.run_loop(spark, bootstrap, app, root, problems)  # 6 and 7
-            say("the application process is stopped")
+                    follow_part.run_follow_part(spark, bootstrap, shop, first, root, problems)
+                    loop_part.run_loop(spark, bootstrap, shop, root, problems)  # 6 and 7
+            say("the Kafka Streams app is stopped")
         say("the broker process is stopped")
 
         banner("8. what to look at")
         follow_part.what_to_look_at(root)
         loop_part.what_to_look_at(root)
-        say(f"- logs of the broker and the app: {root / 'broker.log'}, {root / 'app.log'}")
+        say(
+            f"- logs of the broker and the Kafka Streams app: {root / 'broker.log'}, "
+            f"{root / 'app.log'}"
+        )
     elapsed = time.monotonic() - started
     if problems:
         for problem in problems:

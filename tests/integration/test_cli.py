@@ -101,7 +101,9 @@ def test_tail_names_a_missing_topic(kafka_broker: LocalKafkaCluster) -> None:
     assert "no-such-changelog" in result.stderr and "does not exist" in result.stderr
 
 
-def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
+def test_demo_runs_end_to_end_with_the_real_kafka_streams_app_and_cleans_up(
+    tmp_path: Path,
+) -> None:
     """The README's `make demo`, twice in the same work directory (a re-run must work)."""
     import os
     import re
@@ -110,74 +112,102 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     from spark_statestore.store.ownership import read_owner
 
     workdir = tmp_path / "demo"
+    state_dir = workdir / "kafka-streams-state"
     for run in (1, 2):
         result = cli("demo", "--workdir", str(workdir), timeout=420)
         assert result.returncode == 0, f"run {run}:\n{result.stdout}\n{result.stderr}"
         out = result.stdout
         assert re.search(r"demo OK \(\d+ s\)", out), out
         assert "demo FAILED" not in result.stderr
-        assert "transaction 4 ABORTED:" in out
+        assert "Stage " not in result.stderr  # no console progress bars
+
+        # The other application is the real Kafka Streams app: its JVM reported its states,
+        # wrote RocksDB stores in its state directory, and logged the changelog we follow.
+        app = out.split("=== 2.")[1].split("=== 3.")[0]
+        assert "Kafka Streams is RUNNING" in app and "REBALANCING -> RUNNING" in app, app
+        for task in range(4):
+            assert (state_dir / "shop-app" / f"0_{task}" / "rocksdb" / "totals").is_dir()
+        assert "transaction 3 ABORTED:" in app
+        assert re.search(r"the app has logged phase 1: shop-app-totals-changelog records", app)
+
         live, more = out.split("=== 4.")[1].split("=== 5.")
         more = more.split("=== 6.")[0]
-        # The key lookup, before and after the app restocked item-042 (a later offset).
-        first = re.search(r"item-042\s+51\s+3\s+(\d+)\s+\d\d:\d\d", live)
-        second = re.search(r"item-042\s+151\s+3\s+(\d+)\s+\d\d:\d\d", more)
+        # The key lookup, before and after the app logged cust-042's new total (later offset).
+        first = re.search(r"cust-042\s+57\s+3\s+(\d+)\s+\d\d:\d\d", live)
+        second = re.search(r"cust-042\s+157\s+3\s+(\d+)\s+\d\d:\d\d", more)
         assert first and second, out
         assert int(second.group(1)) > int(first.group(1))
-        # The range skips the tombstoned item-013; the aggregate counts 49 items, no aborted value.
-        assert re.search(r"item-012\s+64.*\n\s+item-014\s+68", live), live
-        assert re.search(r"\s49\s+2979\s+20\s+99\s+0\n", live), live
-        # Positions merged from the c headers, and the position after the app's later writes.
-        for partition, offset in ((0, 10), (1, 11), (2, 23), (3, 16)):
-            assert re.search(rf"inventory-orders\s+{partition}\s+{offset}\n", live), live
-        for partition, offset in ((2, 24), (3, 18)):
-            assert re.search(rf"inventory-orders\s+{partition}\s+{offset}\n", more), more
-        # The lag view: 4 partitions, all caught up.
+        assert re.search(r"cust-010\s+70\s.*\n(\s+cust-01[1-4]\s.*\n){4}\s+cust-015\s+95", live)
+        # 50 customers, the sum of every committed order, no total with the aborted 999999.
+        assert re.search(r"\s50\s+3040\s+20\s+101\s+0\n", live), live
+        # Positions merged from the c headers; the lag view: 4 partitions, caught up.
+        assert len(re.findall(r"^\s+shop-orders\s+[0-3]\s+\d+$", live, re.MULTILINE)) == 4
         assert len(re.findall(r"^\s+[0-3]\s+(\d+)\s+\1\s+0$", live, re.MULTILINE)) == 4, live
-        # No row the demo printed (feed or SQL) holds the aborted value.
-        assert not re.search(r"item-\d{3}\s+999999", out), out
-        assert "micro-batch" in out and 'position {"inventory-orders":' in out
-        assert "Stage " not in result.stderr  # no console progress bars
+        # The app's own IQv2 answers beside the replica: equal, at the same position.
+        for section, customers, total in ((live, 50, 3040), (more, 51, 3215)):
+            positions = re.findall(
+                rf"^\s+(Kafka Streams|our replica)\s+{customers}\s+{total}\s+(\{{.+\}})$",
+                section,
+                re.MULTILINE,
+            )
+            assert [who for who, _ in positions] == ["Kafka Streams", "our replica"], section
+            assert positions[0][1] == positions[1][1]
+            assert f"equal key for key ({customers} customers) and at the same position" in section
+        assert re.search(r"Kafka Streams\s+cust-042\s+157\n\s+our replica\s+cust-042\s+157", more)
+        # No row the demo printed (a customer's or a group's) includes an aborted 999999.
+        assert not re.search(r"cust-\d{2,3}\s+\d{7,}", out), out
+        assert "micro-batch" in out and 'position {"shop-orders":' in out
 
         # The loop: the Spark job leads a store through the sink, another query follows it.
         loop, bounded = out.split("=== 6.")[1].split("=== 7.")
         bounded = bounded.split("=== 8.")[0]
-        category_rows = re.compile(r"^\s+(item-0\d)\s+(\d+)\s+\2\s+(\d+@\d+)\s+\3$", re.MULTILINE)
+        group_rows = re.compile(r"^\s+(cust-0\d)\s+(\d+)\s+\2\s+(\d+@\d+)\s+\3$", re.MULTILINE)
         changelog_rows = re.compile(
-            r"^\s+inventory-app-stock-changelog\s+([0-3])\s+(\d+)\s+\2$", re.MULTILINE
+            r"^\s+shop-app-totals-changelog\s+([0-3])\s+(\d+)\s+\2$", re.MULTILINE
         )
-        for section, item_04 in ((loop, "759"), (bounded, "747")):
-            # Leader == follower: the same total at the same changelog record, per category.
-            rows = {m.group(1): m.group(2) for m in category_rows.finditer(section)}
-            assert len(rows) == 6 and rows["item-04"] == item_04, section
-            assert "same 6 rows, the same changelog records; totals = the app's stock" in section
+        for section, cust_04 in ((loop, "771"), (bounded, "783")):
+            # Leader == follower: the same sum at the same changelog record, per group.
+            rows = {m.group(1): m.group(2) for m in group_rows.finditer(section)}
+            assert len(rows) == 6 and rows["cust-04"] == cust_04, section
+            assert "same 6 rows, the same changelog records; sums = the app's totals" in section
             # Equal positions, on all 4 partitions of the app's changelog.
             assert len(changelog_rows.findall(section)) == 4, section
             assert "equal, and at the end of the app's changelog:" in section
-        # The bounded read right after the app's next write: refused clearly (or already
-        # caught up), then the same read waiting for the follower (positionBoundTimeoutMs)
-        # answers with the new total.
-        sale = re.search(r"record inventory-app-stock-changelog partition 3 offset (\d+)", bounded)
-        assert sale, bounded
-        bound = f'positionBound {{"inventory-app-stock-changelog":{{"3":{sale.group(1)}}}}}'
+        # The bounded read right after Kafka Streams logged the next order: refused clearly
+        # (or already caught up), then the same read waiting for the follower
+        # (positionBoundTimeoutMs) answers with the new sum.
+        logged = re.search(
+            r"Kafka Streams logged the new total at record shop-app-totals-changelog "
+            r"partition 3 offset (\d+)",
+            bounded,
+        )
+        assert logged, bounded
+        bound = f'positionBound {{"shop-app-totals-changelog":{{"3":{logged.group(1)}}}}}'
         assert bound in bounded, bounded
         refused = re.search(
-            r"refused: NOT_UP_TO_BOUND: the store at \S+units-follower-store", bounded
+            r"refused: NOT_UP_TO_BOUND: the store at \S+groups-follower-store", bounded
         )
         assert refused or "had already gone through the leader into the follower" in bounded
         assert "now waiting for the follower: positionBoundTimeoutMs 60000" in bounded
         assert re.search(r"answered \d+\.\d s after the write", bounded), bounded
-        assert "bounded read OK: item-04 went from 759 to 747 units" in bounded, bounded
+        assert "bounded read OK: cust-04 went from 771 to 783" in bounded, bounded
         assert "the leader and follower queries are stopped" in bounded
+        assert "the Kafka Streams app is stopped" in out
 
-        # Every process it started is gone: the broker's ports are closed, the stores'
-        # owners (the queries' reader processes, the sink's commit process) have exited.
+        # Every process it started is gone: the broker's ports are closed, no process runs
+        # with the app's state directory (its JVM), the stores' owners (the queries' reader
+        # processes, the sink's commit process) have exited.
         bootstrap = out.split("bootstrap.servers = ", 1)[1].split()[0]
         for hostport in bootstrap.split(","):
             host, port = hostport.rsplit(":", 1)
             with socket.socket() as sock:
                 assert sock.connect_ex((host, int(port))) != 0, f"{hostport} still accepts"
-        for store in ("stock-store", "report-input-store", "units-store", "units-follower-store"):
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                assert str(state_dir).encode() not in cmdline.read_bytes(), cmdline
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # exited while we looked
+        for store in ("totals-store", "groups-store", "groups-follower-store"):
             owner = read_owner(str(workdir / store))
             if owner is not None:
                 with pytest.raises(ProcessLookupError):

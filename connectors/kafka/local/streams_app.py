@@ -7,6 +7,12 @@ kind (``totals`` key-value, ``latest`` timestamped, ``versions`` versioned, ``co
 window, ``sessions`` session), exactly-once v2, with or without position headers, and
 answers Kafka Streams' own IQv2 queries on stdin. :class:`StreamsApp` starts it, waits for
 RUNNING and asks it queries; see the Java sources for the query lines and answers.
+
+The same jar holds a second main class, ``FollowerApp``: the other direction, Kafka Streams
+following changelogs that spark-statestore's sink writes, with read-only state stores
+(``Topology#addReadOnlyStateStore``, KIP-813) or global tables
+(``StreamsBuilder#globalTable``). :class:`StreamsFollower` starts it and asks its
+queries, including IQv2 range queries bounded by a :class:`~spark_statestore.position.Position`.
 """
 
 from __future__ import annotations
@@ -26,13 +32,17 @@ from typing import IO, Any
 from spark_statestore.connectors.kafka.errors import JarsMissingError, StreamsAppError
 from spark_statestore.connectors.kafka.local.cluster import find_java
 from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION
+from spark_statestore.position import Position
 
-__all__ = ["HEADERS_APP", "STORES", "StreamsApp", "interop_app_dir"]
+__all__ = ["HEADERS_APP", "STORES", "StreamsApp", "StreamsFollower", "interop_app_dir"]
 
 ENV_APP = "SPARK_STATESTORE_INTEROP_APP"
 STORES = ("totals", "latest", "versions", "counts", "sessions")
 """The app's state stores; each logs to ``<application id>-<store>-changelog``."""
-_MAIN_CLASS = "io.sparkstatestore.interop.InteropApp"
+INTEROP_APP = "io.sparkstatestore.interop.InteropApp"
+"""The main class of the orders app (the default of :class:`StreamsApp`)."""
+FOLLOWER_APP = "io.sparkstatestore.interop.FollowerApp"
+"""The main class of the app that follows our sink's changelogs (:class:`StreamsFollower`)."""
 HEADERS_APP = "io.sparkstatestore.interop.HeadersApp"
 """The app's header-aware variant (``main_class``): ``headed``, a Kafka Streams 4.3
 ``TimestampedKeyValueStoreWithHeaders`` of each customer's last order with the order's
@@ -76,7 +86,8 @@ class StreamsApp:
     application_id
         The app's ``application.id``: its consumer group and the prefix of its changelogs.
     input_topic
-        The orders topic (it must exist).
+        The orders topic (it must exist); None passes no ``--input-topic`` (for a main class
+        that takes none).
     position_headers
         Turn on Kafka Streams' internal consistency option (``v``/``c`` headers).
     settings
@@ -85,7 +96,8 @@ class StreamsApp:
     log_path
         Where the JVM's stderr goes (Kafka Streams' warnings and errors).
     main_class
-        The app's main class: the one with a store of each kind, or :data:`HEADERS_APP`.
+        The Java main class to run: :data:`INTEROP_APP` (the orders app),
+        :data:`FOLLOWER_APP` (see :class:`StreamsFollower`) or :data:`HEADERS_APP`.
     """
 
     def __init__(
@@ -94,11 +106,11 @@ class StreamsApp:
         state_dir: Path,
         *,
         application_id: str = "interop-orders",
-        input_topic: str = "orders",
+        input_topic: str | None = "orders",
         position_headers: bool = True,
         settings: Mapping[str, Any] | None = None,
         log_path: Path | None = None,
-        main_class: str = _MAIN_CLASS,
+        main_class: str = INTEROP_APP,
     ) -> None:
         self.application_id = application_id
         self.log_path = log_path or state_dir.with_name(f"{state_dir.name}.log")
@@ -106,7 +118,7 @@ class StreamsApp:
             "bootstrap-servers": bootstrap_servers,
             "state-dir": str(state_dir),
             "application-id": application_id,
-            "input-topic": input_topic,
+            **({"input-topic": input_topic} if input_topic is not None else {}),
             "position-headers": "true" if position_headers else "false",
             **{name: str(value) for name, value in (settings or {}).items()},
         }
@@ -117,6 +129,7 @@ class StreamsApp:
         self._answers: dict[str, dict[str, Any]] = {}
         self._states: queue.Queue[str] = queue.Queue()
         self._errors: list[str] = []
+        self._events: list[dict[str, Any]] = []
         self._changed = threading.Condition()
         self._ids = 0
 
@@ -257,12 +270,22 @@ class StreamsApp:
             return self._answers.pop(request_id)
 
     # -- its output -----------------------------------------------------------------------
+    def events(self) -> list[dict[str, Any]]:
+        """The app's event lines so far, in order (``starting``, ``state``,
+        ``restore-start``, ``restore-end``, ...), each with ``at``: the JVM's clock in epoch
+        milliseconds."""
+        with self._changed:
+            return list(self._events)
+
     def _read(self, stdout: IO[str]) -> None:
         for line in stdout:
             try:
                 message = json.loads(line)
             except json.JSONDecodeError:
                 continue  # not ours (a JVM warning on stdout)
+            if "event" in message:
+                with self._changed:
+                    self._events.append(message)
             if message.get("event") == "state":
                 self._states.put(str(message["state"]))
             elif message.get("event") == "error":
@@ -274,3 +297,106 @@ class StreamsApp:
         self._states.put("EXITED")
         with self._changed:
             self._changed.notify_all()
+
+
+class StreamsFollower(StreamsApp):
+    """Kafka Streams following changelogs that spark-statestore's sink writes
+    (``FollowerApp``, in the same jar as the orders app).
+
+    Parameters
+    ----------
+    bootstrap_servers
+        The Kafka cluster.
+    state_dir
+        Kafka Streams' state directory.
+    follow
+        ``{store name: (topic, value format)}``: each store follows its topic; keys are UTF-8
+        strings, values ``"string"`` (``Serdes.String()``) or ``"long"`` (``Serdes.Long()``,
+        8 bytes big-endian). A null value deletes the key.
+    kind
+        ``"readonly"``: ``Topology#addReadOnlyStateStore`` (KIP-813; the topic is the store's
+        changelog, Kafka Streams creates none), queried with IQv2. ``"global"``:
+        ``StreamsBuilder#globalTable``, which Kafka Streams 4.3 serves through IQv1 only (its
+        IQv2 answers ``UNKNOWN_QUERY_TYPE`` for global stores, KAFKA-13523).
+    application_id
+        Its ``application.id`` (consumer group; nothing is named after it).
+    position_headers
+        Kafka Streams' internal consistency option: with it, a store *restored* from the topic
+        merges the records' ``c`` headers into its position.
+    log_path
+        Where the JVM's stderr goes.
+
+    Its queries are :meth:`range` and :meth:`all`; the orders app's ops of :meth:`query` are
+    answered with an ``EXCEPTION`` failure (unknown op).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        state_dir: Path,
+        *,
+        follow: Mapping[str, tuple[str, str]],
+        kind: str,
+        application_id: str = "interop-follower",
+        position_headers: bool = False,
+        log_path: Path | None = None,
+    ) -> None:
+        if kind not in ("readonly", "global"):
+            raise StreamsAppError(f"kind must be 'readonly' or 'global', got {kind!r}")
+        for store, (topic, value_format) in follow.items():
+            if value_format not in ("string", "long"):
+                raise StreamsAppError(
+                    f"store {store!r} (topic {topic!r}): value format must be 'string' or "
+                    f"'long', got {value_format!r}"
+                )
+        self.kind = kind
+        self.follow = dict(follow)
+        super().__init__(
+            bootstrap_servers,
+            state_dir,
+            application_id=application_id,
+            input_topic=None,
+            position_headers=position_headers,
+            settings={
+                "kind": kind,
+                "follow": ",".join(f"{s}={t}:{f}" for s, (t, f) in follow.items()),
+            },
+            log_path=log_path,
+            main_class=FOLLOWER_APP,
+        )
+
+    def changelog(self, store: str) -> str:
+        """The topic ``store`` follows (Kafka Streams creates no changelog of its own for a
+        read-only store or a global table: the followed topic is one)."""
+        return self.follow[store][0]
+
+    def range(
+        self,
+        store: str,
+        bound: Position | None = None,
+        wait_s: float = 0.0,
+        timeout_s: float = 60.0,
+    ) -> dict[str, Any]:
+        """IQv2 ``RangeQuery.withNoBounds()`` over every partition of ``store``, with
+        ``PositionBound.at(bound)`` when a bound is given; Kafka Streams is asked again while a
+        partition answers ``NOT_UP_TO_BOUND``, for up to ``wait_s``.
+
+        Returns the answer: ``ok``, ``rows`` (``partition``, ``key``, ``value``), ``position``,
+        ``partitions`` (those that answered) and ``attempts``; or ``ok`` false with
+        ``failure`` (a ``FailureReason`` name), ``partition``, ``message`` and ``position``.
+        """
+        args = [str(int(wait_s * 1000))]
+        if bound is not None and not bound.is_empty():
+            args.append(
+                ",".join(
+                    f"{topic}:{partition}:{offset}"
+                    for topic, partitions in sorted(bound.to_map().items())
+                    for partition, offset in sorted(partitions.items())
+                )
+            )
+        return self.query("range", store, timeout_s=timeout_s + wait_s, args=args)
+
+    def all(self, store: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """IQv1 ``KafkaStreams#store(...).all()`` of a key-value store (a global table's
+        way to be read); the answer's ``position`` is None (IQv1 has none)."""
+        return self.query("all", store, timeout_s=timeout_s)

@@ -8,4 +8,7 @@
   writes to ``<changelog>-progress`` in the same transaction, and reading the last one.
 * :mod:`~spark_statestore.connectors.kafka.sink.ranges`: reading committed changelog ranges
   back, to roll a store forward after a crash between the two commits.
+* :mod:`~spark_statestore.connectors.kafka.sink.bound`: the changelog offsets a Kafka Streams
+  store following the changelog must reach to reflect the leader's writes up to an input
+  position (read-your-writes in the other direction, from the ``c`` headers).
 """

@@ -5,12 +5,16 @@ import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.HashMap;
+import java.util.LinkedHashSet;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -24,6 +28,7 @@ import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.WindowStore;
@@ -54,6 +59,17 @@ import org.apache.kafka.streams.state.WindowStore;
  * internal consistency option, so every changelog record carries the {@code v}/{@code c}
  * position headers. On stdin it answers Kafka Streams' own IQv2 queries, one per line (see
  * {@link Queries}); on stdout it writes one JSON object per line: state changes and answers.
+ *
+ * <p>Every event line carries {@code "at"}, the JVM's wall clock in epoch milliseconds:
+ * {@code {"event":"starting"}} right before {@code KafkaStreams#start()}, {@code
+ * {"event":"state","state":...}} at each state change, and, from Kafka Streams' own {@link
+ * StateRestoreListener}, {@code {"event":"restore-start"}} / {@code {"event":"restore-end"}}
+ * per store and changelog partition ({@code store}, {@code topic}, {@code partition}, {@code
+ * start_offset}/{@code end_offset} or {@code restored} records), so a benchmark can time a
+ * restore inside the app.
+ *
+ * <p>{@code --stores} (a comma-separated subset of the five names, default all) leaves the other
+ * stores out of the topology, e.g. to time the restore of one store alone.
  */
 public final class InteropApp {
   static final String TOTALS = "totals";
@@ -73,31 +89,41 @@ public final class InteropApp {
         builder.stream(options.inputTopic, Consumed.with(Serdes.String(), Serdes.Long()));
     KGroupedStream<String, Long> byCustomer =
         orders.groupByKey(Grouped.with(Serdes.String(), Serdes.Long()));
-    byCustomer.aggregate(
-        () -> 0L,
-        (customer, amount, total) -> total + amount,
-        Materialized.<String, Long>as(Stores.persistentKeyValueStore(TOTALS))
-            .withKeySerde(Serdes.String())
-            .withValueSerde(Serdes.Long()));
-    byCustomer.reduce(
-        (previous, amount) -> amount,
-        Materialized.<String, Long>as(Stores.persistentTimestampedKeyValueStore(LATEST))
-            .withKeySerde(Serdes.String())
-            .withValueSerde(Serdes.Long()));
-    orders.toTable(
-        Materialized.<String, Long>as(
-                Stores.persistentVersionedKeyValueStore(
-                    VERSIONS, Duration.ofMillis(options.historyRetentionMs)))
-            .withKeySerde(Serdes.String())
-            .withValueSerde(Serdes.Long()));
-    byCustomer
-        .windowedBy(TimeWindows.ofSizeWithNoGrace(Duration.ofMillis(options.windowMs)))
-        .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as(COUNTS)
-            .withRetention(Duration.ofMillis(options.retentionMs)));
-    byCustomer
-        .windowedBy(SessionWindows.ofInactivityGapWithNoGrace(Duration.ofMillis(options.sessionGapMs)))
-        .count(Materialized.<String, Long, SessionStore<Bytes, byte[]>>as(SESSIONS)
-            .withRetention(Duration.ofMillis(options.retentionMs)));
+    if (options.stores.contains(TOTALS)) {
+      byCustomer.aggregate(
+          () -> 0L,
+          (customer, amount, total) -> total + amount,
+          Materialized.<String, Long>as(Stores.persistentKeyValueStore(TOTALS))
+              .withKeySerde(Serdes.String())
+              .withValueSerde(Serdes.Long()));
+    }
+    if (options.stores.contains(LATEST)) {
+      byCustomer.reduce(
+          (previous, amount) -> amount,
+          Materialized.<String, Long>as(Stores.persistentTimestampedKeyValueStore(LATEST))
+              .withKeySerde(Serdes.String())
+              .withValueSerde(Serdes.Long()));
+    }
+    if (options.stores.contains(VERSIONS)) {
+      orders.toTable(
+          Materialized.<String, Long>as(
+                  Stores.persistentVersionedKeyValueStore(
+                      VERSIONS, Duration.ofMillis(options.historyRetentionMs)))
+              .withKeySerde(Serdes.String())
+              .withValueSerde(Serdes.Long()));
+    }
+    if (options.stores.contains(COUNTS)) {
+      byCustomer
+          .windowedBy(TimeWindows.ofSizeWithNoGrace(Duration.ofMillis(options.windowMs)))
+          .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as(COUNTS)
+              .withRetention(Duration.ofMillis(options.retentionMs)));
+    }
+    if (options.stores.contains(SESSIONS)) {
+      byCustomer
+          .windowedBy(SessionWindows.ofInactivityGapWithNoGrace(Duration.ofMillis(options.sessionGapMs)))
+          .count(Materialized.<String, Long, SessionStore<Bytes, byte[]>>as(SESSIONS)
+              .withRetention(Duration.ofMillis(options.retentionMs)));
+    }
     return builder.build();
   }
 
@@ -127,9 +153,7 @@ public final class InteropApp {
     CountDownLatch closed = new CountDownLatch(1);
     streams.setStateListener(
         (now, before) -> {
-          synchronized (out) {
-            out.println("{\"event\":\"state\",\"state\":\"" + now + "\"}");
-          }
+          event(out, "\"event\":\"state\",\"state\":\"" + now + "\"");
           if (now == KafkaStreams.State.NOT_RUNNING || now == KafkaStreams.State.ERROR) {
             closed.countDown();
           }
@@ -143,7 +167,9 @@ public final class InteropApp {
           return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler
               .StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
+    streams.setGlobalStateRestoreListener(restoreListener(out));
     Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(30))));
+    event(out, "\"event\":\"starting\"");
     streams.start();
     Queries queries = new Queries(streams);
     BufferedReader in =
@@ -168,6 +194,43 @@ public final class InteropApp {
     }
   }
 
+  /** Prints one event line: {@code fields} and the wall clock {@code "at"} (epoch ms). */
+  static void event(PrintStream out, String fields) {
+    long at = System.currentTimeMillis();
+    synchronized (out) {
+      out.println("{" + fields + ",\"at\":" + at + "}");
+    }
+  }
+
+  /** Reports Kafka Streams' restore of each store's changelog partitions as event lines. */
+  static StateRestoreListener restoreListener(PrintStream out) {
+    return new StateRestoreListener() {
+      @Override
+      public void onRestoreStart(
+          TopicPartition partition, String store, long startOffset, long endOffset) {
+        event(
+            out,
+            where("restore-start", partition, store)
+                + ",\"start_offset\":" + startOffset + ",\"end_offset\":" + endOffset);
+      }
+
+      @Override
+      public void onBatchRestored(
+          TopicPartition partition, String store, long batchEndOffset, long numRestored) {}
+
+      @Override
+      public void onRestoreEnd(TopicPartition partition, String store, long totalRestored) {
+        event(out, where("restore-end", partition, store) + ",\"restored\":" + totalRestored);
+      }
+    };
+  }
+
+  private static String where(String event, TopicPartition partition, String store) {
+    return "\"event\":\"" + event + "\",\"store\":" + Json.string(store)
+        + ",\"topic\":" + Json.string(partition.topic())
+        + ",\"partition\":" + partition.partition();
+  }
+
   /** The command line: {@code --name value} pairs. */
   static final class Options {
     String bootstrapServers;
@@ -182,6 +245,7 @@ public final class InteropApp {
     long retentionMs = 86_400_000; // of the window and session stores: windows older expire
     long sessionTimeoutMs = 45_000;
     long cacheMaxBytes = -1; // Kafka Streams' default
+    Set<String> stores = new LinkedHashSet<>(Arrays.asList(TOTALS, LATEST, VERSIONS, COUNTS, SESSIONS));
 
     static Options parse(String[] args) {
       Map<String, String> given = new HashMap<>();
@@ -209,6 +273,15 @@ public final class InteropApp {
       options.retentionMs = number(given, "retention-ms", options.retentionMs);
       options.sessionTimeoutMs = number(given, "session-timeout-ms", options.sessionTimeoutMs);
       options.cacheMaxBytes = number(given, "cache-max-bytes", options.cacheMaxBytes);
+      String stores = given.get("stores");
+      if (stores != null) {
+        Set<String> chosen = new LinkedHashSet<>(Arrays.asList(stores.split(",")));
+        if (chosen.isEmpty() || !options.stores.containsAll(chosen)) {
+          throw new IllegalArgumentException(
+              "--stores takes a comma-separated subset of " + options.stores + ", got " + stores);
+        }
+        options.stores = chosen;
+      }
       return options;
     }
 
