@@ -29,7 +29,7 @@ from spark_statestore.query import (
     VersionedKeyQuery,
     VersionedRecord,
 )
-from spark_statestore.store import Role, Store, StoreSpec
+from spark_statestore.store import Role, Store, StoreSpec, live_owner
 from tests.interop.test_kafka_streams import (
     PARTITIONS,
     _apps,
@@ -239,6 +239,11 @@ def test_a_retention_other_than_the_changelogs_is_refused(
         app.stop()
 
 
+def _serving(path: Path) -> bool | None:
+    owner = live_owner(str(path))
+    return True if owner is not None and owner.flight_location else None
+
+
 def _ends(bootstrap: str, topic: str) -> dict[int, int]:
     return wait_until_settled(bootstrap, topic)
 
@@ -270,6 +275,12 @@ def test_spark_reads_a_versioned_store_as_of_a_time(
             .writeStream.format("noop")
             .option("checkpointLocation", str(tmp_path / "checkpoint"))
             .start()
+        )
+        poll_until(  # the query's follower has created the store and serves it
+            lambda: _serving(path),
+            timeout_s=120,
+            interval_s=0.1,
+            failure=lambda: f"the follower query never served {path}",
         )
         # Every order is in the store: its position (from the changelog's headers) has
         # reached the last offset of each orders partition.

@@ -8,12 +8,17 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.function.UnaryOperator;
 
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 
 /**
  * What a main class of this jar does around its topology, as the Python side
@@ -24,6 +29,34 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThr
  */
 final class Console {
   private Console() {}
+
+  /** The command-line settings every app of this jar has (each app's options extend it). */
+  abstract static class Common {
+    String bootstrapServers;
+    String applicationId;
+    String stateDir;
+    boolean positionHeaders;
+    long commitIntervalMs = 100;
+    long sessionTimeoutMs;
+  }
+
+  /** The settings every app of this jar runs with: exactly-once v2, one stream thread, Kafka
+   * Streams' internal consistency option ({@code v}/{@code c} position headers) as asked, and
+   * a consumer session a restarted instance need not wait out for long. */
+  static Properties properties(Common options) {
+    Properties props = new Properties();
+    props.put(StreamsConfig.APPLICATION_ID_CONFIG, options.applicationId);
+    props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, options.bootstrapServers);
+    props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+    props.put(StreamsConfig.STATE_DIR_CONFIG, options.stateDir);
+    props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, options.commitIntervalMs);
+    props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+    props.put(InteropApp.POSITION_HEADERS, options.positionHeaders);
+    props.put(
+        StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG),
+        (int) options.sessionTimeoutMs);
+    return props;
+  }
 
   /** {@code --name value} pairs; names outside {@code known} are refused. */
   static Map<String, String> options(String[] args, Set<String> known) {
@@ -45,29 +78,28 @@ final class Console {
   }
 
   /** Starts {@code streams}, answers stdin's queries with {@code answers} until told to stop,
-   * then closes it. */
+   * then closes it. Event lines carry {@code "at"}, the JVM's epoch milliseconds: {@code
+   * starting} right before {@code start()}, {@code state} changes, {@code restore-start} /
+   * {@code restore-end} per store and changelog partition, {@code error}, {@code stopped}. */
   static void run(KafkaStreams streams, UnaryOperator<String> answers)
       throws IOException, InterruptedException {
     PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
     CountDownLatch closed = new CountDownLatch(1);
     streams.setStateListener(
         (now, before) -> {
-          synchronized (out) {
-            out.println("{\"event\":\"state\",\"state\":\"" + now + "\"}");
-          }
+          event(out, "\"event\":\"state\",\"state\":\"" + now + "\"");
           if (now == KafkaStreams.State.NOT_RUNNING || now == KafkaStreams.State.ERROR) {
             closed.countDown();
           }
         });
     streams.setUncaughtExceptionHandler(
         exception -> {
-          synchronized (out) {
-            out.println(
-                "{\"event\":\"error\",\"message\":" + Json.string(String.valueOf(exception)) + "}");
-          }
+          event(out, "\"event\":\"error\",\"message\":" + Json.string(String.valueOf(exception)));
           return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
+    streams.setGlobalStateRestoreListener(restoreListener(out));
     Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(30))));
+    event(out, "\"event\":\"starting\"");
     streams.start();
     BufferedReader in =
         new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
@@ -86,8 +118,42 @@ final class Console {
     }
     streams.close(Duration.ofSeconds(30));
     closed.await();
+    event(out, "\"event\":\"stopped\"");
+  }
+
+  static void event(PrintStream out, String fields) {
+    long at = System.currentTimeMillis();
     synchronized (out) {
-      out.println("{\"event\":\"stopped\"}");
+      out.println("{" + fields + ",\"at\":" + at + "}");
     }
+  }
+
+  /** Reports Kafka Streams' restore of each store's changelog partitions as event lines. */
+  static StateRestoreListener restoreListener(PrintStream out) {
+    return new StateRestoreListener() {
+      @Override
+      public void onRestoreStart(
+          TopicPartition partition, String store, long startOffset, long endOffset) {
+        event(
+            out,
+            where("restore-start", partition, store)
+                + ",\"start_offset\":" + startOffset + ",\"end_offset\":" + endOffset);
+      }
+
+      @Override
+      public void onBatchRestored(
+          TopicPartition partition, String store, long batchEndOffset, long numRestored) {}
+
+      @Override
+      public void onRestoreEnd(TopicPartition partition, String store, long totalRestored) {
+        event(out, where("restore-end", partition, store) + ",\"restored\":" + totalRestored);
+      }
+    };
+  }
+
+  private static String where(String event, TopicPartition partition, String store) {
+    return "\"event\":\"" + event + "\",\"store\":" + Json.string(store)
+        + ",\"topic\":" + Json.string(partition.topic())
+        + ",\"partition\":" + partition.partition();
   }
 }

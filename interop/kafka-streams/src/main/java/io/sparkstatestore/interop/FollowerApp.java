@@ -6,13 +6,11 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
-import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
@@ -133,18 +131,7 @@ public final class FollowerApp {
   }
 
   static Properties properties(Options options) {
-    Properties props = new Properties();
-    props.put(StreamsConfig.APPLICATION_ID_CONFIG, options.applicationId);
-    props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, options.bootstrapServers);
-    props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-    props.put(StreamsConfig.STATE_DIR_CONFIG, options.stateDir);
-    props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, options.commitIntervalMs);
-    props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
-    props.put(InteropApp.POSITION_HEADERS, options.positionHeaders);
-    props.put(
-        StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG),
-        (int) options.sessionTimeoutMs);
-    return props;
+    return Console.properties(options);
   }
 
   public static void main(String[] args) throws Exception {
@@ -154,15 +141,13 @@ public final class FollowerApp {
   }
 
   /** The command line: {@code --name value} pairs. */
-  static final class Options {
-    String bootstrapServers;
-    String applicationId;
-    String stateDir;
+  static final class Options extends Console.Common {
     String kind;
     List<Followed> followed = new ArrayList<>();
-    boolean positionHeaders = false;
-    long commitIntervalMs = 100;
-    long sessionTimeoutMs = 6_000;
+
+    {
+      sessionTimeoutMs = 6_000;
+    }
 
     static final Set<String> KNOWN = Set.of(
         "bootstrap-servers", "state-dir", "application-id", "kind", "follow", "position-headers",

@@ -1,14 +1,9 @@
 package io.sparkstatestore.interop;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.List;
-import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.Serdes;
@@ -182,39 +177,7 @@ public final class HeadersApp {
 
   public static void main(String[] args) throws Exception {
     InteropApp.Options options = InteropApp.Options.parse(args);
-    PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
     KafkaStreams streams = new KafkaStreams(topology(options), InteropApp.properties(options));
-    CountDownLatch closed = new CountDownLatch(1);
-    streams.setStateListener(
-        (now, before) -> {
-          synchronized (out) {
-            out.println("{\"event\":\"state\",\"state\":\"" + now + "\"}");
-          }
-          if (now == KafkaStreams.State.NOT_RUNNING || now == KafkaStreams.State.ERROR) {
-            closed.countDown();
-          }
-        });
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(30))));
-    streams.start();
-    BufferedReader in =
-        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-    String line;
-    while ((line = in.readLine()) != null) {
-      if (line.isBlank()) {
-        continue;
-      }
-      if (line.trim().equals("stop")) {
-        break;
-      }
-      String answer = answer(streams, line.trim());
-      synchronized (out) {
-        out.println(answer);
-      }
-    }
-    streams.close(Duration.ofSeconds(30));
-    closed.await();
-    synchronized (out) {
-      out.println("{\"event\":\"stopped\"}");
-    }
+    Console.run(streams, line -> answer(streams, line));
   }
 }

@@ -1,9 +1,5 @@
 package io.sparkstatestore.interop;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -11,10 +7,7 @@ import java.util.LinkedHashSet;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
-import java.util.concurrent.CountDownLatch;
 
-import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -28,7 +21,6 @@ import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.TimeWindows;
-import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.WindowStore;
@@ -128,124 +120,34 @@ public final class InteropApp {
   }
 
   static Properties properties(Options options) {
-    Properties props = new Properties();
-    props.put(StreamsConfig.APPLICATION_ID_CONFIG, options.applicationId);
-    props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, options.bootstrapServers);
-    props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-    props.put(StreamsConfig.STATE_DIR_CONFIG, options.stateDir);
-    props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, options.commitIntervalMs);
-    props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
-    props.put(POSITION_HEADERS, options.positionHeaders);
+    Properties props = Console.properties(options);
     if (options.cacheMaxBytes >= 0) {
       props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, options.cacheMaxBytes);
     }
-    // A restarted instance should not wait out the session of the one it replaces.
-    props.put(
-        StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG),
-        (int) options.sessionTimeoutMs);
     return props;
   }
 
   public static void main(String[] args) throws Exception {
     Options options = Options.parse(args);
-    PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
     KafkaStreams streams = new KafkaStreams(topology(options), properties(options));
-    CountDownLatch closed = new CountDownLatch(1);
-    streams.setStateListener(
-        (now, before) -> {
-          event(out, "\"event\":\"state\",\"state\":\"" + now + "\"");
-          if (now == KafkaStreams.State.NOT_RUNNING || now == KafkaStreams.State.ERROR) {
-            closed.countDown();
-          }
-        });
-    streams.setUncaughtExceptionHandler(
-        exception -> {
-          synchronized (out) {
-            out.println(
-                "{\"event\":\"error\",\"message\":" + Json.string(String.valueOf(exception)) + "}");
-          }
-          return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler
-              .StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
-        });
-    streams.setGlobalStateRestoreListener(restoreListener(out));
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(30))));
-    event(out, "\"event\":\"starting\"");
-    streams.start();
-    Queries queries = new Queries(streams);
-    BufferedReader in =
-        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-    String line;
-    while ((line = in.readLine()) != null) {
-      if (line.isBlank()) {
-        continue;
-      }
-      if (line.trim().equals("stop")) {
-        break;
-      }
-      String answer = queries.answer(line.trim());
-      synchronized (out) {
-        out.println(answer);
-      }
-    }
-    streams.close(Duration.ofSeconds(30));
-    closed.await();
-    synchronized (out) {
-      out.println("{\"event\":\"stopped\"}");
-    }
-  }
-
-  /** Prints one event line: {@code fields} and the wall clock {@code "at"} (epoch ms). */
-  static void event(PrintStream out, String fields) {
-    long at = System.currentTimeMillis();
-    synchronized (out) {
-      out.println("{" + fields + ",\"at\":" + at + "}");
-    }
-  }
-
-  /** Reports Kafka Streams' restore of each store's changelog partitions as event lines. */
-  static StateRestoreListener restoreListener(PrintStream out) {
-    return new StateRestoreListener() {
-      @Override
-      public void onRestoreStart(
-          TopicPartition partition, String store, long startOffset, long endOffset) {
-        event(
-            out,
-            where("restore-start", partition, store)
-                + ",\"start_offset\":" + startOffset + ",\"end_offset\":" + endOffset);
-      }
-
-      @Override
-      public void onBatchRestored(
-          TopicPartition partition, String store, long batchEndOffset, long numRestored) {}
-
-      @Override
-      public void onRestoreEnd(TopicPartition partition, String store, long totalRestored) {
-        event(out, where("restore-end", partition, store) + ",\"restored\":" + totalRestored);
-      }
-    };
-  }
-
-  private static String where(String event, TopicPartition partition, String store) {
-    return "\"event\":\"" + event + "\",\"store\":" + Json.string(store)
-        + ",\"topic\":" + Json.string(partition.topic())
-        + ",\"partition\":" + partition.partition();
+    Console.run(streams, new Queries(streams)::answer);
   }
 
   /** The command line: {@code --name value} pairs. */
-  static final class Options {
-    String bootstrapServers;
-    String applicationId = "interop-orders";
+  static final class Options extends Console.Common {
     String inputTopic = "orders";
-    String stateDir;
-    boolean positionHeaders = true;
-    long commitIntervalMs = 100;
     long historyRetentionMs = 3_600_000;
     long windowMs = 60_000;
     long sessionGapMs = 30_000;
     long retentionMs = 86_400_000; // of the window and session stores: windows older expire
-    long sessionTimeoutMs = 45_000;
     long cacheMaxBytes = -1; // Kafka Streams' default
     Set<String> stores = new LinkedHashSet<>(Arrays.asList(TOTALS, LATEST, VERSIONS, COUNTS, SESSIONS));
+
+    {
+      applicationId = "interop-orders";
+      positionHeaders = true;
+      sessionTimeoutMs = 45_000;
+    }
 
     static Options parse(String[] args) {
       Map<String, String> given = new HashMap<>();
