@@ -46,6 +46,10 @@ class OwnerInfo:
         When it took ownership, ISO 8601 UTC.
     flight_location
         The Arrow Flight location serving this store, once there is one.
+    serves
+        The owner will serve the store over Flight (a follower query): until
+        ``flight_location`` is set it is starting up, and a reader should wait for it rather
+        than for the store to be free.
     """
 
     pid: int
@@ -54,15 +58,17 @@ class OwnerInfo:
     purpose: str
     started_at: str
     flight_location: str | None = None
+    serves: bool = False
 
     @classmethod
-    def for_this_process(cls, role: str, purpose: str) -> OwnerInfo:
+    def for_this_process(cls, role: str, purpose: str, *, serves: bool = False) -> OwnerInfo:
         return cls(
             pid=os.getpid(),
             host=socket.gethostname(),
             role=role,
             purpose=purpose,
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            serves=serves,
         )
 
     def is_this_process(self) -> bool:
@@ -100,6 +106,7 @@ def read_owner(path: str) -> OwnerInfo | None:
             purpose=str(data.get("purpose", "")),
             started_at=str(data.get("started_at", "")),
             flight_location=data.get("flight_location"),
+            serves=data.get("serves") is True,
         )
     except (OSError, ValueError, KeyError, TypeError):
         # Missing, half-written by a process killed mid-write, or foreign: not an owner.

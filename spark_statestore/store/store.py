@@ -120,6 +120,7 @@ class Store:
         *,
         purpose: str = "",
         options: StoreOptions | None = None,
+        serves: bool = False,
     ) -> Store:
         """Open (with a ``spec``: create when missing) the store at ``path``.
 
@@ -133,6 +134,10 @@ class Store:
             What this process does with the store, recorded in ``_owner.json``.
         options
             :class:`StoreOptions`.
+        serves
+            This process will serve the store over Flight (and then records the location
+            with :meth:`update_owner`): readers meanwhile wait for the location instead of
+            for the store to be free.
 
         Raises
         ------
@@ -160,7 +165,7 @@ class Store:
         role_name = spec.role.value if spec is not None else "reader"
         lock = OwnerLock.acquire(
             path,
-            OwnerInfo.for_this_process(role_name, purpose),
+            OwnerInfo.for_this_process(role_name, purpose, serves=serves),
             options.lock_wait_seconds,
             owner_wait_seconds=options.owner_wait_seconds,
         )

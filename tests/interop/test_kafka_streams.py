@@ -232,6 +232,17 @@ def test_window_and_session_stores_equal_kafka_streams_answers(
             ours_windows[(windowed.key.decode(), windowed.window_start)] = long_value(record.value)
         assert len(theirs_windows) > CUSTOMERS  # several windows per customer
         assert ours_windows == theirs_windows
+        # WindowKeyQuery: one customer's windows starting in a range.
+        for customer in sorted({key for key, _ in ours_windows})[:8]:
+            starts = sorted(start for key, start in ours_windows if key == customer)
+            low, high = starts[0], starts[len(starts) // 2]
+            answer = app.query("wkey", "counts", customer, args=[low, high])
+            assert answer["ok"], answer
+            assert {(r["key"], r["start"]): r["value"] for r in answer["rows"]} == {
+                (key, start): count
+                for (key, start), count in ours_windows.items()
+                if key == customer and low <= start <= high
+            }
         assert ours["position"] == Position.from_dict(answer["position"])
 
         ours = replica(bootstrap, app, "sessions", tmp_path / "sessions")

@@ -69,3 +69,39 @@ def test_views_through_the_owner_and_from_the_store_agree(store_path: Path, view
         assert local == [("orders", 0, 41), ("orders", 1, 7)]
     else:  # no lag provider and no Kafka: the applied offsets, without end or lag
         assert local == [(p, p + 1, None, None) for p in range(PARTITIONS)]
+
+
+def test_a_read_waits_for_a_starting_follower_query_to_serve_the_store(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower query owns its store from before its Flight server is up: a read in that
+    window waits for the server and reads through it (it used to open the store itself,
+    wait two minutes for an owner that never leaves, and fail with StoreLockedError)."""
+    import threading
+
+    from spark_statestore.connectors.spark.reader import snapshot
+
+    waiting = threading.Event()
+    real_pause = snapshot._pause
+
+    def pause(seconds: float) -> None:
+        waiting.set()
+        real_pause(seconds)
+
+    monkeypatch.setattr(snapshot, "_pause", pause)
+    monkeypatch.setattr(snapshot, "OWNER_WAIT_S", 20.0)
+    options = parse_reader_options({"path": str(store_path)})
+    planned: list[Any] = []
+    with Store.open(store_path, purpose="a starting follower query", serves=True) as store:
+        reader = SnapshotReader(options, parse_ddl(reader_ddl(options)))
+        thread = threading.Thread(target=lambda: planned.extend(reader.partitions()))
+        thread.start()
+        try:
+            assert waiting.wait(10), "the read did not wait for the owner's server"
+            with StoreServer(store) as server:
+                thread.join(30)
+                assert not thread.is_alive()
+                (partition,) = planned
+                assert partition.location == server.location  # type: ignore[attr-defined]
+        finally:
+            thread.join(30)

@@ -234,9 +234,10 @@ class StreamsApp:
         ``position``, or ``failure`` and ``message``).
 
         ``op`` is ``key`` / ``tkey`` (``KeyQuery`` / ``TimestampedKeyQuery`` of ``key``),
-        ``range`` / ``trange`` (the whole store), ``vkey`` (``VersionedKeyQuery``; ``args``:
-        an optional as-of time) or ``mvkey`` (``MultiVersionedKeyQuery``; ``args``: from,
-        to, ``asc`` or ``desc``); see ``Queries.java`` for the rest.
+        ``range`` / ``trange`` (the whole store), ``wkey`` (``WindowKeyQuery``; ``args``:
+        the window start range), ``vkey`` (``VersionedKeyQuery``; ``args``: an optional
+        as-of time) or ``mvkey`` (``MultiVersionedKeyQuery``; ``args``: from, to, ``asc`` or
+        ``desc``); see ``Queries.java`` for the rest.
 
         Raises
         ------

@@ -72,6 +72,7 @@ class FollowerRuntime:
                 options.path,
                 spec,
                 purpose=f"Spark follower source of {options.changelog} (pid {os.getpid()})",
+                serves=True,
             )
             closers.append(self.store.close)
             self.source = source

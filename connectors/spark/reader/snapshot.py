@@ -131,6 +131,8 @@ class SnapshotReader(DataSourceReader):
             if client is not None:
                 with client:
                     return self._plan_with_owner(client, deadline)
+            if self._wait_for_server():
+                continue  # an owner started serving: read through it
             try:
                 return self._plan_local()
             except NotUpToBoundError:
@@ -147,6 +149,30 @@ class SnapshotReader(DataSourceReader):
             )
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, _RECHECK_MAX_S)
+
+    def _wait_for_server(self) -> bool:
+        """While a follower query owns the store and is starting its Flight server, wait for
+        the server (up to :data:`OWNER_WAIT_S`): the store will not be free while it runs.
+        False when no owner is starting up (the caller opens the store itself)."""
+        from spark_statestore.store.ownership import live_owner
+
+        path = self._options.path
+        owner = live_owner(path)
+        if owner is None or not owner.serves or owner.flight_location:
+            return False
+        deadline = time.monotonic() + OWNER_WAIT_S
+        pause = 0.02
+        while owner is not None and owner.serves and not owner.flight_location:
+            if time.monotonic() > deadline:
+                raise SparkSourceError(
+                    f"the store at {path} is owned by {owner.describe()}, which has not served "
+                    f"it in {OWNER_WAIT_S:g} s; check that query, or stop it to read the store "
+                    "directly"
+                )
+            _pause(pause)
+            pause = min(pause * 2, 0.5)
+            owner = live_owner(path)
+        return True
 
     def _plan_with_owner(self, client: Any, deadline: float) -> list[InputPartition]:
         view = self._options.view
@@ -457,6 +483,11 @@ class PushdownSnapshotReader(SnapshotReader):
         self._pushed = pushdown.pushed
         _log.info("pushed to store %s: %s", self._options.path, pushdown.pushed)
         yield from rest
+
+
+def _pause(seconds: float) -> None:
+    """Wait between two looks at a starting owner (its owner file changes; nothing signals)."""
+    time.sleep(seconds)
 
 
 def _lag_pairs(lags: Mapping[int, LagInfo] | None) -> dict[int, tuple[int, int | None]] | None:

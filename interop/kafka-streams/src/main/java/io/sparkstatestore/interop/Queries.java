@@ -18,11 +18,13 @@ import org.apache.kafka.streams.query.StateQueryResult;
 import org.apache.kafka.streams.query.TimestampedKeyQuery;
 import org.apache.kafka.streams.query.TimestampedRangeQuery;
 import org.apache.kafka.streams.query.VersionedKeyQuery;
+import org.apache.kafka.streams.query.WindowKeyQuery;
 import org.apache.kafka.streams.query.WindowRangeQuery;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.ValueAndTimestamp;
 import org.apache.kafka.streams.state.VersionedRecord;
 import org.apache.kafka.streams.state.VersionedRecordIterator;
+import org.apache.kafka.streams.state.WindowStoreIterator;
 
 /**
  * Answers Kafka Streams' own IQv2 queries, one request per line: {@code <id> <op> <store>
@@ -37,6 +39,8 @@ import org.apache.kafka.streams.state.VersionedRecordIterator;
  *       window of a window store;
  *   <li>{@code sessions}: {@code WindowRangeQuery.withKey(key)}, a key's sessions in a session
  *       store;
+ *   <li>{@code wkey <key> <from> <to>}: {@code WindowKeyQuery.withKeyAndWindowStartRange(key,
+ *       from, to)}, a key's windows starting in that range (epoch milliseconds);
  *   <li>{@code vkey <key> [<asOf>]}: {@code VersionedKeyQuery.withKey(key)}, with {@code
  *       .asOf(asOf)} when given (epoch milliseconds);
  *   <li>{@code mvkey <key> <from> <to> asc|desc}: {@code
@@ -90,6 +94,17 @@ final class Queries {
         case "sessions":
           return iterated(id, streams.query(StateQueryRequest.inStore(store)
               .withQuery(WindowRangeQuery.<String, Object>withKey(key(parts)))));
+        case "wkey": {
+          if (parts.length < 6) {
+            throw new IllegalArgumentException("wkey needs <key> <from> <to>");
+          }
+          WindowKeyQuery<String, Object> query = WindowKeyQuery.withKeyAndWindowStartRange(
+              key(parts),
+              Instant.ofEpochMilli(Long.parseLong(parts[4])),
+              Instant.ofEpochMilli(Long.parseLong(parts[5])));
+          return windowsOfKey(
+              id, streams.query(StateQueryRequest.inStore(store).withQuery(query)), parts[3]);
+        }
         case "vkey": {
           VersionedKeyQuery<String, Object> query = VersionedKeyQuery.withKey(key(parts));
           if (parts.length > 4) {
@@ -141,6 +156,27 @@ final class Queries {
       }
     }
     return success(id, rows, result.getPosition());
+  }
+
+  /** A window key query's answer: the key's windows by start time, from every partition. */
+  private static <V> String windowsOfKey(
+      String id, StateQueryResult<WindowStoreIterator<V>> result, String key) {
+    String failure = failure(id, result);
+    List<String> rows = new ArrayList<>();
+    for (QueryResult<WindowStoreIterator<V>> partition : result.getPartitionResults().values()) {
+      if (partition.isSuccess() && partition.getResult() != null) {
+        try (WindowStoreIterator<V> iterator = partition.getResult()) {
+          while (iterator.hasNext()) {
+            KeyValue<Long, V> next = iterator.next();
+            Object value = next.value instanceof ValueAndTimestamp<?> timestamped
+                ? timestamped.value() : next.value;
+            rows.add("{\"key\":" + Json.string(key) + ",\"start\":" + next.key
+                + ",\"value\":" + Json.value(value) + "}");
+          }
+        }
+      }
+    }
+    return failure != null ? failure : success(id, rows, result.getPosition());
   }
 
   /** A versioned key query's answer: the version from the partition that has the key. */
