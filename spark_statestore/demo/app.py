@@ -154,7 +154,7 @@ class ShopApp:
         from spark_statestore.connectors.kafka import clients
 
         self.app = app
-        self._producer = Producer(
+        self._producer: Any = Producer(
             {"bootstrap.servers": bootstrap, "transactional.id": "spark-statestore-demo-orders"}
         )
         self._producer.init_transactions(30)
@@ -239,8 +239,12 @@ class ShopApp:
         return Position.from_map({CHANGELOG: written}) if written else Position.empty()
 
     def close(self) -> None:
-        """Close the producer and the changelog reader (the app is stopped by its owner)."""
+        """Close the producer and the changelog reader (the app is stopped by its owner).
+
+        The producer is destroyed here, not when the demo's objects are collected after the
+        broker has stopped (its threads would log the lost connections)."""
         self._producer.flush(30)
+        self._producer = None  # the last reference: librdkafka closes it now
         self._changelog.close()
 
 

@@ -23,6 +23,7 @@ from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSour
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.errors import FollowerError
 from spark_statestore.follower import Follower, history_retention_of
+from spark_statestore.position import Position
 from spark_statestore.query import (
     MultiVersionedKeyQuery,
     StateQueryRequest,
@@ -114,6 +115,9 @@ def compare(bootstrap: str, app: Any, path: Path) -> int:
         path, bootstrap, changelog, PARTITIONS, history_retention_ms=retention
     ) as store:
         with store.snapshot() as snapshot:
+            # Position headers on: the store's position is Kafka Streams' (every partition).
+            answer = app.query("vkey", "versions", "c00")
+            assert snapshot.position == Position.from_dict(answer["position"]) != Position.empty()
             stream_times = snapshot.stream_times()
             versions = {
                 f"c{i:02d}": snapshot.versions(f"c{i:02d}".encode()) for i in range(CUSTOMERS)
