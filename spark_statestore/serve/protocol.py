@@ -24,7 +24,11 @@ A *position* is :meth:`~spark_statestore.position.Position.to_dict`'s form,
      "partitions": n, "held_partitions": [0, 2] | null, "key_prefix": "<hex>" | null,
      "role": "leader" | "follower", "created_at": iso8601,
      "position": <position>, "changelog_offsets": {"0": 12},
-     "commit_seq": n, "commit_record": {...} | null}
+     "commit_seq": n, "commit_record": {...} | null,
+     "format_version": n, "history_retention_ms": ms | null}
+
+``format_version`` and ``history_retention_ms`` (a versioned store's; null for a key-value
+store) may be absent in a description from an older server: they decode as None.
 
 ``lags`` is ``{"0": {"current": a, "end": b, "lag": b - a}}`` per partition (the fields of
 :class:`~spark_statestore.query.LagInfo`: current and end offset positions, offset lag), or
@@ -215,6 +219,11 @@ class StoreDescription:
     commit_record
         The last sink commit record in
         :meth:`~spark_statestore.store.manifest.CommitRecord.to_dict`'s form, or None.
+    format_version
+        The store's on-disk format version; None when an older server did not say.
+    history_retention_ms
+        A versioned store's history retention; None for a key-value store (or when an
+        older server did not say: then ``format_version`` is None too).
     """
 
     store: str
@@ -230,6 +239,8 @@ class StoreDescription:
     changelog_offsets: Mapping[int, int]
     commit_seq: int
     commit_record: Mapping[str, Any] | None
+    format_version: int | None = None
+    history_retention_ms: int | None = None
 
     @classmethod
     def of_state(
@@ -251,6 +262,8 @@ class StoreDescription:
             changelog_offsets=dict(metadata.changelog_offsets),
             commit_seq=metadata.commit_seq,
             commit_record=None if record is None else record.to_dict(),
+            format_version=manifest.format_version,
+            history_retention_ms=manifest.history_retention_ms,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -269,6 +282,8 @@ class StoreDescription:
             "changelog_offsets": {str(p): o for p, o in sorted(self.changelog_offsets.items())},
             "commit_seq": self.commit_seq,
             "commit_record": None if self.commit_record is None else dict(self.commit_record),
+            "format_version": self.format_version,
+            "history_retention_ms": self.history_retention_ms,
         }
 
     @classmethod
@@ -310,6 +325,8 @@ class StoreDescription:
             changelog_offsets=_offsets_from_dict(_field(data, "changelog_offsets", dict)),
             commit_seq=_count(data, "commit_seq", minimum=0),
             commit_record=record,
+            format_version=_optional_count(data, "format_version", minimum=1),
+            history_retention_ms=_optional_count(data, "history_retention_ms", minimum=0),
         )
 
 
@@ -402,6 +419,13 @@ def _count(data: Mapping[str, Any], name: str, *, minimum: int) -> int:
     if not minimum <= value <= INT64_MAX:
         raise BadRequestError(f"the store description's {name!r} is out of range: {value}")
     return value
+
+
+def _optional_count(data: Mapping[str, Any], name: str, *, minimum: int) -> int | None:
+    """:func:`_count` of a field an older server does not send (absent or null: None)."""
+    if data.get(name) is None:
+        return None
+    return _count(data, name, minimum=minimum)
 
 
 def _offsets_from_dict(offsets: Mapping[str, Any]) -> dict[int, int]:

@@ -51,6 +51,8 @@ descriptions = st.builds(
         source_offsets=st.none() | st.dictionaries(texts, st.integers(), max_size=2),
         changelog_end_offsets=st.dictionaries(st.integers(0, 9), st.integers(0, 99), max_size=2),
     ).map(CommitRecord.to_dict),
+    format_version=st.none() | st.integers(1, 2),
+    history_retention_ms=st.none() | st.integers(0, INT64_MAX),
 )
 owners = st.builds(
     OwnerInfo,
@@ -104,6 +106,14 @@ def test_a_describe_reply_is_a_description_plus_what_the_server_knows() -> None:
     assert data["owner"]["pid"] == 1
 
 
+def test_a_description_from_an_older_server_has_no_kind() -> None:
+    """Servers before the kind and format version were described omit both: still read."""
+    data = valid_description()
+    del data["format_version"], data["history_retention_ms"]
+    description = StoreDescription.from_dict(data)
+    assert description.format_version is None and description.history_retention_ms is None
+
+
 OWNER_DICT = {
     "pid": 1,
     "host": "h",
@@ -130,6 +140,8 @@ def valid_description() -> dict[str, Any]:
         "changelog_offsets": {"0": 12},
         "commit_seq": 9,
         "commit_record": None,
+        "format_version": 1,
+        "history_retention_ms": None,
     }
 
 
@@ -142,7 +154,10 @@ def test_the_valid_example_decodes() -> None:
     assert description.changelog_offsets == {0: 12}
 
 
-@pytest.mark.parametrize("field", sorted(valid_description()))
+OPTIONAL_FIELDS = {"format_version", "history_retention_ms"}  # older servers omit them
+
+
+@pytest.mark.parametrize("field", sorted(set(valid_description()) - OPTIONAL_FIELDS))
 def test_a_description_without_a_field_is_refused(field: str) -> None:
     data = valid_description()
     del data[field]
