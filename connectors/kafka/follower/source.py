@@ -20,10 +20,12 @@ from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.follower import PollResult, Row
+from spark_statestore.query import LagInfo
 
 __all__ = [
     "READ_AHEAD_BYTES",
     "KafkaChangelogSource",
+    "changelog_lags",
     "handle_out_of_range",
     "kept_headers",
     "read_ahead_settings",
@@ -349,3 +351,28 @@ def handle_out_of_range(
         low,
     )
     return low
+
+
+def changelog_lags(
+    bootstrap_servers: str,
+    topic: str,
+    partitions: Sequence[int],
+    offsets: Mapping[int, int],
+    *,
+    config: Mapping[str, Any] | None = None,
+) -> dict[int, LagInfo]:
+    """``{partition: LagInfo}`` of a store that is not being followed: its applied changelog
+    ``offsets`` (``{partition: next offset}``) against the changelog's end offsets now (last
+    stable offsets, read_committed), for ``partitions``.
+
+    Raises
+    ------
+    KafkaClientError
+        If the changelog's offsets cannot be read (no broker, no such topic).
+    """
+    source = KafkaChangelogSource(bootstrap_servers, topic, config=config)
+    try:
+        ends = source.end_offsets(list(partitions))
+    finally:
+        source.close()
+    return {p: LagInfo(offsets.get(p, 0), max(end, offsets.get(p, 0))) for p, end in ends.items()}

@@ -273,16 +273,17 @@ class SnapshotReader(DataSourceReader):
     ) -> dict[int, tuple[int, int | None]] | None:
         if self._options.bootstrap_servers is None or manifest.changelog_topic is None:
             return None
-        from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
+        from spark_statestore.connectors.kafka.follower.source import changelog_lags
 
-        source = KafkaChangelogSource(
-            self._options.bootstrap_servers, manifest.changelog_topic, config=self._options.kafka
+        return _lag_pairs(
+            changelog_lags(
+                self._options.bootstrap_servers,
+                manifest.changelog_topic,
+                manifest.holds,
+                offsets,
+                config=self._options.kafka,
+            )
         )
-        try:
-            ends = source.end_offsets(list(manifest.holds))
-        finally:
-            source.close()
-        return {p: (offsets.get(p, 0), max(ends[p], offsets.get(p, 0))) for p in ends}
 
     def _view_rows(
         self,
