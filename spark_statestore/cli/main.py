@@ -9,23 +9,24 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_statestore import __version__
+from spark_statestore.cli.arguments import integer as _integer
+from spark_statestore.cli.arguments import seconds as _seconds
+from spark_statestore.cli.store_commands import add_store_commands
 from spark_statestore.errors import StateStoreError, closest_hint
-from spark_statestore.integer_spec import ascii_integer
 
 if TYPE_CHECKING:
     from spark_statestore.changelog.missing_position import OnMissingPosition
 
-__all__ = ["main"]
+__all__ = ["build_parser", "catch_stop_signals", "main"]
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -34,28 +35,6 @@ def _write_atomically(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
     os.replace(tmp, path)
-
-
-def _integer(text: str) -> int:
-    """The argparse type of integer flags: ASCII digits and an optional ``-`` (``int()``, argparse's
-    usual type, also takes other scripts' digits, ``+``, ``_`` and blanks)."""
-    number = ascii_integer(text)
-    if number is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer written in ASCII digits 0-9")
-    return number
-
-
-_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
-
-
-def _seconds(text: str) -> float:
-    """The argparse type of duration flags: a plain decimal number of seconds in ASCII
-    (``float()`` also takes ``nan``, ``inf``, ``1e9``, other scripts' digits and blanks)."""
-    if _SECONDS.fullmatch(text) is None:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r} is not a number of seconds (ASCII digits, e.g. 30 or 2.5)"
-        )
-    return float(text)
 
 
 def _on_missing_position(text: str) -> OnMissingPosition:
@@ -76,8 +55,9 @@ def _on_missing_position(text: str) -> OnMissingPosition:
         ) from None
 
 
-def _wait_for_signal() -> int:
-    """Block until SIGINT or SIGTERM; returns the signal number."""
+def catch_stop_signals() -> Callable[[], int]:
+    """Take over SIGINT and SIGTERM now; the returned function blocks until one of them
+    arrives (also one that arrived before it was called) and returns its number."""
     received: list[int] = []
     done = threading.Event()
 
@@ -87,9 +67,18 @@ def _wait_for_signal() -> int:
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
-    while not done.wait(timeout=1.0):
-        pass
-    return received[0]
+
+    def wait() -> int:
+        while not done.wait(timeout=1.0):
+            pass
+        return received[0]
+
+    return wait
+
+
+def _wait_for_signal() -> int:
+    """Block until SIGINT or SIGTERM; returns the signal number."""
+    return catch_stop_signals()()
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
@@ -376,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="tiny sizes (a smoke run of about a second)"
     )
     bench.set_defaults(func=_cmd_bench)
+    add_store_commands(sub)
     return parser
 
 
@@ -390,8 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except StateStoreError as exc:
-        print(f"spark-statestore {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"spark-statestore {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error's message on one line (a server's or a library's may span several)."""
+    return " ".join(str(exc).split())

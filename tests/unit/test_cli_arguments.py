@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from spark_statestore.changelog.missing_position import OnMissingPosition
@@ -14,6 +17,10 @@ FLAGS = [
     ["follow", "--bootstrap-servers", "b:9092", "--changelog", "c", "/s", "--chunk-records"],
     ["bench", "--rounds"],
     ["bench", "--records"],
+    ["serve", "/s", "--port"],
+    ["query", "/s", "--all", "--max-lag"],
+    ["query", "/s", "--all", "--limit"],
+    ["query", "/s", "--all", "--as-of"],
 ]
 
 
@@ -97,3 +104,127 @@ def test_follow_takes_a_leader_application_id_and_refuses_it_with_partitions() -
         FollowOptions.from_cli(
             bootstrap_servers="b:9092", changelog="c", path="/s", leader_application_id="a b"
         )
+
+
+# -- serve, inspect, lag, query ------------------------------------------------------------------
+
+
+def test_query_needs_exactly_one_of_key_range_prefix_all(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for argv in (["query", "/s"], ["query", "/s", "--all", "--prefix", "a"]):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(argv)
+        assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "one of the arguments --key --range --prefix --all is required" in err
+    assert "argument --prefix: not allowed with argument --all" in err
+    args = build_parser().parse_args(["query", "/s", "--key", "a", "--key", "b"])
+    assert args.key == ["a", "b"] and args.range is None and not args.all
+
+
+def test_query_options_turn_keys_into_stored_bytes() -> None:
+    from spark_statestore.cli.query import QueryOptions
+    from spark_statestore.store.scan import ScanSpec
+
+    def scan(**kwargs: object) -> ScanSpec:
+        return QueryOptions.from_cli(path="/s", **kwargs).scan  # type: ignore[arg-type]
+
+    assert scan(keys=["b", "a"]) == ScanSpec.for_keys([b"a", b"b"])
+    assert scan(keys=["-2"], key_format="long") == ScanSpec.for_keys([b"\xff" * 7 + b"\xfe"])
+    assert scan(keys=["7"], key_format="int") == ScanSpec.for_keys([b"\x00\x00\x00\x07"])
+    assert scan(keys=["0a1B"], key_format="binary") == ScanSpec.for_keys([b"\n\x1b"])
+    assert scan(keys=["1.5"], key_format="double") == ScanSpec.for_keys([b"?\xf8" + bytes(6)])
+    assert scan(key_range=["a", "m"]) == ScanSpec.between(b"a", b"m")
+    assert scan(prefix="ab") == ScanSpec.with_prefix(b"ab")
+    assert scan() == ScanSpec.everything()
+    assert scan(limit=5, as_of=9) == ScanSpec(limit=5, as_of=9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"keys": ["x"], "key_format": "long"}, "--key: 'x' is not a key of --key-format long"),
+        ({"keys": ["\u0663"], "key_format": "int"}, "is not a key of --key-format int"),
+        ({"keys": [str(2**31)], "key_format": "int"}, "32-bit signed"),
+        ({"keys": ["zz"], "key_format": "binary"}, "option --key: 'zz' is not hex"),
+        ({"keys": ["nan"], "key_format": "double"}, "is not a decimal number"),
+        ({"key_range": ["-1", "5"], "key_format": "long"}, "negative numbers sort after"),
+        ({"prefix": "1", "key_format": "long"}, "option --prefix: a prefix of long keys"),
+        ({"position_bound": '{"orders": 1}'}, "option --position-bound:"),
+        ({"position_bound": "not json"}, "option --position-bound:"),
+        ({"max_lag": -1}, "option --max-lag must be >= 0"),
+        ({"limit": -1}, "option --limit must be >= 0"),
+        ({"value_format": "json"}, "option --value-schema"),
+        ({"value_schema": "id INT"}, "option --value-schema"),
+        ({"key_format": "json"}, "option --key-format"),
+        ({"kafka": ["bootstrap.servers=x"]}, "set bootstrap.servers with --bootstrap-servers"),
+    ],
+)
+def test_query_options_refuse_bad_arguments_naming_the_flag(
+    kwargs: dict[str, object], message: str
+) -> None:
+    from spark_statestore.cli.query import QueryOptions
+    from spark_statestore.errors import OptionError
+
+    with pytest.raises(OptionError, match=re.escape(message)):
+        QueryOptions.from_cli(path="/s", **kwargs)  # type: ignore[arg-type]
+
+
+def test_query_options_parse_the_bound_and_formats() -> None:
+    from spark_statestore import Position, PositionBound
+    from spark_statestore.cli.query import QueryOptions
+
+    args = build_parser().parse_args(
+        [
+            "query",
+            "/s",
+            "--all",
+            "--json",
+            "--position-bound",
+            '{"orders": {"0": 41}}',
+            "--position-bound-timeout",
+            "2.5",
+            "--value-format",
+            "json",
+            "--value-schema",
+            "id INT",
+        ]
+    )
+    options = QueryOptions.from_cli(
+        path=args.path,
+        value_format=args.value_format,
+        value_schema=args.value_schema,
+        as_json=args.json,
+        position_bound=args.position_bound,
+        position_bound_timeout=args.position_bound_timeout,
+    )
+    assert options.position_bound == PositionBound.at(Position.from_map({"orders": {0: 41}}))
+    assert options.bound_timeout_s == 2.5 and options.output == "json"
+
+
+def test_serve_refuses_beyond_loopback_without_tls_and_half_a_tls_pair(tmp_path: Path) -> None:
+    from spark_statestore.cli.serve import ServeOptions
+    from spark_statestore.errors import OptionError
+
+    assert ServeOptions.from_cli(path="/s", host="::1").host == "::1"
+    with pytest.raises(
+        OptionError, match=r"option --host 0\.0\.0\.0: serving beyond loopback needs"
+    ):
+        ServeOptions.from_cli(path="/s", host="0.0.0.0")
+    with pytest.raises(OptionError, match="--tls-cert and --tls-key go together"):
+        ServeOptions.from_cli(path="/s", tls_cert="c.pem")
+    with pytest.raises(OptionError, match="option --tls-key: cannot read"):
+        (tmp_path / "c.pem").write_bytes(b"PEM")
+        ServeOptions.from_cli(
+            path="/s", tls_cert=str(tmp_path / "c.pem"), tls_key=str(tmp_path / "missing")
+        )
+    with pytest.raises(OptionError, match="option --port must be in 0-65535"):
+        ServeOptions.from_cli(path="/s", port=70000)
+    pem = ServeOptions.from_cli(
+        path="/s",
+        host="10.0.0.1",
+        tls_cert=str(tmp_path / "c.pem"),
+        tls_key=str(tmp_path / "c.pem"),
+    )
+    assert pem.tls_certificates == (b"PEM", b"PEM")

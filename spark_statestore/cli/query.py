@@ -1,0 +1,463 @@
+"""``spark-statestore query``: key, range and prefix lookups of a store, from the shell.
+
+Reads one consistent snapshot: through the live owner's server when there is one (a pinned
+snapshot, whose position is checked against ``--position-bound`` as the Spark snapshot reader
+checks it, the owner waiting up to ``--position-bound-timeout`` for it), else by opening the
+store read-only. Keys and values are decoded with the Spark reader's codecs
+(:class:`~spark_statestore.connectors.spark.formats.ColumnCodec`: no Spark session is
+started). A store behind the bound or lagging more than ``--max-lag`` is refused
+(:class:`~spark_statestore.cli.errors.StaleStoreError`, exit 3).
+
+Other routes (a Flight location, a changelog through the replica router) are not here yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import struct
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from spark_statestore.cli.errors import CommandError, StaleStoreError
+from spark_statestore.errors import InvalidPositionError, OptionError
+from spark_statestore.integer_spec import ascii_integer
+from spark_statestore.position import Position, PositionBound
+from spark_statestore.store.scan import ScanSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from spark_statestore.connectors.spark.formats import ColumnCodec
+    from spark_statestore.query import LagInfo
+
+__all__ = ["KEY_FORMATS", "VALUE_FORMATS", "Answer", "QueryOptions", "run_query"]
+
+KEY_FORMATS = ("string", "long", "int", "double", "binary")
+"""How ``--key``/``--range``/``--prefix`` are written and keys shown (binary: hex)."""
+VALUE_FORMATS = (*KEY_FORMATS, "json")
+"""How values are shown (binary: hex; json: decoded with ``--value-schema``)."""
+
+Output = Literal["table", "json"]
+
+
+class _Offsets(Protocol):
+    """A commit with its changelog offsets (a local snapshot, a pinned description)."""
+
+    @property
+    def changelog_offsets(self) -> Mapping[int, int]: ...
+
+
+_DECIMAL = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_ORDERED_NUMBERS = ("long", "int", "double")
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOptions:
+    """What ``spark-statestore query`` was asked, parsed and checked.
+
+    Parameters
+    ----------
+    path
+        The store directory.
+    scan
+        The rows to read (keys, a range, a prefix or everything; a limit).
+    key_format, value_format
+        How keys and values are decoded (:data:`KEY_FORMATS`, :data:`VALUE_FORMATS`).
+    value_schema
+        The DDL schema of ``json`` values.
+    output
+        ``table`` or ``json`` (one JSON object per row).
+    position_bound
+        The position the snapshot must have reached (NOT_UP_TO_BOUND otherwise).
+    bound_timeout_s
+        How long a live owner may wait for ``position_bound``.
+    max_lag
+        Refuse a store lagging its changelog by more records; None: no limit.
+    bootstrap_servers, kafka_config
+        Where to read the changelog's end offsets for ``max_lag`` when no live follower
+        reports its lags.
+    """
+
+    path: str
+    scan: ScanSpec
+    key_format: str = "string"
+    value_format: str = "string"
+    value_schema: str | None = None
+    output: Output = "table"
+    position_bound: PositionBound = field(default_factory=PositionBound.unbounded)
+    bound_timeout_s: float = 0.0
+    max_lag: int | None = None
+    bootstrap_servers: str | None = None
+    kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_cli(
+        cls,
+        *,
+        path: str,
+        keys: Sequence[str] | None = None,
+        key_range: Sequence[str] | None = None,
+        prefix: str | None = None,
+        key_format: str = "string",
+        value_format: str = "string",
+        value_schema: str | None = None,
+        as_json: bool = False,
+        position_bound: str | None = None,
+        position_bound_timeout: float = 0.0,
+        max_lag: int | None = None,
+        limit: int | None = None,
+        as_of: int | None = None,
+        bootstrap_servers: str | None = None,
+        kafka: Sequence[str] = (),
+    ) -> QueryOptions:
+        """Build the options from the command's flags (no key, range or prefix: ``--all``).
+
+        Raises
+        ------
+        OptionError
+            Naming the flag: an empty path, a key not written in its ``--key-format``, a
+            range over numbers below zero, a prefix of a numeric key, a malformed
+            ``--position-bound``, a negative ``--max-lag`` or ``--limit``, a ``json`` value
+            format without ``--value-schema`` (or a schema without it).
+        """
+        if not path.strip():
+            raise OptionError("query: PATH must not be empty")
+        if key_format not in KEY_FORMATS:
+            raise OptionError(f"option --key-format: {key_format!r} is not one of {KEY_FORMATS}")
+        if value_format not in VALUE_FORMATS:
+            raise OptionError(
+                f"option --value-format: {value_format!r} is not one of {VALUE_FORMATS}"
+            )
+        if (value_format == "json") != (value_schema is not None):
+            raise OptionError(
+                "option --value-schema gives the DDL schema of --value-format json values, and "
+                "is needed with it only (e.g. --value-format json --value-schema 'id INT')"
+            )
+        for flag, number in (("--max-lag", max_lag), ("--limit", limit)):
+            if number is not None and number < 0:
+                raise OptionError(f"option {flag} must be >= 0, got {number}")
+        spec = _scan_spec(keys, key_range, prefix, key_format)
+        if limit is not None:
+            spec = spec.with_limit(limit)
+        if as_of is not None:
+            spec = spec.with_as_of(as_of)
+        bound = PositionBound.unbounded()
+        if position_bound is not None:
+            try:
+                bound = PositionBound.from_json(position_bound)
+            except InvalidPositionError as exc:
+                raise OptionError(
+                    f"option --position-bound: {exc} (expected offsets JSON like "
+                    '\'{"orders": {"0": 41}}\')'
+                ) from None
+        kafka_config: Mapping[str, str] = MappingProxyType({})
+        if kafka:
+            from spark_statestore.cli.follow import parse_kafka_settings
+
+            kafka_config = MappingProxyType(parse_kafka_settings(kafka))
+        return cls(
+            path=os.path.abspath(path),
+            scan=spec,
+            key_format=key_format,
+            value_format=value_format,
+            value_schema=value_schema,
+            output="json" if as_json else "table",
+            position_bound=bound,
+            bound_timeout_s=position_bound_timeout,
+            max_lag=max_lag,
+            bootstrap_servers=bootstrap_servers,
+            kafka_config=kafka_config,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The rows a query read and the snapshot they come from.
+
+    Parameters
+    ----------
+    table
+        The rows (:func:`~spark_statestore.store.snapshot.arrow_schema`), keys ascending.
+    position, commit_seq
+        The snapshot's position and commit.
+    location
+        The owner's server the rows came through; None when read from disk.
+    """
+
+    table: pa.Table
+    position: Position
+    commit_seq: int
+    location: str | None
+
+
+def run_query(options: QueryOptions) -> int:
+    """Read, print (a table or JSON lines on stdout, a summary on stderr); the exit code."""
+    answer = read_answer(options)
+    key_codec, value_codec = _codecs(options)
+    table = answer.table
+    keys = _decode(key_codec, table.column("key").to_pylist(), table)
+    values = _decode(value_codec, table.column("value").to_pylist(), table)
+    partitions = table.column("partition").to_pylist()
+    offsets = table.column("offset").to_pylist()
+    stamps = table.column("timestamp").to_pylist()
+    if options.output == "json":
+        for row in zip(keys, values, partitions, offsets, stamps, strict=True):
+            print(json.dumps(dict(zip(_JSON_NAMES, map(_json_value, row), strict=True))))
+    else:
+        from spark_statestore.cli.table import render_table
+
+        cells = [
+            [_text(v) for v in row]
+            for row in zip(keys, values, partitions, offsets, stamps, strict=True)
+        ]
+        print(render_table(_HEADERS, cells))
+    sys.stdout.flush()
+    via = f"through {answer.location}" if answer.location else "from the store on disk"
+    print(
+        f"{table.num_rows} row(s) {via}, commit {answer.commit_seq}, position "
+        f"{answer.position.to_json()}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def read_answer(options: QueryOptions) -> Answer:
+    """The rows ``options.scan`` selects from one snapshot that satisfies the bound and
+    the lag limit.
+
+    Raises
+    ------
+    StaleStoreError
+        If the snapshot has not reached the bound, or the store lags more than allowed.
+    StoreNotFoundError, StoreLockedError, ServeError
+        No store; a live owner that does not serve it; an unreachable or refusing server.
+    """
+    from spark_statestore.serve import connect_to_owner
+
+    client = connect_to_owner(options.path)
+    if client is not None:
+        with client:
+            pinned = client.pin(options.position_bound, wait_s=options.bound_timeout_s)
+            try:
+                _check_bound(options, pinned.position, waited=options.bound_timeout_s)
+                if options.max_lag is not None:
+                    meta = pinned.metadata
+                    held = meta.held_partitions or tuple(range(meta.partitions))
+                    lags = _lags(options, client.lags(), meta.changelog_topic, held, meta)
+                    _check_lag(options, lags, meta.changelog_topic)
+                table = client.read_table(options.scan, pinned.snapshot_id)
+            finally:
+                client.release(pinned.snapshot_id)
+            return Answer(table, pinned.position, pinned.commit_seq, client.location)
+    return _read_from_disk(options)
+
+
+def _read_from_disk(options: QueryOptions) -> Answer:
+    import pyarrow as pa
+
+    from spark_statestore.store import Store, arrow_schema, scan_batches
+
+    with (
+        Store.open(options.path, purpose="spark-statestore query") as store,
+        store.snapshot() as snapshot,
+    ):
+        _check_bound(options, snapshot.position, waited=0.0)
+        if options.max_lag is not None:
+            manifest = store.manifest
+            lags = _lags(options, None, manifest.changelog_topic, manifest.holds, snapshot)
+            _check_lag(options, lags, manifest.changelog_topic)
+        batches = list(scan_batches(snapshot, options.scan))
+        table = pa.Table.from_batches(batches, schema=arrow_schema())
+        return Answer(table, snapshot.position, snapshot.commit_seq, None)
+
+
+def _lags(
+    options: QueryOptions,
+    reported: Mapping[int, LagInfo] | None,
+    topic: str | None,
+    held: Sequence[int],
+    commit: _Offsets,
+) -> Mapping[int, LagInfo] | None:
+    """The lags the owner ``reported``, else (with ``--bootstrap-servers``) the commit's
+    changelog offsets against the changelog's end offsets; None when neither is known."""
+    if reported is not None or options.bootstrap_servers is None or topic is None:
+        return reported
+    from spark_statestore.connectors.kafka.follower.source import changelog_lags
+
+    return changelog_lags(
+        options.bootstrap_servers,
+        topic,
+        held,
+        commit.changelog_offsets,
+        config=options.kafka_config,
+    )
+
+
+def _check_bound(options: QueryOptions, position: Position, *, waited: float) -> None:
+    bound = options.position_bound
+    if bound.permits(position):
+        return
+    after = f" after waiting {waited:g} s" if waited else ""
+    hint = (
+        "retry later, or give --position-bound-timeout to let its owner wait"
+        if not waited
+        else "retry later, or wait longer"
+    )
+    raise StaleStoreError(
+        f"NOT_UP_TO_BOUND: the store at {options.path} is at position {position.to_json()}, "
+        f"which has not reached --position-bound {bound.to_json()}{after}: {hint}"
+    )
+
+
+def _check_lag(
+    options: QueryOptions, lags: Mapping[int, LagInfo] | None, topic: str | None
+) -> None:
+    limit = options.max_lag
+    assert limit is not None
+    if lags is None:
+        reason = (
+            "it publishes no changelog"
+            if topic is None
+            else "no live follower reports its lag; give --bootstrap-servers to ask the changelog"
+        )
+        raise CommandError(
+            f"--max-lag: the lag of the store at {options.path} is unknown: {reason}"
+        )
+    behind = {p: info.offset_lag for p, info in sorted(lags.items()) if info.offset_lag > limit}
+    if behind:
+        raise StaleStoreError(
+            f"the store at {options.path} lags its changelog by {behind} records (partition: "
+            f"lag), more than --max-lag {limit}: retry when it has caught up, or raise --max-lag"
+        )
+
+
+# -- keys in, values out ---------------------------------------------------------------------
+def _scan_spec(
+    keys: Sequence[str] | None,
+    key_range: Sequence[str] | None,
+    prefix: str | None,
+    key_format: str,
+) -> ScanSpec:
+    if keys is not None:
+        return ScanSpec.for_keys([key_bytes(k, key_format, "--key") for k in keys])
+    if key_range is not None:
+        low, high = key_range
+        if key_format in _ORDERED_NUMBERS and any(t.startswith("-") for t in (low, high)):
+            raise OptionError(
+                f"option --range: {key_format} keys are stored big-endian, where negative "
+                "numbers sort after positive ones, so a range with a negative bound is not a "
+                "range of stored keys; query non-negative bounds, or read --all"
+            )
+        return ScanSpec.between(
+            key_bytes(low, key_format, "--range"), key_bytes(high, key_format, "--range")
+        )
+    if prefix is not None:
+        if key_format not in ("string", "binary"):
+            raise OptionError(
+                f"option --prefix: a prefix of {key_format} keys is not meaningful; use "
+                "--key-format string or binary"
+            )
+        return ScanSpec.with_prefix(key_bytes(prefix, key_format, "--prefix"))
+    return ScanSpec.everything()
+
+
+def key_bytes(text: str, key_format: str, flag: str) -> bytes:
+    """The stored bytes of a key written in ``key_format`` on the command line.
+
+    Raises
+    ------
+    OptionError
+        Naming ``flag``, when ``text`` is not a value of that format.
+    """
+    if key_format == "string":
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise OptionError(f"option {flag}: {text!r} is not valid UTF-8 ({exc})") from None
+    if key_format == "binary":
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            raise OptionError(
+                f"option {flag}: {text[:40]!r} is not hex (binary keys are written in hex, "
+                "e.g. 0a1b)"
+            ) from None
+    if key_format == "double":
+        if _DECIMAL.fullmatch(text) is None:
+            raise OptionError(f"option {flag}: {text[:40]!r} is not a decimal number")
+        return struct.pack(">d", float(text))
+    number = ascii_integer(text)
+    width = 8 if key_format == "long" else 4
+    if number is None or not -(1 << (width * 8 - 1)) <= number < 1 << (width * 8 - 1):
+        raise OptionError(
+            f"option {flag}: {text[:40]!r} is not a key of --key-format {key_format} (an "
+            f"integer in ASCII digits, {width * 8}-bit signed)"
+        )
+    return number.to_bytes(width, "big", signed=True)
+
+
+def _codecs(options: QueryOptions) -> tuple[ColumnCodec, ColumnCodec]:
+    from spark_statestore.connectors.spark.formats import ColumnCodec
+
+    schema = None
+    if options.value_schema is not None:
+        from spark_statestore.connectors.spark.ddl import parse_ddl
+
+        schema = parse_ddl(options.value_schema, option="--value-schema")
+    return (
+        ColumnCodec.create(options.key_format, None, column="key"),
+        ColumnCodec.create(options.value_format, schema, column="value"),
+    )
+
+
+def _decode(codec: ColumnCodec, raw: list[bytes | None], table: pa.Table) -> list[Any]:
+    from spark_statestore.connectors.spark.errors import DecodeError
+
+    partitions = table.column("partition").to_pylist()
+    offsets = table.column("offset").to_pylist()
+
+    def locate(index: int) -> str:
+        return f"changelog partition {partitions[index]} offset {offsets[index]}"
+
+    try:
+        decoded, _ = codec.decode(raw, locate=locate, permissive=False)
+    except DecodeError as exc:
+        bad = raw[exc.index] or b""
+        preview = bad[:16].hex() + ("..." if len(bad) > 16 else "")
+        raise CommandError(
+            f"cannot show the {codec.column} at {locate(exc.index)} as {codec.format.value} "
+            f"({len(bad)} bytes: {preview or 'empty'}); try --{codec.column}-format binary"
+        ) from None
+    return list(decoded.to_pylist())
+
+
+_HEADERS = ("KEY", "VALUE", "PARTITION", "OFFSET", "TIMESTAMP")
+_JSON_NAMES = ("key", "value", "partition", "offset", "timestamp")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dt.datetime):
+        return value.isoformat(timespec="milliseconds")
+    if isinstance(value, (dict, list)):
+        return json.loads(json.dumps(value, default=str))
+    return value
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dt.datetime):
+        return value.isoformat(timespec="milliseconds")
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str, sort_keys=True)
+    return str(value)

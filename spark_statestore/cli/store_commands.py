@@ -1,0 +1,181 @@
+"""The parser and handlers of the store commands: ``serve``, ``inspect``, ``lag``, ``query``.
+
+Each handler imports its command's module when it runs (see
+:mod:`~spark_statestore.cli.main`), so building the parser loads no Arrow, LevelDB or Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from spark_statestore.cli.arguments import integer as _integer
+from spark_statestore.cli.arguments import seconds as _seconds
+
+__all__ = ["add_store_commands"]
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from spark_statestore.cli.serve import ServeOptions, run_serve
+
+    options = ServeOptions.from_cli(
+        path=args.path,
+        host=args.host,
+        port=args.port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
+    return run_serve(options)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from spark_statestore.cli.inspect import run_inspect
+
+    return run_inspect(args.path, as_json=args.json)
+
+
+def _cmd_lag(args: argparse.Namespace) -> int:
+    from spark_statestore.cli.follow import parse_kafka_settings
+    from spark_statestore.cli.lag import run_lag
+
+    return run_lag(
+        args.path,
+        bootstrap_servers=args.bootstrap_servers,
+        kafka_config=parse_kafka_settings(args.kafka),
+        as_json=args.json,
+    )
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    from spark_statestore.cli.query import QueryOptions, run_query
+
+    options = QueryOptions.from_cli(
+        path=args.path,
+        keys=args.key,
+        key_range=args.range,
+        prefix=args.prefix,
+        key_format=args.key_format,
+        value_format=args.value_format,
+        value_schema=args.value_schema,
+        as_json=args.json,
+        position_bound=args.position_bound,
+        position_bound_timeout=args.position_bound_timeout,
+        max_lag=args.max_lag,
+        limit=args.limit,
+        as_of=args.as_of,
+        bootstrap_servers=args.bootstrap_servers,
+        kafka=args.kafka,
+    )
+    return run_query(options)
+
+
+def add_store_commands(sub: Any) -> None:
+    """The commands that serve or read one store: serve, inspect, lag, query."""
+    from spark_statestore.cli.query import KEY_FORMATS, VALUE_FORMATS
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve a store over Arrow Flight while no query runs",
+        description="Open the store at PATH (this process owns it until it stops), serve it "
+        "over Arrow Flight like a follower query does, advertised in the store's owner file "
+        "(inspect, query and Spark's snapshot reader find it), print the location and serve "
+        "until SIGINT/SIGTERM; then stop cleanly. Beyond loopback it needs TLS.",
+    )
+    serve.add_argument("path", metavar="PATH", help="the store directory")
+    serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    serve.add_argument(
+        "--port", type=_integer, default=0, help="listen port (default 0: any free port)"
+    )
+    serve.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain: serve grpc+tls")
+    serve.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    serve.set_defaults(func=_cmd_serve)
+
+    inspect = sub.add_parser(
+        "inspect",
+        help="show a store's metadata, position, commit record and owner",
+        description="Describe the store at PATH: name, role, changelog, partitions and "
+        "subset, kind (key-value, or versioned with its history retention) and format "
+        "version; the latest commit's sequence, position, changelog offsets and commit "
+        "record; its owner (live or stale). Read through the live owner's server when there "
+        "is one, else from disk.",
+    )
+    inspect.add_argument("path", metavar="PATH", help="the store directory")
+    inspect.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    inspect.set_defaults(func=_cmd_inspect)
+
+    lag = sub.add_parser(
+        "lag",
+        help="show a store's lag behind its changelog, per partition",
+        description="Per held partition: the store's current changelog offset, the "
+        "changelog's end offset and the lag, like kafka-consumer-groups --describe. From the "
+        "live follower's own lags, else the store's offsets against the changelog's end "
+        "offsets (with --bootstrap-servers).",
+    )
+    lag.add_argument("path", metavar="PATH", help="the store directory")
+    lag.add_argument(
+        "--bootstrap-servers", help="Kafka bootstrap servers, for a store nobody follows now"
+    )
+    lag.add_argument(
+        "--kafka", action="append", default=[], metavar="KEY=VALUE", help="a Kafka setting"
+    )
+    lag.add_argument("--json", action="store_true", help="one JSON object per partition")
+    lag.set_defaults(func=_cmd_lag)
+
+    query = sub.add_parser(
+        "query",
+        help="look up keys, a key range or a prefix in a store",
+        description="Read one consistent snapshot of the store at PATH, through its live "
+        "owner's server or from disk, and print the rows (key, value, partition, offset, "
+        "timestamp) as a table or JSON lines; a summary with the snapshot's commit and "
+        "position goes to stderr. A store behind --position-bound (NOT_UP_TO_BOUND) or "
+        "lagging more than --max-lag is refused with exit code 3.",
+    )
+    query.add_argument("path", metavar="PATH", help="the store directory")
+    what = query.add_mutually_exclusive_group(required=True)
+    what.add_argument("--key", action="append", metavar="K", help="a key to look up (repeatable)")
+    what.add_argument(
+        "--range", nargs=2, metavar=("FROM", "TO"), help="keys from FROM to TO, both inclusive"
+    )
+    what.add_argument("--prefix", metavar="P", help="keys starting with P")
+    what.add_argument("--all", action="store_true", help="every key")
+    query.add_argument(
+        "--key-format",
+        choices=KEY_FORMATS,
+        default="string",
+        help="how keys are written and shown (binary: hex; default string)",
+    )
+    query.add_argument(
+        "--value-format",
+        choices=VALUE_FORMATS,
+        default="string",
+        help="how values are shown (binary: hex; json needs --value-schema; default string)",
+    )
+    query.add_argument("--value-schema", metavar="DDL", help="the DDL schema of json values")
+    query.add_argument("--json", action="store_true", help="one JSON object per row")
+    query.add_argument(
+        "--position-bound",
+        metavar="JSON",
+        help='the position the store must have reached, e.g. \'{"orders": {"0": 41}}\'',
+    )
+    query.add_argument(
+        "--position-bound-timeout",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="let a live owner wait this long for --position-bound (default 0)",
+    )
+    query.add_argument(
+        "--max-lag", type=_integer, metavar="N", help="refuse a store lagging more than N records"
+    )
+    query.add_argument("--limit", type=_integer, metavar="N", help="at most N rows")
+    query.add_argument(
+        "--as-of", type=_integer, metavar="MS", help="a versioned store's values at this time"
+    )
+    query.add_argument(
+        "--bootstrap-servers",
+        help="Kafka bootstrap servers, for --max-lag of a store nobody follows now",
+    )
+    query.add_argument(
+        "--kafka", action="append", default=[], metavar="KEY=VALUE", help="a Kafka setting"
+    )
+    query.set_defaults(func=_cmd_query)

@@ -1,0 +1,120 @@
+"""How the store commands reach a store: through its live owner's server, or from disk.
+
+A store has one owner process at a time (LevelDB's rule). When a live owner serves the store
+(a follower query, a ``spark-statestore serve``), ``inspect``, ``lag`` and ``query`` ask its
+server; otherwise they open the store read-only for the moment they need it. An owner that
+holds the store without serving it (``spark-statestore follow``) makes the open fail with
+:class:`~spark_statestore.store.errors.StoreLockedError`, which names it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_statestore.cli.errors import CommandError
+from spark_statestore.query import LagInfo
+from spark_statestore.serve.protocol import StoreDescription
+from spark_statestore.store.ownership import OwnerInfo
+
+__all__ = ["StoreState", "changelog_lag_infos", "read_state"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreState:
+    """What ``inspect`` and ``lag`` show of a store.
+
+    Parameters
+    ----------
+    description
+        The store's latest commit and identity.
+    owner
+        The live owner, or the owner file a dead process left behind (stale), or None.
+    owner_live
+        True when ``owner`` holds the store now.
+    lags
+        ``{partition: LagInfo}`` the live owner reports (a follower's); None when unknown.
+    location
+        The Flight location the state was read through; None when read from disk.
+    pins
+        Snapshots pinned on the owner's server (None when read from disk).
+    """
+
+    description: StoreDescription
+    owner: OwnerInfo | None
+    owner_live: bool
+    lags: Mapping[int, LagInfo] | None
+    location: str | None
+    pins: int | None
+
+    @property
+    def held_partitions(self) -> tuple[int, ...]:
+        """The changelog partitions whose data the store holds."""
+        held = self.description.held_partitions
+        return tuple(range(self.description.partitions)) if held is None else held
+
+
+def read_state(path: str, *, purpose: str) -> StoreState:
+    """The state of the store at ``path``, from its live owner's server or from disk.
+
+    Raises
+    ------
+    StoreNotFoundError
+        If there is no store at ``path``.
+    StoreLockedError
+        If a live process owns the store without serving it.
+    ServeError
+        If the owner's server is unreachable or refuses this client's credentials.
+    """
+    from spark_statestore.serve import connect_to_owner
+    from spark_statestore.store import Store
+    from spark_statestore.store.ownership import read_owner
+
+    store_path = os.path.abspath(path)
+    client = connect_to_owner(store_path)
+    if client is not None:
+        with client:
+            reply = client.describe()
+        return StoreState(
+            reply.description, reply.owner, True, reply.lags, client.location, reply.pins
+        )
+    stale = read_owner(store_path)  # opening the store replaces a dead owner's file
+    with Store.open(store_path, purpose=purpose) as store:
+        description = StoreDescription.of_state(store.path, store.manifest, store.metadata)
+    return StoreState(description, stale, False, None, None, None)
+
+
+def changelog_lag_infos(
+    state: StoreState, bootstrap_servers: str | None, kafka_config: Mapping[str, Any]
+) -> Mapping[int, LagInfo] | None:
+    """The store's lags: the live owner's, else (with ``bootstrap_servers``) its changelog
+    offsets against the changelog's end offsets now; None when neither is available.
+
+    Raises
+    ------
+    CommandError
+        If the store has no changelog topic to compare with.
+    KafkaClientError
+        If the changelog's end offsets cannot be read.
+    """
+    if state.lags is not None:
+        return state.lags
+    if bootstrap_servers is None:
+        return None
+    topic = state.description.changelog_topic
+    if topic is None:
+        raise CommandError(
+            f"store {state.description.path} publishes no changelog, so it has no lag to "
+            "measure; drop --bootstrap-servers"
+        )
+    from spark_statestore.connectors.kafka.follower.source import changelog_lags
+
+    return changelog_lags(
+        bootstrap_servers,
+        topic,
+        state.held_partitions,
+        state.description.changelog_offsets,
+        config=kafka_config,
+    )
