@@ -157,10 +157,10 @@ class QueryOptions:
                     '\'{"orders": {"0": 41}}\')'
                 ) from None
         kafka_config: Mapping[str, str] = MappingProxyType({})
-        if kafka:
-            from spark_statestore.cli.follow import parse_kafka_settings
+        if kafka or bootstrap_servers is not None:
+            from spark_statestore.cli.store_state import kafka_settings
 
-            kafka_config = MappingProxyType(parse_kafka_settings(kafka))
+            kafka_config = MappingProxyType(kafka_settings(kafka))
         return cls(
             path=os.path.abspath(path),
             scan=spec,
@@ -423,7 +423,9 @@ def _decode(codec: ColumnCodec, raw: list[bytes | None], table: pa.Table) -> lis
     offsets = table.column("offset").to_pylist()
 
     def locate(index: int) -> str:
-        return f"changelog partition {partitions[index]} offset {offsets[index]}"
+        where = (partitions[index], offsets[index])
+        shown = ("unknown" if part is None else part for part in where)
+        return "row {} (changelog partition {}, offset {})".format(index + 1, *shown)
 
     try:
         decoded, _ = codec.decode(raw, locate=locate, permissive=False)

@@ -35,13 +35,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_lag(args: argparse.Namespace) -> int:
-    from spark_statestore.cli.follow import parse_kafka_settings
     from spark_statestore.cli.lag import run_lag
+    from spark_statestore.cli.store_state import kafka_settings
 
     return run_lag(
         args.path,
         bootstrap_servers=args.bootstrap_servers,
-        kafka_config=parse_kafka_settings(args.kafka),
+        kafka_config=kafka_settings(args.kafka),
         as_json=args.json,
     )
 

@@ -10,7 +10,7 @@ holds the store without serving it (``spark-statestore follow``) makes the open 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,24 @@ from spark_statestore.query import LagInfo
 from spark_statestore.serve.protocol import StoreDescription
 from spark_statestore.store.ownership import OwnerInfo
 
-__all__ = ["StoreState", "changelog_lag_infos", "read_state"]
+__all__ = ["StoreState", "changelog_lag_infos", "kafka_settings", "read_state"]
+
+_QUIET_KAFKA = {"log_level": "0"}
+"""librdkafka logs every failed connection attempt on stderr; these commands report a Kafka
+failure as their one error line instead (``--kafka log_level=6`` brings the logs back)."""
+
+
+def kafka_settings(pairs: Sequence[str]) -> dict[str, str]:
+    """The ``--kafka KEY=VALUE`` settings of ``lag`` and ``query``, over quiet defaults.
+
+    Raises
+    ------
+    OptionError
+        For a malformed pair (see :func:`~spark_statestore.cli.follow.parse_kafka_settings`).
+    """
+    from spark_statestore.cli.follow import parse_kafka_settings
+
+    return {**_QUIET_KAFKA, **parse_kafka_settings(pairs)}
 
 
 @dataclass(frozen=True, slots=True)
