@@ -1,0 +1,265 @@
+"""The store commands (serve, inspect, lag, query) as real processes against real stores.
+
+``serve`` runs in one process while ``inspect`` and ``query`` run in others and reach the
+store through its server; without an owner they read the store on disk. Only the last test
+needs a Kafka broker (``lag`` of a store nobody follows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from spark_statestore.cli.lag import HEADERS
+from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+from spark_statestore.query import LagInfo
+from spark_statestore.serve import StoreServer
+from spark_statestore.serve.auth import ServeCredentials, read_credentials, write_credentials
+from spark_statestore.store import Role, Store, StoreSpec
+from spark_statestore.store.ownership import OWNER_FILE
+from tests.conftest import REPO_ROOT
+from tests.integration.test_cli import cli
+
+pytestmark = pytest.mark.integration
+
+LONG = struct.Struct(">q")
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], command: str) -> str:
+    """The single line a failed command printed, checked to be its only output."""
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"spark-statestore {command}: error: "), lines[0]
+    return lines[0]
+
+
+def make_inventory(path: Path) -> None:
+    """A leader store of three keys with long values, at position orders 0:41, 1:8."""
+    spec = StoreSpec(Role.LEADER, "inventory-changelog", 2, "inventory")
+    with Store.open(path, spec, purpose="test") as store, store.begin() as txn:
+        txn.put(b"apple", LONG.pack(7), source=("orders", 0, 41))
+        txn.put(b"kiwi", LONG.pack(3), source=("orders", 1, 7))
+        txn.put(b"pear", LONG.pack(-2), source=("orders", 1, 8))
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[[Path], tuple[subprocess.Popen[str], str]]]:
+    """Factory: start ``spark-statestore serve PATH``; returns the process and its location.
+    Processes still running at the end are stopped (SIGTERM)."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(path: Path) -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "spark_statestore.cli", "serve", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+        )
+        started.append(proc)
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "serve printed nothing in 60 s"
+        line = proc.stdout.readline()
+        assert line.startswith("serving store inventory "), (line, proc.stderr.read())
+        return proc, line.rsplit(" at ", 1)[1].strip()
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def test_serve_then_inspect_and_query_through_it(
+    tmp_path: Path, serve: Callable[[Path], tuple[subprocess.Popen[str], str]]
+) -> None:
+    path = tmp_path / "inventory"
+    make_inventory(path)
+    proc, location = serve(path)
+    assert location.startswith("grpc+tcp://127.0.0.1:")
+
+    described = cli("inspect", str(path), "--json")
+    assert described.returncode == 0, described.stderr
+    info = json.loads(described.stdout)
+    assert info["read_through"] == location
+    assert info["owner"]["live"] is True and info["owner"]["pid"] == proc.pid
+    assert info["owner"]["purpose"] == "spark-statestore serve"
+    assert (info["store"], info["kind"], info["format_version"]) == ("inventory", "key-value", 1)
+    assert info["position"] == {"orders": {"0": 41, "1": 8}} and info["commit_seq"] == 1
+
+    text = cli("inspect", str(path))
+    assert text.returncode == 0, text.stderr
+    assert f"read through   the owner's server at {location}" in text.stdout
+    assert "kind           key-value (format version 1)" in text.stdout
+
+    rows = cli("query", str(path), "--range", "a", "l", "--value-format", "long", "--json")
+    assert rows.returncode == 0, rows.stderr
+    got = [json.loads(line) for line in rows.stdout.splitlines()]
+    assert [(r["key"], r["value"]) for r in got] == [("apple", 7), ("kiwi", 3)]
+    assert f"2 row(s) through {location}, commit 1" in rows.stderr
+
+    table = cli("query", str(path), "--key", "pear", "--key", "fig", "--value-format", "long")
+    assert table.returncode == 0, table.stderr
+    header, *lines = table.stdout.splitlines()
+    assert header.split() == ["KEY", "VALUE", "PARTITION", "OFFSET", "TIMESTAMP"]
+    assert [line.split()[:2] for line in lines] == [["pear", "-2"]]
+
+    undecodable = cli("query", str(path), "--key", "pear")  # a long shown as a string
+    assert undecodable.returncode == 2
+    assert "try --value-format binary" in one_error_line(undecodable, "query")
+    bound = '{"orders": {"1": 8}}'
+    reached = cli("query", str(path), "--all", "--position-bound", bound, "--value-format", "long")
+    assert reached.returncode == 0, reached.stderr
+    behind = cli("query", str(path), "--all", "--position-bound", '{"orders": {"1": 9}}')
+    assert behind.returncode == 3
+    assert "NOT_UP_TO_BOUND" in one_error_line(behind, "query")
+
+    second = cli("serve", str(path))
+    assert second.returncode == 2
+    assert f"is owned by pid {proc.pid}" in one_error_line(second, "serve")
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert proc.stderr is not None and "received SIGTERM" in proc.stderr.read()
+    assert not (path / OWNER_FILE).exists() and read_credentials(str(path)) is None
+    from_disk = cli("inspect", str(path), "--json")
+    assert from_disk.returncode == 0, from_disk.stderr
+    assert json.loads(from_disk.stdout)["read_through"] is None
+
+
+def test_without_an_owner_the_commands_read_the_store_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "prices"
+    spec = StoreSpec(Role.FOLLOWER, "app-prices-changelog", 1, history_retention_ms=3_600_000)
+    with Store.open(path, spec, purpose="test") as store, store.begin() as txn:
+        txn.put_versions([(b"apple", b"7", 0, 0, 1_000), (b"apple", b"9", 0, 1, 5_000)])
+        txn.set_changelog_offset(0, 2)
+
+    info = json.loads(cli("inspect", str(path), "--json").stdout)
+    assert info["kind"] == "versioned" and info["history_retention_ms"] == 3_600_000
+    assert info["format_version"] == 2 and info["owner"] is None
+    assert info["role"] == "follower" and info["read_through"] is None
+
+    latest = cli("query", str(path), "--key", "apple", "--json")
+    assert latest.returncode == 0, latest.stderr
+    assert json.loads(latest.stdout)["value"] == "9"
+    earlier = cli("query", str(path), "--key", "apple", "--as-of", "2000", "--json")
+    assert earlier.returncode == 0, earlier.stderr
+    assert json.loads(earlier.stdout)["value"] == "7"
+    assert "from the store on disk" in earlier.stderr
+
+    lag = cli("lag", str(path), "--json")
+    assert lag.returncode == 0, lag.stderr
+    row = json.loads(lag.stdout)
+    assert (row["partition"], row["current_offset"], row["end_offset"]) == (0, 2, None)
+    assert "give --bootstrap-servers" in lag.stderr
+
+    unknown = cli("query", str(path), "--all", "--max-lag", "0")
+    assert unknown.returncode == 2
+    assert "the lag of the store" in one_error_line(unknown, "query")
+
+
+def test_lag_and_max_lag_come_from_a_live_followers_server(tmp_path: Path) -> None:
+    path = tmp_path / "inventory"
+    make_inventory(path)
+    lags = {0: LagInfo(5, 9), 1: LagInfo(2, 2)}
+    with (
+        Store.open(path, purpose="a follower, as far as the CLI can tell") as store,
+        StoreServer(store, lag_provider=lambda: lags),
+    ):
+        result = cli("lag", str(path), "--json")
+        assert result.returncode == 0, result.stderr
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [(r["partition"], r["current_offset"], r["end_offset"], r["lag"]) for r in rows] == [
+            (0, 5, 9, 4),
+            (1, 2, 2, 0),
+        ]
+        assert all(r["owner"] == f"{os.getpid()}@{store.owner.host}" for r in rows)
+
+        table = cli("lag", str(path))
+        # kafka-consumer-groups --describe's columns, the store in the group's place
+        assert table.stdout.splitlines()[0].split() == list(HEADERS)
+        assert HEADERS[1:6] == ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")
+
+        too_stale = cli("query", str(path), "--all", "--max-lag", "3")
+        assert too_stale.returncode == 3
+        assert "lags its changelog by {0: 4} records" in one_error_line(too_stale, "query")
+        fresh = cli("query", str(path), "--all", "--max-lag", "4", "--value-format", "long")
+        assert fresh.returncode == 0, fresh.stderr
+
+
+def test_no_store_unreachable_servers_and_refused_credentials_are_one_line(
+    tmp_path: Path, serve: Callable[[Path], tuple[subprocess.Popen[str], str]]
+) -> None:
+    missing = cli("inspect", str(tmp_path / "missing"))
+    assert missing.returncode == 2
+    assert "no store at" in one_error_line(missing, "inspect")
+
+    bad = cli("query", str(tmp_path), "--key", "x", "--key-format", "long")
+    assert bad.returncode == 2
+    assert "--key-format long" in one_error_line(bad, "query")
+
+    usage = cli("query", str(tmp_path))
+    assert usage.returncode == 2 and "one of the arguments" in usage.stderr
+
+    path = tmp_path / "inventory"
+    make_inventory(path)
+    # An owner that advertises a server nobody listens on (port 9 on loopback: discard).
+    with Store.open(path, purpose="an owner whose server died") as store:
+        write_credentials(str(path), ServeCredentials("t" * 43, store.manifest.store_id, None))
+        store.update_owner(flight_location="grpc+tcp://127.0.0.1:9")
+        gone = cli("inspect", str(path))
+        assert gone.returncode == 2
+        assert "no store server at grpc+tcp://127.0.0.1:9" in one_error_line(gone, "inspect")
+    (path / "_serve.json").unlink()
+
+    _, location = serve(path)
+    credentials = read_credentials(str(path))
+    assert credentials is not None
+    write_credentials(str(path), ServeCredentials("x" * 43, credentials.store_id, None))
+    refused = cli("query", str(path), "--all")
+    assert refused.returncode == 2
+    assert f"store server {location} refused" in one_error_line(refused, "query")
+
+
+def test_lag_of_a_store_nobody_follows_asks_the_changelog(
+    tmp_path: Path, kafka_broker: LocalKafkaCluster, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    for n in range(5):
+        producer.produce(topic, key=b"k%d" % n, value=b"v", partition=0)
+    producer.produce(topic, key=b"k", value=b"v", partition=1)
+    assert producer.flush(30) == 0
+    path = tmp_path / "replica"
+    spec = StoreSpec(Role.FOLLOWER, topic, 2)
+    with Store.open(path, spec, purpose="test") as store, store.begin() as txn:
+        txn.put(b"k0", b"v", partition=0, offset=0)
+        txn.set_changelog_offset(0, 2)
+        txn.set_changelog_offset(1, 1)
+
+    bootstrap = ["--bootstrap-servers", kafka_broker.bootstrap_servers]
+    result = cli("lag", str(path), *bootstrap, "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["partition"], r["current_offset"], r["end_offset"], r["lag"]) for r in rows] == [
+        (0, 2, 5, 3),
+        (1, 1, 1, 0),
+    ]
+    assert all(r["topic"] == topic and r["owner"] is None for r in rows)
+
+    stale = cli("query", str(path), "--all", "--max-lag", "2", *bootstrap)
+    assert stale.returncode == 3
+    assert "lags its changelog by {0: 3} records" in one_error_line(stale, "query")
+    assert cli("query", str(path), "--all", "--max-lag", "3", *bootstrap).returncode == 0
