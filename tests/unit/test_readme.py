@@ -48,3 +48,21 @@ def test_docs_name_only_modules_and_files_that_exist() -> None:
             if not (root / ref).exists():
                 missing.append(f"{path.name}: {ref}")
     assert missing == []
+
+
+def test_readme_documents_every_command() -> None:
+    """Each ``spark-statestore`` subcommand has its entry under "Command-line options"."""
+    from spark_statestore.cli import build_parser
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Command-line options", 1)[1].split("\n## ", 1)[0]
+    parser = build_parser()
+    commands = next(
+        action.choices
+        for action in parser._subparsers._group_actions  # type: ignore[union-attr]
+        if action.choices
+    )
+    undocumented = [
+        name for name in commands if not re.search(rf"`spark-statestore {name}[` ]", section)
+    ]
+    assert undocumented == []
