@@ -245,7 +245,7 @@ def read_answer(options: QueryOptions) -> Answer:
         with client:
             pinned = client.pin(options.position_bound, wait_s=options.bound_timeout_s)
             try:
-                _check_bound(options, pinned.position, waited=options.bound_timeout_s)
+                _check_bound(options, pinned.position, live=True)
                 if options.max_lag is not None:
                     meta = pinned.metadata
                     held = meta.held_partitions or tuple(range(meta.partitions))
@@ -267,7 +267,7 @@ def _read_from_disk(options: QueryOptions) -> Answer:
         Store.open(options.path, purpose="spark-statestore query") as store,
         store.snapshot() as snapshot,
     ):
-        _check_bound(options, snapshot.position, waited=0.0)
+        _check_bound(options, snapshot.position, live=False)
         if options.max_lag is not None:
             manifest = store.manifest
             lags = _lags(options, None, manifest.changelog_topic, manifest.holds, snapshot)
@@ -299,19 +299,26 @@ def _lags(
     )
 
 
-def _check_bound(options: QueryOptions, position: Position, *, waited: float) -> None:
+def _check_bound(options: QueryOptions, position: Position, *, live: bool) -> None:
+    """Refuse a snapshot behind ``--position-bound``; ``live``: read through an owner, which
+    waited ``--position-bound-timeout`` for it (without one nothing moves the store while
+    this command runs, so there is nothing to wait for)."""
     bound = options.position_bound
     if bound.permits(position):
         return
-    after = f" after waiting {waited:g} s" if waited else ""
-    hint = (
-        "retry later, or give --position-bound-timeout to let its owner wait"
-        if not waited
-        else "retry later, or wait longer"
-    )
+    waited = options.bound_timeout_s
+    if not live:
+        hint = (
+            "no live owner serves the store, so there is no commit to wait for: retry once "
+            "its follower or sink has reached the bound"
+        )
+    elif waited:
+        hint = f"its owner waited {waited:g} s: retry later, or wait longer"
+    else:
+        hint = "retry later, or give --position-bound-timeout to let its owner wait"
     raise StaleStoreError(
         f"NOT_UP_TO_BOUND: the store at {options.path} is at position {position.to_json()}, "
-        f"which has not reached --position-bound {bound.to_json()}{after}: {hint}"
+        f"which has not reached --position-bound {bound.to_json()}; {hint}"
     )
 
 
