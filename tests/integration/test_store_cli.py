@@ -14,6 +14,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -197,6 +198,39 @@ def test_lag_and_max_lag_come_from_a_live_followers_server(tmp_path: Path) -> No
         assert "lags its changelog by {0: 4} records" in one_error_line(too_stale, "query")
         fresh = cli("query", str(path), "--all", "--max-lag", "4", "--value-format", "long")
         assert fresh.returncode == 0, fresh.stderr
+
+
+def test_a_bounded_query_waits_for_the_owners_commit(tmp_path: Path) -> None:
+    path = tmp_path / "inventory"
+    make_inventory(path)
+    bound = '{"orders": {"0": 42}}'
+    with (
+        Store.open(path, StoreSpec(Role.LEADER, "inventory-changelog", 2), purpose="t") as store,
+        StoreServer(store) as server,
+        server.client() as client,
+    ):
+        query = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "spark_statestore.cli", "query", str(path)),
+                *("--key", "fig", "--json"),
+                *("--position-bound", bound, "--position-bound-timeout", "60"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+        )
+        deadline = time.monotonic() + 60
+        while client.stats()["waiting"] == 0:  # the query's pin waits on the server
+            assert query.poll() is None, query.communicate()
+            assert time.monotonic() < deadline, "the query never waited for its bound"
+            time.sleep(0.05)
+        with store.begin() as txn:
+            txn.put(b"fig", b"12", source=("orders", 0, 42))
+        out, err = query.communicate(timeout=60)
+    assert query.returncode == 0, err
+    assert json.loads(out)["value"] == "12"
+    assert '"orders":{"0":42,"1":8}' in err
 
 
 def test_no_store_unreachable_servers_and_refused_credentials_are_one_line(
