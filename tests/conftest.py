@@ -1,11 +1,13 @@
 """Shared fixtures: a real local Kafka cluster, topic factories, one local SparkSession,
-child-process helpers."""
+child-process helpers, a self-signed TLS certificate."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -108,3 +110,35 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[bytes, bytes]:
+    """A self-signed certificate for this host's name (openssl)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed: cannot make a test certificate")
+    names = f"DNS:localhost,DNS:{socket.gethostname()},IP:127.0.0.1"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            f"subjectAltName={names}",
+            "-keyout",
+            str(tmp_path / "key.pem"),
+            "-out",
+            str(tmp_path / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return (tmp_path / "cert.pem").read_bytes(), (tmp_path / "key.pem").read_bytes()

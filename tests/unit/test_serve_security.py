@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import stat
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow.flight as flight
@@ -140,38 +136,6 @@ def test_beyond_loopback_needs_tls(make_store: MakeStore) -> None:
     store = make_store()
     with pytest.raises(ServerConfigError, match="serveTlsCert and serveTlsKey"):
         StoreServer(store, host="0.0.0.0")
-
-
-@pytest.fixture
-def certificate(tmp_path: Path) -> tuple[bytes, bytes]:
-    """A self-signed certificate for this host's name (openssl)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed: cannot make a test certificate")
-    names = f"DNS:localhost,DNS:{socket.gethostname()},IP:127.0.0.1"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            f"subjectAltName={names}",
-            "-keyout",
-            str(tmp_path / "key.pem"),
-            "-out",
-            str(tmp_path / "cert.pem"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return (tmp_path / "cert.pem").read_bytes(), (tmp_path / "key.pem").read_bytes()
 
 
 def test_tls_beyond_loopback(
