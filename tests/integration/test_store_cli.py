@@ -55,14 +55,14 @@ def make_inventory(path: Path) -> None:
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[[Path], tuple[subprocess.Popen[str], str]]]:
+def serve(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[str], str]]]:
     """Factory: start ``spark-statestore serve PATH``; returns the process and its location.
     Processes still running at the end are stopped (SIGTERM)."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(path: Path) -> tuple[subprocess.Popen[str], str]:
+    def start(path: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "spark_statestore.cli", "serve", str(path)],
+            [sys.executable, "-m", "spark_statestore.cli", "serve", str(path), *flags],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -84,7 +84,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[[Path], tuple[subprocess.Popen[st
 
 
 def test_serve_then_inspect_and_query_through_it(
-    tmp_path: Path, serve: Callable[[Path], tuple[subprocess.Popen[str], str]]
+    tmp_path: Path, serve: Callable[..., tuple[subprocess.Popen[str], str]]
 ) -> None:
     path = tmp_path / "inventory"
     make_inventory(path)
@@ -138,6 +138,23 @@ def test_serve_then_inspect_and_query_through_it(
     from_disk = cli("inspect", str(path), "--json")
     assert from_disk.returncode == 0, from_disk.stderr
     assert json.loads(from_disk.stdout)["read_through"] is None
+
+
+def test_serve_beyond_loopback_is_tls_and_readers_trust_its_certificate(
+    tmp_path: Path,
+    serve: Callable[..., tuple[subprocess.Popen[str], str]],
+    certificate: tuple[bytes, bytes],
+) -> None:
+    path = tmp_path / "inventory"
+    make_inventory(path)
+    (tmp_path / "cert.pem").write_bytes(certificate[0])
+    (tmp_path / "key.pem").write_bytes(certificate[1])
+    tls = ("--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem"))
+    _, location = serve(path, "--host", "0.0.0.0", *tls)
+    assert location.startswith("grpc+tls://")
+    rows = cli("query", str(path), "--key", "apple", "--value-format", "long", "--json")
+    assert rows.returncode == 0, rows.stderr
+    assert json.loads(rows.stdout)["value"] == 7 and f"through {location}" in rows.stderr
 
 
 def test_without_an_owner_the_commands_read_the_store_on_disk(tmp_path: Path) -> None:
@@ -234,7 +251,7 @@ def test_a_bounded_query_waits_for_the_owners_commit(tmp_path: Path) -> None:
 
 
 def test_no_store_unreachable_servers_and_refused_credentials_are_one_line(
-    tmp_path: Path, serve: Callable[[Path], tuple[subprocess.Popen[str], str]]
+    tmp_path: Path, serve: Callable[..., tuple[subprocess.Popen[str], str]]
 ) -> None:
     missing = cli("inspect", str(tmp_path / "missing"))
     assert missing.returncode == 2
