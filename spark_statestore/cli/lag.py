@@ -47,7 +47,7 @@ def run_lag(
             file=sys.stderr,
         )
         return 0
-    lags = changelog_lag_infos(state, bootstrap_servers, kafka_config)
+    lags = changelog_lag_infos(state.description, state.lags, bootstrap_servers, kafka_config)
     rows = lag_rows(state, lags)
     if as_json:
         for row in rows:

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from spark_statestore.cli.errors import CommandError, StaleStoreError
 from spark_statestore.errors import InvalidPositionError, OptionError
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from spark_statestore.connectors.spark.formats import ColumnCodec
     from spark_statestore.query import LagInfo
+    from spark_statestore.serve.protocol import StoreDescription
 
 __all__ = ["KEY_FORMATS", "VALUE_FORMATS", "Answer", "QueryOptions", "run_query"]
 
@@ -44,15 +45,6 @@ VALUE_FORMATS = (*KEY_FORMATS, "json")
 """How values are shown (binary: hex; json: decoded with ``--value-schema``)."""
 
 Output = Literal["table", "json"]
-
-
-class _Offsets(Protocol):
-    """A commit with its changelog offsets (a local snapshot, a pinned description)."""
-
-    @property
-    def changelog_offsets(self) -> Mapping[int, int]: ...
-
-
 _DECIMAL = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _ORDERED_NUMBERS = ("long", "int", "double")
 
@@ -247,10 +239,7 @@ def read_answer(options: QueryOptions) -> Answer:
             try:
                 _check_bound(options, pinned.position, live=True)
                 if options.max_lag is not None:
-                    meta = pinned.metadata
-                    held = meta.held_partitions or tuple(range(meta.partitions))
-                    lags = _lags(options, client.lags(), meta.changelog_topic, held, meta)
-                    _check_lag(options, lags, meta.changelog_topic)
+                    _check_lag(options, pinned.metadata, client.lags())
                 table = client.read_table(options.scan, pinned.snapshot_id)
             finally:
                 client.release(pinned.snapshot_id)
@@ -269,34 +258,13 @@ def _read_from_disk(options: QueryOptions) -> Answer:
     ):
         _check_bound(options, snapshot.position, live=False)
         if options.max_lag is not None:
-            manifest = store.manifest
-            lags = _lags(options, None, manifest.changelog_topic, manifest.holds, snapshot)
-            _check_lag(options, lags, manifest.changelog_topic)
+            from spark_statestore.serve.protocol import StoreDescription
+
+            description = StoreDescription.of_state(store.path, store.manifest, snapshot.metadata)
+            _check_lag(options, description, None)
         batches = list(scan_batches(snapshot, options.scan))
         table = pa.Table.from_batches(batches, schema=arrow_schema())
         return Answer(table, snapshot.position, snapshot.commit_seq, None)
-
-
-def _lags(
-    options: QueryOptions,
-    reported: Mapping[int, LagInfo] | None,
-    topic: str | None,
-    held: Sequence[int],
-    commit: _Offsets,
-) -> Mapping[int, LagInfo] | None:
-    """The lags the owner ``reported``, else (with ``--bootstrap-servers``) the commit's
-    changelog offsets against the changelog's end offsets; None when neither is known."""
-    if reported is not None or options.bootstrap_servers is None or topic is None:
-        return reported
-    from spark_statestore.connectors.kafka.follower.source import changelog_lags
-
-    return changelog_lags(
-        options.bootstrap_servers,
-        topic,
-        held,
-        commit.changelog_offsets,
-        config=options.kafka_config,
-    )
 
 
 def _check_bound(options: QueryOptions, position: Position, *, live: bool) -> None:
@@ -323,14 +291,19 @@ def _check_bound(options: QueryOptions, position: Position, *, live: bool) -> No
 
 
 def _check_lag(
-    options: QueryOptions, lags: Mapping[int, LagInfo] | None, topic: str | None
+    options: QueryOptions, commit: StoreDescription, reported: Mapping[int, LagInfo] | None
 ) -> None:
+    """Refuse a store lagging more than ``--max-lag`` records in a partition, by the lags its
+    owner ``reported`` or (``--bootstrap-servers``) the changelog's end offsets."""
+    from spark_statestore.cli.store_state import changelog_lag_infos
+
     limit = options.max_lag
     assert limit is not None
+    lags = changelog_lag_infos(commit, reported, options.bootstrap_servers, options.kafka_config)
     if lags is None:
         reason = (
             "it publishes no changelog"
-            if topic is None
+            if commit.changelog_topic is None
             else "no live follower reports its lag; give --bootstrap-servers to ask the changelog"
         )
         raise CommandError(

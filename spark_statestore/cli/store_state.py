@@ -14,12 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_statestore.cli.errors import CommandError
 from spark_statestore.query import LagInfo
 from spark_statestore.serve.protocol import StoreDescription
 from spark_statestore.store.ownership import OwnerInfo
 
-__all__ = ["StoreState", "changelog_lag_infos", "kafka_settings", "read_state"]
+__all__ = [
+    "StoreState",
+    "changelog_lag_infos",
+    "held_partitions",
+    "kafka_settings",
+    "read_state",
+]
 
 _QUIET_KAFKA = {"log_level": "0"}
 """librdkafka logs every failed connection attempt on stderr; these commands report a Kafka
@@ -69,8 +74,7 @@ class StoreState:
     @property
     def held_partitions(self) -> tuple[int, ...]:
         """The changelog partitions whose data the store holds."""
-        held = self.description.held_partitions
-        return tuple(range(self.description.partitions)) if held is None else held
+        return held_partitions(self.description)
 
 
 def read_state(path: str, *, purpose: str) -> StoreState:
@@ -103,35 +107,36 @@ def read_state(path: str, *, purpose: str) -> StoreState:
     return StoreState(description, stale, False, None, None, None)
 
 
+def held_partitions(description: StoreDescription) -> tuple[int, ...]:
+    """The changelog partitions whose data the described store holds."""
+    held = description.held_partitions
+    return tuple(range(description.partitions)) if held is None else held
+
+
 def changelog_lag_infos(
-    state: StoreState, bootstrap_servers: str | None, kafka_config: Mapping[str, Any]
+    description: StoreDescription,
+    reported: Mapping[int, LagInfo] | None,
+    bootstrap_servers: str | None,
+    kafka_config: Mapping[str, Any],
 ) -> Mapping[int, LagInfo] | None:
-    """The store's lags: the live owner's, else (with ``bootstrap_servers``) its changelog
-    offsets against the changelog's end offsets now; None when neither is available.
+    """The lags of the commit ``description``: those its live owner ``reported``, else
+    (with ``bootstrap_servers``) its changelog offsets against the changelog's end offsets
+    now; None when neither is available (or the store publishes no changelog).
 
     Raises
     ------
-    CommandError
-        If the store has no changelog topic to compare with.
     KafkaClientError
         If the changelog's end offsets cannot be read.
     """
-    if state.lags is not None:
-        return state.lags
-    if bootstrap_servers is None:
-        return None
-    topic = state.description.changelog_topic
-    if topic is None:
-        raise CommandError(
-            f"store {state.description.path} publishes no changelog, so it has no lag to "
-            "measure; drop --bootstrap-servers"
-        )
+    topic = description.changelog_topic
+    if reported is not None or bootstrap_servers is None or topic is None:
+        return reported
     from spark_statestore.connectors.kafka.follower.source import changelog_lags
 
     return changelog_lags(
         bootstrap_servers,
         topic,
-        state.held_partitions,
-        state.description.changelog_offsets,
+        held_partitions(description),
+        description.changelog_offsets,
         config=kafka_config,
     )
