@@ -113,7 +113,9 @@ def add_store_commands(sub: Any) -> None:
     )
     lag.add_argument("path", metavar="PATH", help="the store directory")
     lag.add_argument(
-        "--bootstrap-servers", help="Kafka bootstrap servers, for a store nobody follows now"
+        "--bootstrap-servers",
+        metavar="B",
+        help="Kafka bootstrap servers, for a store nobody follows now",
     )
     lag.add_argument(
         "--kafka", action="append", default=[], metavar="KEY=VALUE", help="a Kafka setting"
@@ -173,6 +175,7 @@ def add_store_commands(sub: Any) -> None:
     )
     query.add_argument(
         "--bootstrap-servers",
+        metavar="B",
         help="Kafka bootstrap servers, for --max-lag of a store nobody follows now",
     )
     query.add_argument(
