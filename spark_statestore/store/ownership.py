@@ -122,7 +122,7 @@ def live_owner(path: str) -> OwnerInfo | None:
     lock_path = os.path.join(path, LOCK_FILE)
     try:
         fd = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no store there (or a file): no owner
         return None
     try:
         try:

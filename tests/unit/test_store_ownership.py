@@ -19,6 +19,7 @@ from spark_statestore.store import (
     Role,
     Store,
     StoreLockedError,
+    StoreNotFoundError,
     StoreOptions,
     StoreSpec,
     live_owner,
@@ -250,3 +251,13 @@ def test_owner_wait_gives_up_naming_the_owner(
 ) -> None:
     with pytest.raises(StoreLockedError, match="child holder"):
         Store.open(tmp_path / "s", SPEC, options=StoreOptions(owner_wait_seconds=0.3))
+
+
+def test_a_file_where_a_store_was_expected_has_no_owner(tmp_path: Path) -> None:
+    """A path that is a file holds no store: no owner, and opening it says there is no store
+    (it raised NotADirectoryError from the owner probe before)."""
+    path = tmp_path / "file"
+    path.write_text("not a store")
+    assert live_owner(str(path)) is None
+    with pytest.raises(StoreNotFoundError, match="no store at"):
+        Store.open(path)
