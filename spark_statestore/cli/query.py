@@ -13,13 +13,14 @@ Other routes (a Flight location, a changelog through the replica router) are not
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import re
 import struct
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from spark_statestore.query import LagInfo
     from spark_statestore.serve.protocol import StoreDescription
 
-__all__ = ["KEY_FORMATS", "VALUE_FORMATS", "Answer", "QueryOptions", "run_query"]
+__all__ = ["KEY_FORMATS", "VALUE_FORMATS", "Answer", "QueryOptions", "open_answer", "run_query"]
 
 KEY_FORMATS = ("string", "long", "int", "double", "binary")
 """How ``--key``/``--range``/``--prefix`` are written and keys shown (binary: hex)."""
@@ -170,58 +171,65 @@ class QueryOptions:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """The rows a query read and the snapshot they come from.
+    """The rows a query reads, as they stream, and the snapshot they come from.
 
     Parameters
     ----------
-    table
-        The rows (:func:`~spark_statestore.store.snapshot.arrow_schema`), keys ascending.
+    batches
+        The rows (:func:`~spark_statestore.store.snapshot.arrow_schema`), keys ascending,
+        read while the snapshot stays pinned (or open).
     position, commit_seq
         The snapshot's position and commit.
     location
-        The owner's server the rows came through; None when read from disk.
+        The owner's server the rows come through; None when read from disk.
     """
 
-    table: pa.Table
+    batches: Iterator[pa.RecordBatch]
     position: Position
     commit_seq: int
     location: str | None
 
 
 def run_query(options: QueryOptions) -> int:
-    """Read, print (a table or JSON lines on stdout, a summary on stderr); the exit code."""
-    answer = read_answer(options)
+    """Read, print (a table or JSON lines on stdout, a summary on stderr); the exit code.
+
+    JSON lines are printed batch by batch as they arrive; a table needs every row first
+    (for its column widths)."""
     key_codec, value_codec = _codecs(options)
-    table = answer.table
-    keys = _decode(key_codec, table.column("key").to_pylist(), table)
-    values = _decode(value_codec, table.column("value").to_pylist(), table)
-    partitions = table.column("partition").to_pylist()
-    offsets = table.column("offset").to_pylist()
-    stamps = table.column("timestamp").to_pylist()
-    if options.output == "json":
-        for row in zip(keys, values, partitions, offsets, stamps, strict=True):
-            print(json.dumps(dict(zip(_JSON_NAMES, map(_json_value, row), strict=True))))
-    else:
+    cells: list[list[str]] = []
+    count = 0
+    with open_answer(options) as answer:
+        for batch in answer.batches:
+            rows = zip(
+                _decode(key_codec, "key", batch),
+                _decode(value_codec, "value", batch),
+                *(batch.column(name).to_pylist() for name in _JSON_NAMES[2:]),
+                strict=True,
+            )
+            if options.output == "json":
+                for row in rows:
+                    print(json.dumps(dict(zip(_JSON_NAMES, map(_json_value, row), strict=True))))
+            else:
+                cells.extend([_text(value) for value in row] for row in rows)
+            count += batch.num_rows
+    if options.output == "table":
         from spark_statestore.cli.table import render_table
 
-        cells = [
-            [_text(v) for v in row]
-            for row in zip(keys, values, partitions, offsets, stamps, strict=True)
-        ]
         print(render_table(_HEADERS, cells))
     sys.stdout.flush()
     via = f"through {answer.location}" if answer.location else "from the store on disk"
     print(
-        f"{table.num_rows} row(s) {via}, commit {answer.commit_seq}, position "
-        f"{answer.position.to_json()}",
+        f"{count} row(s) {via}, commit {answer.commit_seq}, position {answer.position.to_json()}",
         file=sys.stderr,
     )
     return 0
 
 
-def read_answer(options: QueryOptions) -> Answer:
+@contextlib.contextmanager
+def open_answer(options: QueryOptions) -> Iterator[Answer]:
     """The rows ``options.scan`` selects from one snapshot that satisfies the bound and
-    the lag limit.
+    the lag limit: pinned on the live owner's server, or the store opened read-only, until
+    the ``with`` block ends.
 
     Raises
     ------
@@ -233,24 +241,28 @@ def read_answer(options: QueryOptions) -> Answer:
     from spark_statestore.serve import connect_to_owner
 
     client = connect_to_owner(options.path)
-    if client is not None:
-        with client:
-            pinned = client.pin(options.position_bound, wait_s=options.bound_timeout_s)
+    if client is None:
+        with _open_on_disk(options) as answer:
+            yield answer
+        return
+    with client:
+        pinned = client.pin(options.position_bound, wait_s=options.bound_timeout_s)
+        try:
+            _check_bound(options, pinned.position, live=True)
+            if options.max_lag is not None:
+                _check_lag(options, pinned.metadata, client.lags())
+            batches = client.scan(options.scan, pinned.snapshot_id)
             try:
-                _check_bound(options, pinned.position, live=True)
-                if options.max_lag is not None:
-                    _check_lag(options, pinned.metadata, client.lags())
-                table = client.read_table(options.scan, pinned.snapshot_id)
+                yield Answer(batches, pinned.position, pinned.commit_seq, client.location)
             finally:
-                client.release(pinned.snapshot_id)
-            return Answer(table, pinned.position, pinned.commit_seq, client.location)
-    return _read_from_disk(options)
+                batches.close()  # cancels the stream if the caller stopped early
+        finally:
+            client.release(pinned.snapshot_id)
 
 
-def _read_from_disk(options: QueryOptions) -> Answer:
-    import pyarrow as pa
-
-    from spark_statestore.store import Store, arrow_schema, scan_batches
+@contextlib.contextmanager
+def _open_on_disk(options: QueryOptions) -> Iterator[Answer]:
+    from spark_statestore.store import Store, scan_batches
 
     with (
         Store.open(options.path, purpose="spark-statestore query") as store,
@@ -262,9 +274,8 @@ def _read_from_disk(options: QueryOptions) -> Answer:
 
             description = StoreDescription.of_state(store.path, store.manifest, snapshot.metadata)
             _check_lag(options, description, None)
-        batches = list(scan_batches(snapshot, options.scan))
-        table = pa.Table.from_batches(batches, schema=arrow_schema())
-        return Answer(table, snapshot.position, snapshot.commit_seq, None)
+        batches = scan_batches(snapshot, options.scan)
+        yield Answer(batches, snapshot.position, snapshot.commit_seq, None)
 
 
 def _check_bound(options: QueryOptions, position: Position, *, live: bool) -> None:
@@ -396,16 +407,19 @@ def _codecs(options: QueryOptions) -> tuple[ColumnCodec, ColumnCodec]:
     )
 
 
-def _decode(codec: ColumnCodec, raw: list[bytes | None], table: pa.Table) -> list[Any]:
+def _decode(codec: ColumnCodec, column: str, batch: pa.RecordBatch) -> list[Any]:
     from spark_statestore.connectors.spark.errors import DecodeError
 
-    partitions = table.column("partition").to_pylist()
-    offsets = table.column("offset").to_pylist()
+    raw = batch.column(column).to_pylist()
+    partitions = batch.column("partition").to_pylist()
+    offsets = batch.column("offset").to_pylist()
 
     def locate(index: int) -> str:
         where = (partitions[index], offsets[index])
         shown = ("unknown" if part is None else part for part in where)
-        return "row {} (changelog partition {}, offset {})".format(index + 1, *shown)
+        return "key {!r} (changelog partition {}, offset {})".format(
+            batch.column("key")[index].as_py(), *shown
+        )
 
     try:
         decoded, _ = codec.decode(raw, locate=locate, permissive=False)
@@ -413,7 +427,7 @@ def _decode(codec: ColumnCodec, raw: list[bytes | None], table: pa.Table) -> lis
         bad = raw[exc.index] or b""
         preview = bad[:16].hex() + ("..." if len(bad) > 16 else "")
         raise CommandError(
-            f"cannot show the {codec.column} at {locate(exc.index)} as {codec.format.value} "
+            f"cannot show the {codec.column} of {locate(exc.index)} as {codec.format.value} "
             f"({len(bad)} bytes: {preview or 'empty'}); try --{codec.column}-format binary"
         ) from None
     return list(decoded.to_pylist())
