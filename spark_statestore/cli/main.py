@@ -384,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of stdout left (`... | head`): stop quietly, as Unix tools do. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     return code
 
 

@@ -250,6 +250,29 @@ def test_a_bounded_query_waits_for_the_owners_commit(tmp_path: Path) -> None:
     assert '"orders":{"0":42,"1":8}' in err
 
 
+def test_a_reader_that_stops_reading_ends_the_query_quietly(tmp_path: Path) -> None:
+    """``spark-statestore query ... | head -1``: no BrokenPipeError traceback."""
+    path = tmp_path / "many"
+    with (
+        Store.open(path, StoreSpec(Role.LEADER, None, 1, "many"), purpose="t") as store,
+        store.begin() as txn,
+    ):
+        for n in range(5000):  # about 400 kB of JSON lines, beyond any pipe buffer
+            txn.put(b"key-%06d" % n, b"value")
+    query = subprocess.Popen(
+        [sys.executable, "-m", "spark_statestore.cli", "query", str(path), "--all", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    assert query.stdout is not None and query.stderr is not None
+    assert json.loads(query.stdout.readline())["key"] == "key-000000"
+    query.stdout.close()
+    assert query.wait(60) == 141
+    assert query.stderr.read() == ""
+
+
 def test_no_store_unreachable_servers_and_refused_credentials_are_one_line(
     tmp_path: Path, serve: Callable[..., tuple[subprocess.Popen[str], str]]
 ) -> None:
