@@ -118,6 +118,10 @@ class SourceOptions:
     """``storeType`` window: the window size, for the ``window_end`` column (None: no column)."""
     history_retention_ms: int | None = None
     """``storeType`` versioned: the history retention given (None: the changelog's)."""
+    announce: bool = True
+    """Announce the replica on ``<changelog>-replicas`` while the query runs."""
+    announce_interval_ms: int = 5000
+    """The announcement's heartbeat interval (it is stale after three)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +293,8 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "storeType 'versioned' too, or drop it"
         )
     serve_port = options.integer("servePort")
+    interval = options.integer("announceIntervalMs")
+    assert interval is not None  # has a default
     serve_host = options.required("serveHost")  # has a default
     tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
     if (tls_cert is None) != (tls_key is None):
@@ -325,6 +331,8 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         leader_application_id=leader,
         window_size_ms=check_window_size(options.integer("windowSizeMs"), store_type, False),
         history_retention_ms=retention,
+        announce=options.boolean("announce"),
+        announce_interval_ms=interval,
     )
 
 
