@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -184,7 +185,7 @@ def test_owners_announce_and_vanish_at_a_tombstone_or_after_their_ttl(
             assert [r.pid for r in kept.replicas] == [every.pid]
             last = kept.replicas[0]
             assert registry.view().replicas == ()
-            assert int(registry._clock() * 1000) >= last.heartbeat_ms + last.ttl_ms
+            assert time.time() * 1000 >= last.heartbeat_ms + last.ttl_ms
 
 
 def test_an_announcer_publishes_heartbeats_with_fresh_progress_and_a_tombstone(
@@ -215,3 +216,21 @@ def test_an_announcer_publishes_heartbeats_with_fresh_progress_and_a_tombstone(
             announcer.close()
         assert registry.wait_for(lambda s: not s.replicas, 30) is not None
         assert announcer.heartbeats >= 2
+
+        # Anyone who may write the topic can write garbage: skipped, counted, never fatal.
+        producer = Producer({"bootstrap.servers": bootstrap})
+        reports: list[tuple[object, int]] = []
+        for key, value in [
+            (b"leader-1", b'{"version": 1'),
+            (b"other", announcement.to_bytes()),  # (a compacted topic refuses keyless records)
+        ]:
+            producer.produce(
+                announcer.topic,
+                key=key,
+                value=value,
+                on_delivery=lambda e, m: reports.append((e, m.offset())),
+            )
+        assert producer.flush(30) == 0
+        assert [error for error, _ in reports] == [None, None]
+        assert registry.replicas().replicas == ()
+        assert registry.malformed == 2
