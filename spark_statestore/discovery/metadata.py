@@ -95,7 +95,8 @@ class ReplicaSet:
         return self.replicas
 
     def metadata_for_key(self, key: bytes) -> KeyQueryMetadata:
-        """Which replicas can answer for ``key`` (``queryMetadataForKey``).
+        """Which replicas can answer for ``key``, the serialized key as the changelog's
+        records carry it (``queryMetadataForKey``).
 
         ``partition`` is Kafka's default partitioner's (``murmur2(key) % partitions``, as
         the changelog's writers partition); ``active`` the serving leader's host when one

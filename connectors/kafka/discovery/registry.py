@@ -48,6 +48,10 @@ class ReplicaRegistry:
         How long one :meth:`refresh` may take to read up to the topic's end.
     clock
         Epoch seconds (the announcers' heartbeat times are epoch milliseconds).
+
+    Notes
+    -----
+    One thread at a time: it holds one Kafka consumer and the announcements it has read.
     """
 
     def __init__(
