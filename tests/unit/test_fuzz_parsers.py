@@ -40,8 +40,10 @@ from spark_statestore.connectors.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
+from spark_statestore.discovery import ReplicaAnnouncement
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
+from spark_statestore.query import LagInfo
 from spark_statestore.serve.protocol import (
     DescribeReply,
     ScanTicket,
@@ -50,8 +52,10 @@ from spark_statestore.serve.protocol import (
     decode_object,
     lags_from_dict,
 )
+from spark_statestore.store.manifest import Role
 from spark_statestore.store.scan import ScanSpec
 from tests.unit.test_changelog_headers import _fuzz_corpus
+from tests.unit.test_discovery import make_announcement
 from tests.unit.test_position_merger import merge_outcomes
 from tests.unit.test_serve_protocol import OWNER_DICT, valid_description
 
@@ -439,6 +443,30 @@ def _parse_flight(body: bytes) -> None:
         raise Refused("refused by every decoder")
 
 
+_ANNOUNCEMENT_CORPUS = [
+    make_announcement().to_bytes(),
+    make_announcement(
+        replica_id="leader",
+        role=Role.LEADER,
+        location="grpc+tls://[::1]:8815",
+        held_partitions=(1, 3),
+        key_prefix=b"eu-",
+        position=Position.from_map({"orders": {0: 41, 1: 7}, "returns": {2: 0}}),
+        lags={1: LagInfo(3, 9), 3: LagInfo(0, 0)},
+    ).to_bytes(),
+    make_announcement(location=None, partitions=1, held_partitions=(0,)).to_bytes(),
+]
+_ANNOUNCEMENT_PIECES = [
+    *_JSON_PIECES, b"-1", b"2147483648", b"9223372036854775808", b"1.5", b'"YQ=="',
+    b'"leader"', b'"grpc://h:0"', b'"grpc://h:65536"', b"[0,0]", b"[]", b'"version":2',
+]  # fmt: skip
+
+
+def _parse_announcement(raw: bytes) -> None:
+    announcement = ReplicaAnnouncement.from_bytes(raw)
+    assert ReplicaAnnouncement.from_bytes(announcement.to_bytes()) == announcement
+
+
 def _mutated(
     corpus: Sequence[T], pieces: Sequence[T], nest: tuple[T, T] | None = None
 ) -> Callable[[random.Random], T]:
@@ -455,6 +483,11 @@ TARGETS = [
         "Flight tickets and actions",
         _mutated(_FLIGHT_CORPUS, _FLIGHT_PIECES, (b"[", b"]")),
         _parse_flight,
+    ),
+    Target(
+        "replica announcements",
+        _mutated(_ANNOUNCEMENT_CORPUS, _ANNOUNCEMENT_PIECES, (b"[", b"]")),
+        _parse_announcement,
     ),
 ]
 
