@@ -390,7 +390,7 @@ def _field(
     value = data[name]
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         kinds = f"{kind.__name__} or null" if optional else kind.__name__
         raise BadRequestError(f"the {what}'s {name!r} must be {kinds}, got {reprlib.repr(value)}")
     return value
