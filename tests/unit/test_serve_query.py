@@ -24,6 +24,7 @@ from spark_statestore.query import (
     CustomQuery,
     FailureReason,
     KeyQuery,
+    LagInfo,
     MultiVersionedKeyQuery,
     PrefixQuery,
     QueryError,
@@ -42,6 +43,7 @@ from spark_statestore.serve import (
     ServerUnavailableError,
     StoreClient,
     StoreServer,
+    TooManyPinsError,
     WrongStoreError,
 )
 from spark_statestore.serve.protocol import encode_object
@@ -309,6 +311,44 @@ def test_a_query_waits_for_the_commit_that_reaches_its_bound(
     assert answer.result == b"B2"
     assert answer.position == store.metadata.position
     assert answers[0] == store.query(request)
+
+
+def test_waiting_queries_are_capped_per_client(make_store: MakeStore) -> None:
+    store = make_store(partitions=1, store_name=NAME)
+    request = _request(KeyQuery.with_key(b"a")).with_position_bound(
+        PositionBound.at(Position.from_map({"in": {0: 1}}))
+    )
+    with (
+        StoreServer(store, max_waiting_per_client=1) as server,
+        server.client(timeout_s=10) as client,
+        server.client(timeout_s=10) as other,
+    ):
+        answers: list[StateQueryResult[Any]] = []
+        waiting = threading.Thread(target=lambda: answers.append(client.query(request, wait_s=120)))
+        waiting.start()
+        while other.stats()["waiting"] == 0:
+            assert waiting.is_alive(), answers
+            time.sleep(0.01)  # polling another thread's state, not waiting for time
+        with pytest.raises(TooManyPinsError, match="max_waiting_per_client=1"):
+            client.query(request, wait_s=120)
+        assert other.query(request).only_partition_result().failure_reason is (
+            FailureReason.NOT_UP_TO_BOUND  # another client, not waiting: answered at once
+        )
+        with store.begin() as txn:
+            txn.put(b"a", b"A", source=("in", 0, 1))
+        waiting.join(30)
+        assert answers[0].only_partition_result().result == b"A"
+
+
+def test_lags_come_from_the_owner(make_store: MakeStore) -> None:
+    store = make_store(role=Role.FOLLOWER, partitions=2, store_name=NAME)
+    lags = {0: LagInfo(3, 9), 1: LagInfo(5, 5)}
+    with (
+        StoreServer(store, lag_provider=lambda: lags),
+        spark_statestore.connect(store.path) as client,
+    ):
+        assert client.lags() == lags
+        assert client.position == store.metadata.position
 
 
 def test_a_bound_not_reached_in_time_answers_not_up_to_bound(
