@@ -24,7 +24,9 @@ Body of the ``query`` action::
      "ascending": bool}
     {"type": "custom", "class": name, "repr": text}
 
-A ``<key>`` is ``{"bytes": base64}`` (``{"bytearray": base64}`` keeps a bytearray's type).
+A ``<key>`` is ``{"bytes": base64}`` (``{"bytearray": base64}`` keeps a bytearray's type for
+the messages that quote a query; a memoryview travels as bytes, since its ``repr`` names a
+memory address that no other process could reproduce anyway).
 The store holds serialized keys and answers a key of any other type with a
 ``STORE_EXCEPTION`` naming the key's type and ``repr``; such a key, and a
 :class:`~spark_statestore.query.CustomQuery` (which no store executes: the answer is

@@ -5,7 +5,10 @@ bodies clearly."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -47,7 +50,12 @@ from spark_statestore.serve import (
     WrongStoreError,
 )
 from spark_statestore.serve.protocol import encode_object
-from spark_statestore.serve.query_wire import decode_query_body, decode_result, encode_result
+from spark_statestore.serve.query_wire import (
+    decode_query_body,
+    decode_result,
+    encode_query_body,
+    encode_result,
+)
 from spark_statestore.store import Role, Store, StoreSpec
 
 MakeStore = Callable[..., Store]
@@ -399,6 +407,30 @@ def test_connect_by_location_needs_the_token(
         )
     with pytest.raises(ServerConfigError, match="own credentials"):
         spark_statestore.connect(store.path, token=server.token)
+
+
+def test_another_process_connects_by_path(
+    served: tuple[Store, StoreServer, StoreClient],
+) -> None:
+    """The real use: a process that does not own the store finds its owner and token."""
+    store, _, _ = served
+    request = _request(RangeQuery.with_no_bounds()).with_position_bound(
+        PositionBound.at(store.metadata.position)
+    )
+    code = (
+        "import json, sys, spark_statestore\n"
+        "from spark_statestore.serve.query_wire import decode_query_body, encode_result\n"
+        "request, _ = decode_query_body(json.loads(sys.argv[2]))\n"
+        "with spark_statestore.connect(sys.argv[1]) as client:\n"
+        "    print(json.dumps(encode_result(client.query(request))))\n"
+    )
+    body = json.dumps(encode_query_body(request))
+    out = subprocess.run(
+        [sys.executable, "-c", code, store.path, body], capture_output=True, text=True, check=True
+    )
+    remote = decode_result(json.loads(out.stdout))
+    assert remote == store.query(request)
+    assert remote.partition_results[0].result == [(b"a", b"A")]
 
 
 def test_connect_to_a_store_nobody_serves(make_store: MakeStore) -> None:
