@@ -71,6 +71,16 @@ def register(spark: Any) -> None:
     spark.dataSource.register(StateStoreDataSource)
 
 
+def enrich(df: Any, path: str, **options: Any) -> Any:
+    """``df`` (a batch or streaming DataFrame) with the value of each row's key in the store
+    at ``path``, looked up on the executors in batches through the store's live owner; see
+    :func:`spark_statestore.connectors.spark.enrich.enrich` for the options (``key_column``,
+    formats, ``position_column`` to bound each lookup by the row's own position)."""
+    from spark_statestore.connectors.spark.enrich import enrich as enrich_df
+
+    return enrich_df(df, path, **options)
+
+
 __all__ = [
     "FailureReason",
     "HostInfo",
@@ -95,5 +105,6 @@ __all__ = [
     "StateStoreError",
     "__version__",
     "connect",
+    "enrich",
     "register",
 ]
