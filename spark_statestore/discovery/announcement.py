@@ -152,6 +152,9 @@ class ReplicaAnnouncement:
         When the owner took the store, epoch milliseconds.
     pid
         The owner's process id, 0 when unknown.
+    store_name
+        The store's name in IQv2 requests on this replica (replicas of one changelog may
+        have different names); None when not announced (an older announcer).
     """
 
     replica_id: str
@@ -168,6 +171,7 @@ class ReplicaAnnouncement:
     ttl_ms: int = 15_000
     started_ms: int = 0
     pid: int = 0
+    store_name: str | None = None
 
     def __post_init__(self) -> None:
         _text(self.replica_id, "replica_id")
@@ -223,6 +227,7 @@ class ReplicaAnnouncement:
         _count(self.ttl_ms, "ttl_ms", 1)
         _count(self.started_ms, "started_ms", 0)
         _count(self.pid, "pid", 0, 2**31 - 1)
+        _text(self.store_name, "store_name", optional=True)
 
     @classmethod
     def of_store(
@@ -254,6 +259,7 @@ class ReplicaAnnouncement:
             ttl_ms=ttl_ms,
             started_ms=int(time.time() * 1000) if started_ms is None else started_ms,
             pid=os.getpid(),
+            store_name=manifest.name,
         )
 
     # -- derived ----------------------------------------------------------------------------
@@ -306,6 +312,7 @@ class ReplicaAnnouncement:
             "ttl_ms": self.ttl_ms,
             "started_ms": self.started_ms,
             "pid": self.pid,
+            **({} if self.store_name is None else {"store_name": self.store_name}),
         }
 
     def to_bytes(self) -> bytes:
@@ -400,6 +407,7 @@ class ReplicaAnnouncement:
             ttl_ms=data["ttl_ms"],
             started_ms=data.get("started_ms", 0),
             pid=data.get("pid", 0),
+            store_name=data.get("store_name"),
         )
 
     @classmethod
