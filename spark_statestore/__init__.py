@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import InvalidPositionError, OptionError, StateStoreError
 from spark_statestore.position import Position, PositionBound
@@ -28,7 +29,30 @@ from spark_statestore.query import (
     StateQueryResult,
 )
 
+if TYPE_CHECKING:
+    from spark_statestore.serve.client import StoreClient
+
 __version__ = "0.1.0"
+
+
+def connect(
+    target: str | os.PathLike[str],
+    *,
+    token: str | None = None,
+    tls_root_certs: bytes | None = None,
+    timeout_s: float = 30.0,
+) -> StoreClient:
+    """A client of a live store served by its owner: ``connect(path).query(request)``
+    answers as ``Store.open(path).query(request)`` would (remote IQv2).
+
+    ``target`` is the store's directory (its owner and credentials are found next to it)
+    or a Flight location ``grpc+tcp://host:port`` with the server's ``token`` (and
+    ``tls_root_certs`` for ``grpc+tls``). See
+    :func:`spark_statestore.serve.client.connect`; pyarrow loads on the first call.
+    """
+    from spark_statestore.serve.client import connect as connect_client
+
+    return connect_client(target, token=token, tls_root_certs=tls_root_certs, timeout_s=timeout_s)
 
 
 def register(spark: Any) -> None:
@@ -45,6 +69,16 @@ def register(spark: Any) -> None:
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(StateStoreDataSource)
+
+
+def enrich(df: Any, path: str, **options: Any) -> Any:
+    """``df`` (a batch or streaming DataFrame) with the value of each row's key in the store
+    at ``path``, looked up on the executors in batches through the store's live owner; see
+    :func:`spark_statestore.connectors.spark.enrich.enrich` for the options (``key_column``,
+    formats, ``position_column`` to bound each lookup by the row's own position)."""
+    from spark_statestore.connectors.spark.enrich import enrich as enrich_df
+
+    return enrich_df(df, path, **options)
 
 
 __all__ = [
@@ -70,5 +104,7 @@ __all__ = [
     "StateQueryResult",
     "StateStoreError",
     "__version__",
+    "connect",
+    "enrich",
     "register",
 ]

@@ -31,6 +31,7 @@ from spark_statestore.connectors.kafka.errors import (
 __all__ = [
     "admin",
     "consumer",
+    "ensure_topic",
     "partition_count",
     "producer",
     "topic_config",
@@ -166,6 +167,41 @@ def admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClie
         raise client_error(
             exc, "the Kafka client refused the admin settings", "; check the kafka.* options"
         ) from exc
+
+
+def ensure_topic(
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    topic: str,
+    *,
+    partitions: int,
+    topic_config: Mapping[str, str],
+    timeout_s: float,
+) -> bool:
+    """Create ``topic`` with ``partitions`` and ``topic_config`` (the brokers' default
+    replication factor) unless it exists; True when this call created it.
+
+    Raises
+    ------
+    KafkaClientError
+        The topic cannot be created (refused authorization, an unreachable cluster).
+    """
+    from confluent_kafka import KafkaError
+    from confluent_kafka.cimpl import NewTopic
+
+    client = admin(bootstrap_servers, config)
+    new = NewTopic(topic, partitions, -1, config=dict(topic_config))
+    try:
+        futures = client.create_topics([new], request_timeout=timeout_s)
+        futures[topic].result(timeout=timeout_s)
+    except KafkaException as exc:
+        error = kafka_error_of(exc)
+        if error is not None and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise client_error(
+            exc, f"cannot create topic {topic!r}", "; create it yourself or allow CreateTopics"
+        ) from exc
+    return True
 
 
 def topic_config(

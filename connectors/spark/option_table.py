@@ -252,6 +252,21 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "PEM private key file of the owner's Flight server (TLS)",
         names_file=True,
     ),
+    OptionSpec(
+        "announce",
+        bool,
+        _SOURCE,
+        "announce the replica on the changelog's <changelog>-replicas topic (discovery)",
+        default="true",
+    ),
+    OptionSpec(
+        "announceIntervalMs",
+        int,
+        _SOURCE,
+        "heartbeat interval of the announcement; stale after three intervals without one",
+        default="5000",
+        minimum=100,
+    ),
     # -- typed keys and values (the source and the reader) ----------------------------------
     OptionSpec("keyFormat", ValueFormat, _DECODERS, "how keys are decoded", default="binary"),
     OptionSpec("valueFormat", ValueFormat, _DECODERS, "how values are decoded", default="binary"),

@@ -17,7 +17,6 @@ positions, partitions, key lookups) and the rules that tie options together.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,10 +30,15 @@ from spark_statestore.connectors.spark.option_table import (
     ValueFormat,
     View,
 )
+from spark_statestore.connectors.spark.starting_offsets import (
+    EARLIEST,
+    LATEST,
+    StartingOffsets,
+    parse_starting_offsets,
+)
 from spark_statestore.connectors.spark.windows import WINDOWED, check_window_size
 from spark_statestore.errors import InvalidPositionError, OptionError
-from spark_statestore.integer_spec import INT64_MAX, ascii_integer
-from spark_statestore.partition_spec import MAX_PARTITION, parse_partitions
+from spark_statestore.partition_spec import parse_partitions
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
 from spark_statestore.sink.staging import MAX_QUERY_ID_BYTES, query_id_problem
@@ -55,23 +59,6 @@ __all__ = [
     "parse_sink_options",
     "parse_source_options",
 ]
-
-EARLIEST = -2
-"""Kafka's (and Spark's offsets JSON) marker for the earliest available offset."""
-LATEST = -1
-"""Kafka's (and Spark's offsets JSON) marker for the end of a partition."""
-
-
-@dataclass(frozen=True, slots=True)
-class StartingOffsets:
-    """Where the change feed of a new query starts (``startingOffsets``).
-
-    ``kind`` is ``earliest``, ``latest`` or ``json``; for ``json``, ``offsets`` maps every
-    followed partition to an offset or to :data:`EARLIEST` / :data:`LATEST`.
-    """
-
-    kind: str
-    offsets: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +105,10 @@ class SourceOptions:
     """``storeType`` window: the window size, for the ``window_end`` column (None: no column)."""
     history_retention_ms: int | None = None
     """``storeType`` versioned: the history retention given (None: the changelog's)."""
+    announce: bool = True
+    """Announce the replica on ``<changelog>-replicas`` while the query runs."""
+    announce_interval_ms: int = 5000
+    """The announcement's heartbeat interval (it is stale after three)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,51 +190,6 @@ def codecs_for(formats: FormatOptions) -> tuple[Any, Any]:
     )
 
 
-def _starting_offsets(text: str | None) -> StartingOffsets:
-    if text is None or text.lower() == "earliest":
-        return StartingOffsets("earliest")
-    if text.lower() == "latest":
-        return StartingOffsets("latest")
-    from spark_statestore.connectors.spark.json_values import exceeds_json_depth
-
-    example = 'earliest, latest, or JSON like {"0": 12, "1": -2} (-2 earliest, -1 latest)'
-    shown = text if len(text) <= 200 else text[:200] + "..."
-    # Both forms nest at most two levels ({"topic": {"0": 12}}): deeper text is refused
-    # before the recursive JSON decoder sees it.
-    if exceeds_json_depth(text.encode("utf-8"), 2):  # option text is valid Unicode (_check_text)
-        raise OptionError(
-            f'option \'startingOffsets\' nests deeper than {{"topic": {{"0": 12}}}}; it '
-            f"must be {example}, got {shown!r}"
-        )
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        raise OptionError(f"option 'startingOffsets' must be {example}, got {shown!r}") from None
-    if isinstance(raw, dict) and len(raw) == 1 and isinstance(next(iter(raw.values())), dict):
-        raw = next(iter(raw.values()))  # Spark's Kafka form: {"topic": {"0": 12}}
-    if not isinstance(raw, dict) or not raw:
-        raise OptionError(f"option 'startingOffsets' must be {example}, got {shown!r}")
-    offsets: dict[int, int] = {}
-    for key, offset in raw.items():
-        partition = ascii_integer(key)
-        if (
-            partition is None
-            or not 0 <= partition <= MAX_PARTITION
-            or partition in offsets
-            or isinstance(offset, bool)
-            or not isinstance(offset, int)
-            or not EARLIEST <= offset <= INT64_MAX
-        ):
-            why = "names its partition twice" if partition in offsets else "is malformed"
-            raise OptionError(
-                f"option 'startingOffsets': entry {key[:40]!r}: {str(offset)[:40]} {why}; "
-                f"expected {example}, with partitions in ASCII digits from 0 to "
-                f"{MAX_PARTITION} and offsets up to {INT64_MAX}"
-            )
-        offsets[partition] = offset
-    return StartingOffsets("json", offsets)
-
-
 def _key_prefix(text: str | None) -> bytes | None:
     if text is None:
         return None
@@ -289,6 +235,8 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "storeType 'versioned' too, or drop it"
         )
     serve_port = options.integer("servePort")
+    interval = options.integer("announceIntervalMs")
+    assert interval is not None  # has a default
     serve_host = options.required("serveHost")  # has a default
     tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
     if (tls_cert is None) != (tls_key is None):
@@ -309,7 +257,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         bootstrap_servers=bootstrap,
         changelog=changelog,
         kafka=kafka,
-        starting_offsets=_starting_offsets(options.text("startingOffsets")),
+        starting_offsets=parse_starting_offsets(options.text("startingOffsets")),
         max_offsets_per_trigger=options.integer("maxOffsetsPerTrigger"),
         fail_on_data_loss=options.boolean("failOnDataLoss"),
         include_headers=options.boolean("includeHeaders"),
@@ -325,6 +273,8 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         leader_application_id=leader,
         window_size_ms=check_window_size(options.integer("windowSizeMs"), store_type, False),
         history_retention_ms=retention,
+        announce=options.boolean("announce"),
+        announce_interval_ms=interval,
     )
 
 

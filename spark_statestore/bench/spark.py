@@ -104,7 +104,7 @@ def spark_records(options: BenchOptions) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Dataset:
+class Dataset:
     """The store and the Parquet copy of its rows, and what reading either must return."""
 
     store_path: str
@@ -146,7 +146,7 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
     rounds = options.rounds
     with tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root:
         start = time.perf_counter()
-        data = _build_dataset(root, records)
+        data = build_dataset(root, records)
         _log.info(
             "bench suite %s: wrote %d rows to a store and to Parquet in %.1f s",
             SUITE,
@@ -156,14 +156,14 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
         with spark_session() as (spark, startup_s, started):
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
             parquet = partial(_scan_run, spark, data, "parquet", None)
-            store = _open_store(data.store_path, "spark-statestore bench (live owner)")
+            store = open_store(data.store_path, "spark-statestore bench (live owner)")
             try:
                 with StoreServer(store) as server:
                     owner = _Owner(server.location, server.token)
                     scan = partial(_scan_run, spark, data, "store", owner)
-                    owner_rates = _interleave({"store": scan, "parquet": parquet}, rounds)
+                    owner_rates = interleave_warm({"store": scan, "parquet": parquet}, rounds)
                     keys = data.lookup_keys(rounds + 1, options.seed)
-                    lookup_rates = _interleave(
+                    lookup_rates = interleave_warm(
                         {
                             "keys_option": partial(
                                 _lookup_run, spark, data, owner, iter(keys), by_option=True
@@ -177,7 +177,7 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
             finally:
                 store.close()
             local = partial(_scan_run, spark, data, "store", None)
-            local_rates = _interleave({"store": local, "parquet": parquet}, rounds)
+            local_rates = interleave_warm({"store": local, "parquet": parquet}, rounds)
     common = {
         "records": records,
         "partitions": PARTITIONS,
@@ -246,7 +246,7 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
     ]
 
 
-def _interleave(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+def interleave_warm(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
     """:func:`interleave` after one untimed run of each side: the first query of a kind
     pays for JIT compilation and Python worker start-up, seconds that belong to neither
     side's rate."""
@@ -270,7 +270,7 @@ class _Owner:
             return client.stats()["rows_examined"]
 
 
-def _scan_run(spark: Any, data: _Dataset, source: str, owner: _Owner | None) -> float:
+def _scan_run(spark: Any, data: Dataset, source: str, owner: _Owner | None) -> float:
     """Rows/s of one fully consumed read of ``source`` (``"store"`` or ``"parquet"``)."""
     if source == "parquet":
 
@@ -303,7 +303,7 @@ def _consume(df: Any) -> Checksum:
 
 def _lookup_run(
     spark: Any,
-    data: _Dataset,
+    data: Dataset,
     owner: _Owner,
     keys: Iterator[tuple[bytes, bytes]],
     *,
@@ -350,16 +350,16 @@ def _check_examined(owner: _Owner, before: int, expected: int, what: str) -> Non
 
 
 # -- setup ----------------------------------------------------------------------------------
-def _open_store(path: str, purpose: str) -> Store:
+def open_store(path: str, purpose: str) -> Store:
     # No fsync: the suite measures reads, and the store is deleted after the run.
     return Store.open(path, _SPEC, purpose=purpose, options=StoreOptions(sync=False))
 
 
-def _build_dataset(root: str, records: int) -> _Dataset:
+def build_dataset(root: str, records: int) -> Dataset:
     """Write the store, then its snapshot's rows to Parquet."""
     store_path = os.path.join(root, "store")
     parquet_dir = os.path.join(root, "parquet")
-    with _open_store(store_path, "spark-statestore bench (setup)") as store:
+    with open_store(store_path, "spark-statestore bench (setup)") as store:
         for start in range(0, records, _LOAD_CHUNK):
             stop = min(start + _LOAD_CHUNK, records)
             with store.begin() as txn:
@@ -384,7 +384,7 @@ def _build_dataset(root: str, records: int) -> _Dataset:
         sum(n * (n - 1) // 2 for n in (_records_of(p, records) for p in range(PARTITIONS))),
         _TIMESTAMP_MS + records - 1,
     )
-    return _Dataset(store_path, parquet_dir, records, parquet_bytes, checksum)
+    return Dataset(store_path, parquet_dir, records, parquet_bytes, checksum)
 
 
 def _records_of(partition: int, records: int) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from types import MappingProxyType
 
+from spark_statestore.bench.enrich import run_enrich_suite
 from spark_statestore.bench.follower import run_follower_suite
 from spark_statestore.bench.latency import run_latency_suite
 from spark_statestore.bench.measure import BenchOptions, BenchRun, Measurement
@@ -36,6 +37,7 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
         "peers": run_peers_suite,
         "latency": run_latency_suite,
         "streams": run_streams_suite,
+        "enrich": run_enrich_suite,
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""

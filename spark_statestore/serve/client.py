@@ -43,6 +43,7 @@ from spark_statestore.serve.errors import (
 from spark_statestore.serve.protocol import (
     ACTION_DESCRIBE,
     ACTION_PIN,
+    ACTION_QUERY,
     ACTION_RELEASE,
     ACTION_STATS,
     MAX_PIN_WAIT_S,
@@ -53,19 +54,21 @@ from spark_statestore.serve.protocol import (
     decode_object,
     encode_object,
 )
+from spark_statestore.serve.query_wire import decode_result, encode_query_body
 from spark_statestore.store.ownership import live_owner
 from spark_statestore.store.scan import ScanSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_statestore.query import LagInfo
+    from spark_statestore.query import LagInfo, StateQueryRequest, StateQueryResult
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
     "PinnedSnapshotInfo",
     "StoreClient",
     "client_for_store",
+    "connect",
     "connect_to_owner",
 ]
 
@@ -272,6 +275,67 @@ class StoreClient:
         """``{partition: LagInfo}`` from :meth:`describe`; None when the server knows none."""
         lags = self.describe().lags
         return None if lags is None else dict(lags)
+
+    @property
+    def position(self) -> Position:
+        """The position of the store's latest commit (one ``describe`` call)."""
+        return self.describe().description.position
+
+    def query(self, request: StateQueryRequest, *, wait_s: float = 0.0) -> StateQueryResult[Any]:
+        """Run an IQv2 request on the served store, with the semantics of the local
+        :meth:`Store.query <spark_statestore.store.Store.query>`: the same per-partition
+        results, positions, failure reasons and messages (failures are results, not
+        exceptions).
+
+        Parameters
+        ----------
+        request
+            The request; every built-in query type travels. A key that is not bytes, and a
+            :class:`~spark_statestore.query.CustomQuery`, travel as their type name and
+            ``repr``: the store answers them with ``STORE_EXCEPTION`` and
+            ``UNKNOWN_QUERY_TYPE`` as a local store does.
+        wait_s
+            With a position bound, the server first waits up to ``wait_s`` (at most 600 s)
+            for a commit that satisfies the bound on every partition asked, then answers
+            either way (``NOT_UP_TO_BOUND`` on partitions still behind). 0: answer at once.
+
+        Raises
+        ------
+        QueryError
+            If ``request`` is not a :class:`~spark_statestore.query.StateQueryRequest` or
+            ``wait_s`` is not a number >= 0.
+        WrongStoreError
+            If the server serves another store than :attr:`store_id`.
+        RemoteStoreError
+            If the store failed on the server (e.g. it was closed): where a local store
+            raises, the remote one raises this.
+        ServerUnavailableError
+            If no server answers at :attr:`location`.
+        """
+        from spark_statestore.query import QueryError
+
+        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not wait_s >= 0:
+            raise QueryError(f"wait_s must be a number of seconds >= 0, got {wait_s!r}")
+        wait_s = min(float(wait_s), MAX_PIN_WAIT_S)
+        body = encode_query_body(request, int(wait_s * 1000))
+        reply = self._action(ACTION_QUERY, body, timeout_s=self.timeout_s + wait_s)
+        try:
+            served, raw = reply.get("store_id"), reply.get("result")
+            if not isinstance(served, str) or not isinstance(raw, dict):
+                raise BadRequestError('expected {"store_id": str, "result": {...}}')
+            result = decode_result(raw)
+        except BadRequestError as exc:
+            raise ServeError(
+                f"store server {self.location} sent a malformed query reply: {exc}", self.location
+            ) from exc
+        if self.store_id is not None and served != self.store_id:
+            raise WrongStoreError(
+                f"store server {self.location} serves store {served!r}, not store "
+                f"{self.store_id!r}: the owner file that pointed here is stale or was edited; "
+                "connect again (it finds the store's real owner)",
+                self.location,
+            )
+        return result
 
     def stats(self) -> dict[str, int]:
         """The server's cumulative scan counters (``rows_examined``, ``rows_returned``,
@@ -481,6 +545,63 @@ def connect_to_owner(
         return None
     _log.debug("store %s: reading through its owner %s", path, owner.describe())
     return client_for_store(store_path, owner.flight_location, timeout_s=timeout_s)
+
+
+def connect(
+    target: str | os.PathLike[str],
+    *,
+    token: str | None = None,
+    tls_root_certs: bytes | None = None,
+    timeout_s: float = 30.0,
+) -> StoreClient:
+    """A client of a live store, queried with :meth:`StoreClient.query` as a local store.
+
+    Parameters
+    ----------
+    target
+        A store's directory: its live owner's server is found in ``_owner.json`` and its
+        credentials in the owner-only ``_serve.json`` (the store's user only). Or a Flight
+        location, ``grpc+tcp://host:port`` (``grpc+tls://`` beyond loopback), with the
+        server's ``token``.
+    token
+        The server's bearer token; required with a location, refused with a path (the
+        path brings its own).
+    tls_root_certs
+        PEM certificates to trust for a ``grpc+tls`` location (None: the system's roots).
+    timeout_s
+        Deadline of each call (a query's ``wait_s`` is added to it).
+
+    Raises
+    ------
+    ServerConfigError
+        If a location comes without a token, or a path with one.
+    ServerUnavailableError
+        If no live process serves the store at the path (open it with ``Store.open``).
+    AuthenticationError
+        If the store's credentials file cannot be read.
+    """
+    if isinstance(target, str) and "://" in target:
+        if token is None:
+            raise ServerConfigError(
+                f"connect({target!r}) needs the server's token=...: every store server "
+                "authenticates; or connect to the store's path, whose owner wrote the token "
+                "next to it",
+                target,
+            )
+        return StoreClient(target, timeout_s=timeout_s, token=token, tls_root_certs=tls_root_certs)
+    if token is not None or tls_root_certs is not None:
+        raise ServerConfigError(
+            f"connect({os.fspath(target)!r}): a store path brings its own credentials (its "
+            "owner's _serve.json); pass token and tls_root_certs only with a location"
+        )
+    client = connect_to_owner(target, timeout_s=timeout_s)
+    if client is None:
+        raise ServerUnavailableError(
+            f"no live process serves store {os.path.abspath(os.fspath(target))}: no owner with "
+            "a Flight server in its _owner.json. Query it locally (Store.open(path).query), "
+            "or start its follower or sink query, which serves it"
+        )
+    return client
 
 
 def client_for_store(

@@ -15,6 +15,9 @@ Actions (``do_action``; the body is a JSON object, the result one JSON object)::
     describe  {}                   -> <description> + {"lags": ..., "owner": ..., "pins": n,
                                                        "location": ...}
     stats     {}                   -> {"rows_examined": n, "rows_returned": n, "requests": n}
+    query     {"request": <StateQueryRequest>, "wait_ms": n}
+                                   -> {"store_id": id, "result": <StateQueryResult>}
+                                      (forms in :mod:`~spark_statestore.serve.query_wire`)
 
 A *position* is :meth:`~spark_statestore.position.Position.to_dict`'s form,
 ``{"topic": {"0": 42}}``. A *description* of a committed state
@@ -60,6 +63,7 @@ __all__ = [
     "ACTIONS",
     "ACTION_DESCRIBE",
     "ACTION_PIN",
+    "ACTION_QUERY",
     "ACTION_RELEASE",
     "ACTION_STATS",
     "MAX_PIN_WAIT_S",
@@ -79,10 +83,12 @@ ACTION_PIN: Final = "pin"
 ACTION_RELEASE: Final = "release"
 ACTION_DESCRIBE: Final = "describe"
 ACTION_STATS: Final = "stats"
-ACTIONS: Final = (ACTION_PIN, ACTION_RELEASE, ACTION_DESCRIBE, ACTION_STATS)
+ACTION_QUERY: Final = "query"
+ACTIONS: Final = (ACTION_PIN, ACTION_RELEASE, ACTION_DESCRIBE, ACTION_STATS, ACTION_QUERY)
 
 MAX_PIN_WAIT_S: Final = 600.0
-"""The longest a ``pin`` waits for its position bound (a longer ``wait_ms`` waits this long)."""
+"""The longest a ``pin`` or ``query`` waits for its position bound (a longer ``wait_ms`` waits
+this long)."""
 _INT32_MAX: Final = 2**31 - 1
 MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
 """The largest ticket or action body a server accepts by default (a ``keys`` lookup of
@@ -407,7 +413,7 @@ def _field(
     value = data[name]
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         kinds = f"{kind.__name__} or null" if optional else kind.__name__
         raise BadRequestError(f"the {what}'s {name!r} must be {kinds}, got {reprlib.repr(value)}")
     return value

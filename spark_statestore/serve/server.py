@@ -44,6 +44,7 @@ from spark_statestore.serve.pins import PinRegistry
 from spark_statestore.serve.protocol import (
     ACTION_DESCRIBE,
     ACTION_PIN,
+    ACTION_QUERY,
     ACTION_RELEASE,
     ACTION_STATS,
     ACTIONS,
@@ -56,15 +57,18 @@ from spark_statestore.serve.protocol import (
     encode_error_info,
     encode_object,
 )
+from spark_statestore.serve.query_wire import decode_query_body, encode_result
 from spark_statestore.store.errors import InvalidScanError, StoreError
+from spark_statestore.store.manifest import Role
 from spark_statestore.store.scan import ScanSpec, ScanStats, scan_batches
 from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_statestore.query import LagInfo
+    from spark_statestore.query import LagInfo, StateQueryRequest
     from spark_statestore.serve.client import StoreClient
+    from spark_statestore.store.manifest import StoreMetadata
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.store import Store
 
@@ -77,6 +81,7 @@ _ACTION_DOCS = {
     ACTION_RELEASE: "Release a pinned snapshot: {snapshot_id} -> {released}",
     ACTION_DESCRIBE: "The latest commit, lags and owner: {} -> {...}",
     ACTION_STATS: "Cumulative do_get counters: {} -> {rows_examined, rows_returned, requests}",
+    ACTION_QUERY: "Run an IQv2 request on the store: {request, wait_ms} -> {store_id, result}",
 }
 
 
@@ -114,8 +119,8 @@ class StoreServer:
     max_pins_per_client
         The most pins one client (its ``x-spark-statestore-client`` id) holds at once.
     max_waiting, max_waiting_per_client
-        The most ``pin`` calls waiting for a position bound at once (each holds a server
-        thread), in all and per client.
+        The most ``pin`` and ``query`` calls waiting for a position bound at once (each
+        holds a server thread), in all and per client.
     max_request_bytes
         The largest ticket or action body accepted.
 
@@ -359,6 +364,9 @@ class StoreServer:
                     f'action "release" needs {{"snapshot_id": "<id>"}}, got {data!r}'
                 )
             return {"released": self._pins.release(snapshot_id)}
+        if name == ACTION_QUERY:
+            request, wait_ms = decode_query_body(decode_object(body, f"body of action {name!r}"))
+            return self._query(request, min(wait_ms / 1000.0, MAX_PIN_WAIT_S), client=client)
         if name == ACTION_DESCRIBE:
             return self._describe()
         if name == ACTION_STATS:
@@ -381,24 +389,56 @@ class StoreServer:
         if bound is not None and wait_s > 0 and not bound.permits(store.metadata.position):
             # Wait for the commit that reaches the bound; the client checks the pinned
             # position, so a timeout pins the latest commit and the client refuses it.
-            self._start_waiting(client)
-            try:
-                store.wait_for_commit(lambda m: bound.permits(m.position), wait_s)
-            finally:
-                with self._lock:
-                    self._waiting -= 1
-                    left = self._waiting_by_client[client] - 1
-                    if left:
-                        self._waiting_by_client[client] = left
-                    else:
-                        del self._waiting_by_client[client]
+            self._wait_for_commit(lambda m: bound.permits(m.position), wait_s, client)
         snapshot = store.snapshot()
         description = StoreDescription.of_state(store.path, store.manifest, snapshot.metadata)
         snapshot_id = self._pins.pin(snapshot, client=client)
         return {"snapshot_id": snapshot_id, "metadata": description.to_dict()}
 
+    def _query(
+        self, request: StateQueryRequest, wait_s: float, *, client: str = ""
+    ) -> dict[str, Any]:
+        """Run ``request`` as :meth:`Store.query` does, after waiting up to ``wait_s`` for a
+        commit whose position permits the request's bound on every partition it asks this
+        store for (the partitions where the local answer checks the bound)."""
+        store = self.store
+        bound = request.position_bound
+        waits = (
+            wait_s > 0
+            and not bound.is_unbounded()
+            and request.store_name == store.name
+            and not (request.active_only and store.manifest.role is Role.FOLLOWER)
+        )
+        if waits:
+            held = store.partitions
+            asked = [p for p in (request.partitions or held) if p in held]
+
+            def reached(metadata: StoreMetadata) -> bool:
+                return all(bound.permits(metadata.position, p) for p in asked)
+
+            if asked and not reached(store.metadata):
+                self._wait_for_commit(reached, wait_s, client)
+        result = store.query(request)
+        return {"store_id": store.manifest.store_id, "result": encode_result(result)}
+
+    def _wait_for_commit(
+        self, reached: Callable[[StoreMetadata], bool], wait_s: float, client: str
+    ) -> None:
+        """Wait (a counted waiter, within the caps) for a commit that ``reached`` accepts."""
+        self._start_waiting(client)
+        try:
+            self.store.wait_for_commit(reached, wait_s)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                left = self._waiting_by_client[client] - 1
+                if left:
+                    self._waiting_by_client[client] = left
+                else:
+                    del self._waiting_by_client[client]
+
     def _start_waiting(self, client: str) -> None:
-        """Count one more pin waiting for its bound, within the caps."""
+        """Count one more pin or query waiting for its bound, within the caps."""
         with self._lock:
             mine = self._waiting_by_client.get(client, 0)
             if self._waiting >= self._max_waiting or mine >= self._max_waiting_per_client:
@@ -408,7 +448,7 @@ class StoreServer:
                     else f"max_waiting={self._max_waiting}"
                 )
                 raise TooManyPinsError(
-                    f"store server {self._location} already has {self._waiting} pins waiting "
+                    f"store server {self._location} already has {self._waiting} calls waiting "
                     f"for a position bound ({mine} of them from this client; {limit}); "
                     "retry later or wait for fewer bounds at once",
                     self._location,

@@ -40,8 +40,24 @@ from spark_statestore.connectors.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
+from spark_statestore.discovery import ReplicaAnnouncement
 from spark_statestore.errors import StateStoreError
-from spark_statestore.position import Position
+from spark_statestore.position import Position, PositionBound
+from spark_statestore.query import (
+    FailureReason,
+    KeyQuery,
+    LagInfo,
+    MultiVersionedKeyQuery,
+    PrefixQuery,
+    QueryResult,
+    RangeQuery,
+    RawKeyQuery,
+    RawScanQuery,
+    StateQueryRequest,
+    StateQueryResult,
+    VersionedKeyQuery,
+    VersionedRecord,
+)
 from spark_statestore.serve.protocol import (
     DescribeReply,
     ScanTicket,
@@ -50,8 +66,16 @@ from spark_statestore.serve.protocol import (
     decode_object,
     lags_from_dict,
 )
+from spark_statestore.serve.query_wire import (
+    decode_query_body,
+    decode_result,
+    encode_query_body,
+    encode_result,
+)
+from spark_statestore.store.manifest import Role
 from spark_statestore.store.scan import ScanSpec
 from tests.unit.test_changelog_headers import _fuzz_corpus
+from tests.unit.test_discovery import make_announcement
 from tests.unit.test_position_merger import merge_outcomes
 from tests.unit.test_serve_protocol import OWNER_DICT, valid_description
 
@@ -389,7 +413,34 @@ def _parse_options(case: tuple[str, dict[str, str]]) -> None:
     parse({name.lower(): value for name, value in raw.items()})
 
 
-# Flight tickets, action bodies and store descriptions; scan specs.
+# Flight tickets, action bodies and store descriptions; scan specs; remote queries.
+_QUERY_CORPUS = [
+    StateQueryRequest.in_store("s").with_query(query).with_partitions([0, 2])
+    for query in (
+        KeyQuery.with_key(b"a"),
+        KeyQuery.with_key("typed"),
+        RangeQuery.with_range(b"a", None).with_descending_keys(),
+        PrefixQuery.with_prefix(b"user-"),
+        RawScanQuery.scan().with_limit(3),
+        VersionedKeyQuery.with_key(bytearray(b"k")).as_of(5),
+        MultiVersionedKeyQuery.with_key(b"k").from_time(1).to_time(9),
+    )
+] + [
+    StateQueryRequest.in_store("s")
+    .with_query(RawKeyQuery.with_key(b"k"))
+    .with_position_bound(PositionBound.at(Position.from_map({"in": {0: 4}})))
+    .require_active()
+    .enable_execution_info()
+]
+_RESULT = StateQueryResult.for_partitions(
+    {
+        0: QueryResult.for_result([(b"k", b"v")], Position.from_map({"in": {0: 4}}), ["info"]),
+        1: QueryResult.for_result(VersionedRecord(b"v", 1, 9), Position.empty()),
+        2: QueryResult.for_result([VersionedRecord(b"v", 1, None)], Position.empty()),
+        3: QueryResult.for_failure(FailureReason.NOT_PRESENT, "not here"),
+        4: QueryResult.for_result(b"v", Position.empty()),
+    }
+)
 _SCAN_CORPUS = [
     ScanSpec.for_keys([b"a", b"\xff"]).with_partitions([0, 3]).to_json(),
     ScanSpec.between(b"a", b"z").with_limit(10).to_json(),
@@ -415,6 +466,8 @@ _FLIGHT_CORPUS = [
     b'{"kind": "bad_request", "message": "no"}',
     b'{"position_bound": {"orders": {"0": 4}}, "wait_ms": 250}',
     b"",
+    *(json.dumps(encode_query_body(request, 250)).encode() for request in _QUERY_CORPUS),
+    json.dumps(encode_result(_RESULT)).encode(),
 ]
 _FLIGHT_PIECES = [*_JSON_PIECES, b"-1", b"2147483648", b"9223372036854775808", b"1.5", b'"YQ=="']
 
@@ -428,6 +481,8 @@ def _parse_flight(body: bytes) -> None:
         lambda raw: DescribeReply.from_dict(decode_object(raw, "reply")),
         lambda raw: lags_from_dict(decode_object(raw, "reply")),
         ScanSpec.from_json,
+        lambda raw: decode_query_body(decode_object(raw, "query body")),
+        lambda raw: decode_result(decode_object(raw, "query reply")),
     ]
     for parse in decoders:
         try:
@@ -437,6 +492,30 @@ def _parse_flight(body: bytes) -> None:
     decode_error_info(body)  # None or (kind, message), never an exception
     if refused == len(decoders):
         raise Refused("refused by every decoder")
+
+
+_ANNOUNCEMENT_CORPUS = [
+    make_announcement().to_bytes(),
+    make_announcement(
+        replica_id="leader",
+        role=Role.LEADER,
+        location="grpc+tls://[::1]:8815",
+        held_partitions=(1, 3),
+        key_prefix=b"eu-",
+        position=Position.from_map({"orders": {0: 41, 1: 7}, "returns": {2: 0}}),
+        lags={1: LagInfo(3, 9), 3: LagInfo(0, 0)},
+    ).to_bytes(),
+    make_announcement(location=None, partitions=1, held_partitions=(0,)).to_bytes(),
+]
+_ANNOUNCEMENT_PIECES = [
+    *_JSON_PIECES, b"-1", b"2147483648", b"9223372036854775808", b"1.5", b'"YQ=="',
+    b'"leader"', b'"grpc://h:0"', b'"grpc://h:65536"', b"[0,0]", b"[]", b'"version":2',
+]  # fmt: skip
+
+
+def _parse_announcement(raw: bytes) -> None:
+    announcement = ReplicaAnnouncement.from_bytes(raw)
+    assert ReplicaAnnouncement.from_bytes(announcement.to_bytes()) == announcement
 
 
 def _mutated(
@@ -455,6 +534,11 @@ TARGETS = [
         "Flight tickets and actions",
         _mutated(_FLIGHT_CORPUS, _FLIGHT_PIECES, (b"[", b"]")),
         _parse_flight,
+    ),
+    Target(
+        "replica announcements",
+        _mutated(_ANNOUNCEMENT_CORPUS, _ANNOUNCEMENT_PIECES, (b"[", b"]")),
+        _parse_announcement,
     ),
 ]
 

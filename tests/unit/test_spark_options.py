@@ -391,3 +391,12 @@ def test_history_retention_is_for_versioned_stores() -> None:
     assert source(storeType="versioned", historyRetentionMs="60000").history_retention_ms == 60000
     with pytest.raises(OptionError, match="set storeType 'versioned' too"):
         source(historyRetentionMs="60000")
+
+
+def test_the_follower_announces_itself_every_five_seconds_unless_told_otherwise() -> None:
+    options = parse_source_options(BASE)
+    assert (options.announce, options.announce_interval_ms) == (True, 5000)
+    options = parse_source_options({**BASE, "announce": "false", "announceintervalms": "250"})
+    assert (options.announce, options.announce_interval_ms) == (False, 250)
+    with pytest.raises(OptionError, match="announceIntervalMs"):
+        parse_source_options({**BASE, "announceIntervalMs": "99"})

@@ -1,11 +1,13 @@
 """What the follower source runs inside Spark's long-lived driver-side reader process.
 
 One :class:`FollowerRuntime` per streaming query: it owns the store (the single-owner lock),
-runs the :class:`~spark_statestore.follower.Follower` on a background thread, and serves the
+runs the :class:`~spark_statestore.follower.Follower` on a background thread, serves the
 live store over Arrow Flight so snapshot reads of other queries go through it (its location
-is recorded in the store's ``_owner.json``). Spark kills that process on query stop without
-calling ``stop()``: nothing here relies on a clean shutdown, because every store commit is
-atomic and the kernel releases the lock.
+is recorded in the store's ``_owner.json``) and, unless option ``announce`` is false,
+announces the replica on the changelog's ``<changelog>-replicas`` topic (replica discovery).
+Spark kills that process on query stop without calling ``stop()``: nothing here relies on a
+clean shutdown, because every store commit is atomic, the kernel releases the lock, and an
+announcement nobody renews goes stale after its TTL.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
+from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions, StoreType
-from spark_statestore.errors import FollowerError, OptionError
+from spark_statestore.discovery import ReplicaAnnouncement
+from spark_statestore.errors import FollowerError, OptionError, StateStoreError
 from spark_statestore.follower import Follower, FollowerState, history_retention_of
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
@@ -26,6 +30,9 @@ from spark_statestore.store import Role, Store, StoreSpec
 __all__ = ["FollowerRuntime"]
 
 _log = logging.getLogger(__name__)
+
+ANNOUNCE_TTL_INTERVALS = 3
+"""An announcement is stale after this many heartbeat intervals without a newer one."""
 
 
 class FollowerRuntime:
@@ -99,6 +106,9 @@ class FollowerRuntime:
             closers.insert(0, self.server.close)
             self.store.update_owner(flight_location=location)
             self.follower.start()
+            self.announcer = self._announcer(location) if options.announce else None
+            if self.announcer is not None:
+                closers.insert(0, self.announcer.close)
         except BaseException:
             for close in closers:
                 close()
@@ -120,6 +130,35 @@ class FollowerRuntime:
         self.follower.refresh_end_offsets()
         return self.follower.lags()
 
+    def _announcer(self, location: str) -> ReplicaAnnouncer | None:
+        """Announce the replica on ``<changelog>-replicas``; None (with a warning) when
+        Kafka refuses: the follower works without being discoverable."""
+        interval_ms = self.options.announce_interval_ms
+        announcement = ReplicaAnnouncement.of_store(
+            self.store, location=location, ttl_ms=ANNOUNCE_TTL_INTERVALS * interval_ms
+        )
+        announcer = ReplicaAnnouncer(
+            self.options.bootstrap_servers,
+            announcement,
+            lambda: (self.store.metadata.position, self._lags()),
+            config=self.options.kafka,
+            interval_s=interval_ms / 1000,
+        )
+        try:
+            announcer.start()
+        except StateStoreError as exc:
+            _log.warning(
+                "replica of %s at %s is not discoverable: announcing it on %s failed: %s "
+                "(set option 'announce' to 'false' to not try)",
+                self.options.changelog,
+                location,
+                announcer.topic,
+                exc,
+            )
+            announcer.close()
+            return None
+        return announcer
+
     def check(self) -> None:
         """Raise the follower thread's error, if it failed."""
         if self.follower.state is FollowerState.FAILED:
@@ -134,7 +173,10 @@ class FollowerRuntime:
         return {p: offsets.get(p, 0) for p in self.partitions}
 
     def close(self) -> None:
-        """Stop serving and following, and close the store (idempotent)."""
+        """Withdraw the announcement, stop serving and following, and close the store
+        (idempotent)."""
+        if self.announcer is not None:
+            self.announcer.close()
         self.server.close()
         self.follower.stop()
         if self.leader is not None:

@@ -1,0 +1,203 @@
+"""A live store owner announcing itself on its changelog's replicas topic.
+
+:class:`ReplicaAnnouncer` creates ``<changelog>-replicas`` (compacted, one partition) when it
+is missing, publishes the owner's :class:`~spark_statestore.discovery.ReplicaAnnouncement`
+when it starts and again every heartbeat interval from a daemon thread (with fresh position
+and lags), and publishes a tombstone for its key when it is closed. An owner that dies
+without closing leaves its last announcement, which readers drop once its TTL has passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from spark_statestore.connectors.kafka import clients
+from spark_statestore.connectors.kafka.errors import client_error
+from spark_statestore.discovery import REPLICAS_SUFFIX, DiscoveryError, ReplicaAnnouncement
+from spark_statestore.errors import StateStoreError
+from spark_statestore.position import Position
+from spark_statestore.query import LagInfo
+
+__all__ = ["REPLICAS_TOPIC_CONFIG", "ReplicaAnnouncer", "ensure_replicas_topic"]
+
+_log = logging.getLogger(__name__)
+
+REPLICAS_TOPIC_CONFIG: Mapping[str, str] = {
+    "cleanup.policy": "compact",
+    # Tombstones of stopped replicas are removed a while after compaction.
+    "delete.retention.ms": "3600000",
+}
+"""The settings a replicas topic is created with."""
+
+Progress = Callable[[], "tuple[Position, Mapping[int, LagInfo]]"]
+"""Returns the store's current position and ``{partition: LagInfo}``."""
+
+
+def ensure_replicas_topic(
+    bootstrap_servers: str, changelog: str, config: Mapping[str, Any] | None, timeout_s: float
+) -> str:
+    """The replicas topic of ``changelog``, created compacted with one partition if missing.
+
+    Raises
+    ------
+    KafkaClientError
+        It cannot be created.
+    """
+    topic = changelog + REPLICAS_SUFFIX
+    if clients.ensure_topic(
+        bootstrap_servers,
+        config,
+        topic,
+        partitions=1,
+        topic_config=REPLICAS_TOPIC_CONFIG,
+        timeout_s=timeout_s,
+    ):
+        _log.info("created replicas topic %s", topic)
+    return topic
+
+
+class ReplicaAnnouncer:
+    """Publishes one replica's announcement on start, every ``interval_s``, and a tombstone
+    on :meth:`close`.
+
+    Parameters
+    ----------
+    bootstrap_servers, config
+        The changelog's cluster and the user's ``kafka.*`` settings.
+    announcement
+        The replica's announcement; its ``ttl_ms`` should be a few ``interval_s``.
+    progress
+        Called at each heartbeat for the store's current position and lags.
+    interval_s
+        Seconds between heartbeats.
+    timeout_s
+        How long creating the topic and delivering the first announcement and the tombstone
+        may take.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        announcement: ReplicaAnnouncement,
+        progress: Progress,
+        *,
+        config: Mapping[str, Any] | None = None,
+        interval_s: float = 5.0,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if not interval_s > 0:
+            raise DiscoveryError(f"the heartbeat interval must be > 0 s, got {interval_s!r}")
+        self.bootstrap_servers = bootstrap_servers
+        self.announcement = announcement
+        self.topic = announcement.changelog + REPLICAS_SUFFIX
+        self._progress = progress
+        self._config = dict(config or {})
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.heartbeats = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._producer: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def key(self) -> bytes:
+        """The record key: the replica id in UTF-8."""
+        return self.announcement.replica_id.encode("utf-8")
+
+    def start(self) -> None:
+        """Create the topic if missing, publish the first announcement (delivered when this
+        returns) and start the heartbeat thread (idempotent).
+
+        Raises
+        ------
+        KafkaClientError
+            The topic cannot be created or the announcement not delivered.
+        """
+        if self._thread is not None:
+            return
+        ensure_replicas_topic(
+            self.bootstrap_servers, self.announcement.changelog, self._config, self.timeout_s
+        )
+        self._producer = clients.producer(
+            self.bootstrap_servers,
+            {"acks": "all", "linger.ms": 0, **self._config},
+            what=f"replicas topic {self.topic!r}",
+        )
+        self.announce()
+        self._thread = threading.Thread(
+            target=self._run, name=f"announcer-{self.topic}", daemon=True
+        )
+        self._thread.start()
+
+    def announce(self) -> ReplicaAnnouncement:
+        """Publish the announcement now, with the current progress, and wait for delivery.
+
+        Raises
+        ------
+        KafkaClientError
+            It was not delivered within the timeout.
+        """
+        position, lags = self._progress()
+        current = self.announcement.with_heartbeat(
+            int(time.time() * 1000), position=position, lags=lags
+        )
+        self._send(current.to_bytes())
+        self.announcement = current
+        self.heartbeats += 1
+        return current
+
+    def _send(self, value: bytes | None) -> None:
+        failures: list[Any] = []
+
+        def delivered(error: Any, _message: Any) -> None:
+            if error is not None:
+                failures.append(error)
+
+        with self._lock:
+            producer = self._producer
+            if producer is None:
+                raise DiscoveryError(f"the announcer of {self.topic!r} is not started")
+            try:
+                producer.produce(self.topic, key=self.key, value=value, on_delivery=delivered)
+                left = producer.flush(self.timeout_s)
+            except KafkaException as exc:
+                raise client_error(exc, f"cannot announce on {self.topic!r}") from exc
+        if failures or left:
+            what = "a tombstone" if value is None else "an announcement"
+            reason = failures[0] if failures else f"not delivered in {self.timeout_s} s"
+            raise DiscoveryError(
+                f"{what} of replica {self.announcement.replica_id!r} on {self.topic!r} "
+                f"failed: {reason}"
+            )
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.announce()
+            except StateStoreError as exc:
+                # A missed heartbeat is not the owner's failure: it stays live until its TTL,
+                # and the next beat announces it again.
+                _log.warning("replica heartbeat on %s failed: %s", self.topic, exc)
+
+    def close(self) -> None:
+        """Stop the heartbeats and publish a tombstone (idempotent); a tombstone that cannot
+        be delivered is logged: readers drop the replica after its TTL anyway."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout_s)
+            self._thread = None
+        if self._producer is None:
+            return
+        try:
+            self._send(None)
+        except StateStoreError as exc:  # the TTL covers an undelivered tombstone
+            _log.warning("replica tombstone on %s failed: %s", self.topic, exc)
+        finally:
+            self._producer = None

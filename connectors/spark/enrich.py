@@ -1,0 +1,289 @@
+"""Stream enrichment from a live store: each row's key looked up in a store another
+application keeps up to date (KIP-813's motivating case, an app reading another app's state
+while it processes).
+
+:func:`enrich` adds the store's value of each row's key to a batch or streaming DataFrame.
+Lookups run on the executors, one batched multi-get per Arrow batch (``mapInArrow``):
+through the store's live owner (a follower query, ``spark-statestore serve``), whose
+snapshot is pinned for the batch, or, when the store has no owner, from a private
+checkpoint of it. Every row of a batch is looked up in that one snapshot.
+
+With ``position_column`` each batch's snapshot must have reached the positions of its rows
+(merged): a row that carries the offset of the input record that caused a write (e.g. an
+order whose total another application keeps) is enriched with a state that includes that
+write, waiting for it up to ``position_timeout_ms``. ``lookup_position_column`` records the
+snapshot's position in each row, so the value can be checked against it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.connectors.spark.errors import NotUpToBoundError, SparkSourceError
+from spark_statestore.connectors.spark.option_table import ValueFormat
+from spark_statestore.errors import InvalidPositionError, OptionError
+from spark_statestore.position import Position, PositionBound
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from spark_statestore.connectors.spark.formats import ColumnCodec
+
+__all__ = ["enrich"]
+
+MAX_POSITION_TIMEOUT_MS = 600_000
+_LOCAL_RECHECK_MAX_S = 1.0
+
+
+def enrich(
+    df: DataFrame,
+    path: str,
+    *,
+    key_column: str,
+    value_column: str = "value",
+    key_format: str = "binary",
+    value_format: str = "binary",
+    value_schema: str | None = None,
+    position_column: str | None = None,
+    position_timeout_ms: int = 0,
+    lookup_position_column: str | None = None,
+) -> DataFrame:
+    """``df`` with ``value_column``: the store's value of each row's ``key_column`` (null when
+    the key is absent or null).
+
+    Parameters
+    ----------
+    df
+        A batch or streaming DataFrame.
+    path
+        The store directory (on every executor's host: the store's owner serves it there).
+    key_column
+        The column holding the keys, of the type ``key_format`` decodes to (``binary``,
+        ``string``, ``long``, ``int``, ``double``).
+    value_column
+        The new column's name (it must not exist yet).
+    key_format, value_format, value_schema
+        As the snapshot reader's ``keyFormat`` / ``valueFormat`` / ``valueSchema``.
+    position_column
+        A column of each row's position: ``map<string, map<int, bigint>>`` (the follower
+        feed's ``position``, or ``create_map`` of a Kafka source's topic, partition and
+        offset) or offsets JSON text (``{"orders": {"0": 41}}``). Each batch is looked up in
+        a snapshot that has reached every row's position; null positions are not bounds.
+    position_timeout_ms
+        How long a batch waits for the store to reach its positions before failing with
+        NOT_UP_TO_BOUND (at most 600000).
+    lookup_position_column
+        When given, a string column with the position (offsets JSON) of the snapshot each
+        row was looked up in.
+
+    Raises
+    ------
+    OptionError
+        For a missing or clashing column, a bad format or timeout (at once, on the driver).
+    """
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from spark_statestore.connectors.spark.ddl import parse_ddl
+    from spark_statestore.connectors.spark.formats import ColumnCodec
+
+    columns = df.columns
+    if key_column not in columns:
+        raise OptionError(f"enrich: key_column {key_column!r} is not a column of {columns}")
+    if position_column is not None and position_column not in columns:
+        raise OptionError(
+            f"enrich: position_column {position_column!r} is not a column of {columns}"
+        )
+    for name in (value_column, lookup_position_column):
+        if name is not None and name in columns:
+            raise OptionError(f"enrich: column {name!r} exists already; choose another name")
+    if lookup_position_column is not None and lookup_position_column == value_column:
+        raise OptionError("enrich: value_column and lookup_position_column must differ")
+    if ValueFormat.parse("keyFormat", key_format) is ValueFormat.JSON:
+        raise OptionError("enrich: key_format json is not supported; look up binary or string keys")
+    key_codec = ColumnCodec.create(key_format, None, column="key")
+    schema = None if value_schema is None else parse_ddl(value_schema, option="valueSchema")
+    value_codec = ColumnCodec.create(value_format, schema, column="value")
+    if (
+        isinstance(position_timeout_ms, bool)
+        or not isinstance(position_timeout_ms, int)
+        or not 0 <= position_timeout_ms <= MAX_POSITION_TIMEOUT_MS
+    ):
+        raise OptionError(
+            f"enrich: position_timeout_ms must be an int in [0, {MAX_POSITION_TIMEOUT_MS}], "
+            f"got {position_timeout_ms!r}"
+        )
+    fields = [*df.schema.fields, StructField(value_column, value_codec.spark_type, True)]
+    if lookup_position_column is not None:
+        fields.append(StructField(lookup_position_column, StringType(), True))
+    plan = _Plan(
+        path=path,
+        key_index=columns.index(key_column),
+        key_codec=key_codec,
+        value_codec=value_codec,
+        position_index=None if position_column is None else columns.index(position_column),
+        wait_s=position_timeout_ms / 1000.0,
+        names=tuple(field.name for field in fields),
+    )
+    return df.mapInArrow(lambda batches: _enrich_batches(batches, plan), StructType(fields))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every executor task needs (picklable)."""
+
+    path: str
+    key_index: int
+    key_codec: ColumnCodec
+    value_codec: ColumnCodec
+    position_index: int | None
+    wait_s: float
+    names: tuple[str, ...]
+    """The output columns: the input's, the value, and the lookup position if asked."""
+
+
+def _enrich_batches(batches: Iterator[pa.RecordBatch], plan: _Plan) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+
+    from spark_statestore.connectors.spark.errors import EncodeError
+
+    for batch in batches:
+        keys = batch.column(plan.key_index).to_pylist()
+        encoded: list[bytes | None] = []
+        for index, key in enumerate(keys):
+            if key is None:
+                encoded.append(None)
+                continue
+            try:
+                encoded.append(plan.key_codec.encode(key))
+            except EncodeError as exc:
+                raise SparkSourceError(
+                    f"enrich: row {index} of a batch has key {key!r}, which is not a "
+                    f"{plan.key_codec.format.value} key of store {plan.path}: {exc}"
+                ) from exc
+        bound = _bound(batch, plan)
+        wanted = sorted({key for key in encoded if key is not None})
+        found, position = _lookup(plan, wanted, bound)
+        values = [None if key is None else found.get(key) for key in encoded]
+
+        array, _ = plan.value_codec.decode(
+            values, locate=_locator(plan.path, keys), permissive=False
+        )
+        arrays = [*batch.columns, array]
+        if len(plan.names) > len(arrays):  # the lookup position column
+            arrays.append(pa.array([position.to_json()] * batch.num_rows, pa.string()))
+        yield pa.RecordBatch.from_arrays(arrays, names=list(plan.names))
+
+
+def _locator(path: str, keys: list[Any]) -> Callable[[int], str]:
+    def locate(index: int) -> str:
+        return f"store {path} key {keys[index]!r}"
+
+    return locate
+
+
+def _bound(batch: pa.RecordBatch, plan: _Plan) -> PositionBound:
+    """The merged positions of the batch's rows (unbounded without a position column)."""
+    if plan.position_index is None:
+        return PositionBound.unbounded()
+    merged = Position.empty()
+    for index, raw in enumerate(batch.column(plan.position_index).to_pylist()):
+        if raw is None:
+            continue
+        try:
+            if isinstance(raw, str):
+                position = Position.from_json(raw)
+            else:
+                position = Position.from_map(_as_map(raw))
+        except (InvalidPositionError, TypeError, ValueError) as exc:
+            raise SparkSourceError(
+                f"enrich: row {index} of a batch has position {raw!r}, which is not an "
+                f'offsets map or offsets JSON like {{"orders": {{"0": 41}}}}: {exc}'
+            ) from exc
+        merged = merged.merge(position)
+    return PositionBound.at(merged)
+
+
+def _as_map(raw: Any) -> dict[str, dict[int, int]]:
+    """Arrow's ``map<string, map<int, bigint>>`` as Python: a list of (key, value) pairs."""
+    outer = raw.items() if isinstance(raw, Mapping) else raw
+    result: dict[str, dict[int, int]] = {}
+    for topic, partitions in outer:
+        inner = partitions.items() if isinstance(partitions, Mapping) else partitions
+        result[topic] = {int(p): int(o) for p, o in inner}
+    return result
+
+
+def _lookup(
+    plan: _Plan, keys: list[bytes], bound: PositionBound
+) -> tuple[dict[bytes, bytes], Position]:
+    """``{key: value}`` of the ``keys`` present in one snapshot that has reached ``bound``,
+    and its position: the live owner's, pinned, or a private checkpoint's."""
+    from spark_statestore.serve import connect_to_owner
+    from spark_statestore.store.scan import ScanSpec
+
+    spec = ScanSpec.for_keys(keys)
+    deadline = time.monotonic() + plan.wait_s
+    pause = 0.05
+    while True:
+        client = connect_to_owner(plan.path)
+        if client is not None:
+            with client:
+                pinned = client.pin(bound, wait_s=max(0.0, deadline - time.monotonic()))
+                try:
+                    _check(plan, bound, pinned.position, deadline)
+                    table = client.read_table(spec, pinned.snapshot_id)
+                finally:
+                    client.release(pinned.snapshot_id)
+            return _pairs(table), pinned.position
+        try:
+            return _lookup_local(plan, spec, bound, deadline)
+        except NotUpToBoundError:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise
+            # No owner serves the store, so no commit wakes us: look again (through an
+            # owner if one has started meanwhile).
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, _LOCAL_RECHECK_MAX_S)
+
+
+def _lookup_local(
+    plan: _Plan, spec: Any, bound: PositionBound, deadline: float
+) -> tuple[dict[bytes, bytes], Position]:
+    import pyarrow as pa
+
+    from spark_statestore.connectors.spark.reader.snapshot import OWNER_WAIT_S
+    from spark_statestore.store import StoreOptions
+    from spark_statestore.store.checkpoint import reader_checkpoint
+    from spark_statestore.store.scan import scan_batches
+    from spark_statestore.store.snapshot import arrow_schema
+
+    options = StoreOptions(lock_wait_seconds=30.0, owner_wait_seconds=OWNER_WAIT_S)
+    with (
+        reader_checkpoint(plan.path, purpose="Spark enrichment lookup", options=options) as store,
+        store.snapshot() as snapshot,
+    ):
+        _check(plan, bound, snapshot.position, deadline)
+        table = pa.Table.from_batches(list(scan_batches(snapshot, spec)), schema=arrow_schema())
+        return _pairs(table), snapshot.position
+
+
+def _check(plan: _Plan, bound: PositionBound, position: Position, deadline: float) -> None:
+    if not bound.permits(position):
+        waited = f" after waiting {plan.wait_s:g} s" if plan.wait_s else ""
+        raise NotUpToBoundError(
+            f"NOT_UP_TO_BOUND: store {plan.path} is at position {position.to_json()}, not yet "
+            f"at the rows' positions {json.dumps(bound.to_dict())}{waited}; raise "
+            "position_timeout_ms to wait longer for it"
+        )
+
+
+def _pairs(table: pa.Table) -> dict[bytes, bytes]:
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    return dict(zip(keys, values, strict=True))

@@ -1,0 +1,16 @@
+"""Errors of replica discovery."""
+
+from __future__ import annotations
+
+from spark_statestore.errors import StateStoreError
+
+__all__ = ["AnnouncementError", "DiscoveryError"]
+
+
+class DiscoveryError(StateStoreError):
+    """Replica discovery failed (announcing a replica, or reading who announced)."""
+
+
+class AnnouncementError(DiscoveryError, ValueError):
+    """A replica announcement is malformed (bad JSON, a missing field, a wrong type, too
+    large, a newer format version)."""

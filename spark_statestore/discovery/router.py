@@ -1,0 +1,279 @@
+"""Routing IQv2 requests across the live replicas of one store (KIP-535's routing, done for
+the caller).
+
+For each partition a request needs, the candidates are the live replicas that serve it and
+hold it (for a key query, hold the key: a key-prefix subset follower holds only its keys;
+scans skip such subsets, which hold part of a partition): the leader first, then followers
+from the least lagging, as announced. With ``max_lag`` a follower whose announced lag on the
+partition is larger is not a candidate (the leader's lag is 0). A key query goes to the
+key's partition only (murmur2, as the changelog's writers partition); a range, prefix or
+scan query fans out: each replica is asked once for the partitions it is the best
+candidate of, and the answers are put together partition by partition
+(:func:`merged_rows` merges them in key order).
+
+Each replica is asked under its own store name (announced with it), so replicas of one
+changelog need not share a name.
+
+A partition whose replica fails (it does not answer, the call times out, or it answers
+NOT_UP_TO_BOUND, NOT_ACTIVE, NOT_PRESENT or STORE_EXCEPTION) is asked of its next candidate.
+When none qualifies or all fail, its result is a failure that says why (NOT_PRESENT: no live
+replica holds it; NOT_ACTIVE: the request needs the leader and none is live;
+NOT_UP_TO_BOUND: the replicas are behind the bound or ``max_lag``; otherwise the last
+replica's failure), naming the replicas tried and the lags seen. Every answer the router
+passes on is a replica's own, so it carries that replica's position and was checked against
+the bound by that replica.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from spark_statestore.changelog.partitioner import partition_for_key
+from spark_statestore.discovery.announcement import ReplicaAnnouncement
+from spark_statestore.discovery.errors import DiscoveryError
+from spark_statestore.discovery.metadata import ReplicaSet
+from spark_statestore.position import Position
+from spark_statestore.query import (
+    FailureReason,
+    KeyQuery,
+    MultiVersionedKeyQuery,
+    PrefixQuery,
+    QueryResult,
+    RangeQuery,
+    RawKeyQuery,
+    RawScanQuery,
+    StateQueryRequest,
+    StateQueryResult,
+    VersionedKeyQuery,
+)
+from spark_statestore.store.manifest import Role
+
+__all__ = ["Router", "merged_rows"]
+
+_log = logging.getLogger(__name__)
+
+_KEY_QUERIES = (KeyQuery, RawKeyQuery, VersionedKeyQuery, MultiVersionedKeyQuery)
+_SCANS = (RangeQuery, PrefixQuery, RawScanQuery)
+_RETRIED = {
+    FailureReason.NOT_UP_TO_BOUND,
+    FailureReason.NOT_ACTIVE,
+    FailureReason.NOT_PRESENT,
+    FailureReason.STORE_EXCEPTION,
+}
+_UNLAGGED = 0
+
+
+class Router:
+    """Answers IQv2 requests with the live replicas of one store.
+
+    Parameters
+    ----------
+    replicas
+        The live replicas now (e.g. ``ReplicaRegistry.view``); called once per request.
+    connect
+        A client of a replica (``spark_statestore.connect(location, token=...)``, or by
+        the replica's store path on its host); its ``query(request, wait_s=)`` answers as
+        the replica's store would.
+    max_lag
+        Skip followers whose announced offset lag on a partition is larger (None: any).
+    """
+
+    def __init__(
+        self,
+        replicas: Callable[[], ReplicaSet],
+        connect: Callable[[ReplicaAnnouncement], Any],
+        *,
+        max_lag: int | None = None,
+    ) -> None:
+        if max_lag is not None and (
+            isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0
+        ):
+            raise DiscoveryError(f"max_lag must be an int >= 0 or None, got {max_lag!r}")
+        self._replicas = replicas
+        self._connect = connect
+        self.max_lag = max_lag
+
+    def query(self, request: StateQueryRequest, *, wait_s: float = 0.0) -> StateQueryResult[Any]:
+        """Route ``request``; one result per partition asked (a key query: the key's).
+
+        Raises
+        ------
+        DiscoveryError
+            When no replica is live, so not even the partition count is known.
+        """
+        view = self._replicas()
+        count = view.partitions
+        if count is None:
+            raise DiscoveryError(
+                f"no live replica of {view.changelog!r} announces itself: nothing to route "
+                f"{type(request.query).__name__} to"
+            )
+        query = request.query
+        key = _key_of(query)
+        if key is not None:
+            partitions = [partition_for_key(key, count)]
+            if request.partitions is not None and partitions[0] not in request.partitions:
+                partitions = []
+        elif request.partitions is not None:
+            partitions = sorted(request.partitions)
+        else:
+            partitions = list(range(count))
+        results: dict[int, QueryResult[Any]] = {}
+        candidates = {p: self._candidates(view, request, p, key) for p in partitions}
+        tried: dict[int, list[str]] = {p: [] for p in partitions}
+        last: dict[int, QueryResult[Any]] = {}
+        pending = [p for p in partitions if candidates[p]]
+        while pending:
+            by_replica: dict[str, list[int]] = {}
+            chosen: dict[str, ReplicaAnnouncement] = {}
+            for partition in pending:
+                replica = candidates[partition].pop(0)
+                by_replica.setdefault(replica.replica_id, []).append(partition)
+                chosen[replica.replica_id] = replica
+            retry: list[int] = []
+            for replica_id, asked in by_replica.items():
+                replica = chosen[replica_id]
+                asking = request.with_partitions(set(asked))
+                if replica.store_name is not None:  # each replica answers to its own name
+                    asking = replace(asking, store_name=replica.store_name)
+                answers = self._ask(replica, asking, wait_s)
+                for partition in asked:
+                    tried[partition].append(_describe(replica, partition))
+                    answer = None if answers is None else answers.get(partition)
+                    if answer is not None and (
+                        answer.is_success or answer.failure_reason not in _RETRIED
+                    ):
+                        results[partition] = answer
+                        continue
+                    if answer is not None:
+                        last[partition] = answer
+                    if candidates[partition]:
+                        retry.append(partition)
+            pending = retry
+        for partition in partitions:
+            if partition not in results:
+                results[partition] = self._unanswered(
+                    view, request, partition, key, tried[partition], last.get(partition)
+                )
+        return StateQueryResult.for_partitions(results)
+
+    # -- candidates -------------------------------------------------------------------------
+    def _candidates(
+        self, view: ReplicaSet, request: StateQueryRequest, partition: int, key: bytes | None
+    ) -> list[ReplicaAnnouncement]:
+        found = []
+        for replica in view.replicas:
+            if replica.location is None or not replica.holds(partition):
+                continue
+            if key is not None and not replica.holds_key(key, partition):
+                continue
+            if key is None and replica.key_prefix is not None:
+                continue  # a key-prefix subset holds part of the partition only
+            if request.active_only and replica.role is not Role.LEADER:
+                continue
+            lag = _lag(replica, partition)
+            if self.max_lag is not None and (lag is None or lag > self.max_lag):
+                continue
+            found.append(replica)
+        leader = view.leader()
+        found.sort(
+            key=lambda r: (
+                r is not leader,
+                _lag(r, partition) if _lag(r, partition) is not None else float("inf"),
+                -r.heartbeat_ms,
+                r.replica_id,
+            )
+        )
+        return found
+
+    def _ask(
+        self, replica: ReplicaAnnouncement, request: StateQueryRequest, wait_s: float
+    ) -> dict[int, QueryResult[Any]] | None:
+        """The replica's answers by partition, or None when it could not be asked."""
+        from spark_statestore.serve.errors import ServeError
+
+        try:
+            client = self._connect(replica)
+            with client:
+                answer = client.query(request, wait_s=wait_s)
+        except (ServeError, OSError, TimeoutError) as exc:
+            _log.warning(
+                "replica %s at %s of %s did not answer: %s",
+                replica.replica_id,
+                replica.location,
+                replica.changelog,
+                exc,
+            )
+            return None
+        return dict(answer.partition_results)
+
+    def _unanswered(
+        self,
+        view: ReplicaSet,
+        request: StateQueryRequest,
+        partition: int,
+        key: bytes | None,
+        tried: list[str],
+        last: QueryResult[Any] | None,
+    ) -> QueryResult[Any]:
+        holders = [
+            r
+            for r in view.replicas
+            if r.holds(partition) and (key is None or r.holds_key(key, partition))
+        ]
+        seen = ", ".join(_describe(r, partition) for r in holders) or "none"
+        attempts = f"; asked: {', '.join(tried)}" if tried else ""
+        position = last.position if last is not None else Position.empty()
+        if not holders:
+            reason = FailureReason.NOT_PRESENT
+            why = f"no live replica of {view.changelog!r} holds partition {partition}"
+        elif request.active_only and not any(r.role is Role.LEADER for r in holders):
+            reason = FailureReason.NOT_ACTIVE
+            why = (
+                f"the request needs the active (leader) store of partition {partition}, "
+                "and none is live"
+            )
+        elif last is not None:
+            reason = last.failure_reason or FailureReason.STORE_EXCEPTION
+            why = f"no replica could answer for partition {partition}: {last.failure_message}"
+        elif not tried:
+            reason = FailureReason.NOT_UP_TO_BOUND
+            why = f"every replica of partition {partition} lags by more than max_lag={self.max_lag}"
+        else:
+            reason = FailureReason.STORE_EXCEPTION
+            why = f"no replica of partition {partition} answered"
+        return QueryResult.for_failure(reason, f"{why} (replicas: {seen}{attempts})", position)
+
+
+def _key_of(query: Any) -> bytes | None:
+    if isinstance(query, _KEY_QUERIES):
+        key = query.key
+        if isinstance(key, (bytes, bytearray, memoryview)):
+            return bytes(key)
+    return None
+
+
+def _lag(replica: ReplicaAnnouncement, partition: int) -> int | None:
+    if replica.role is Role.LEADER:
+        return _UNLAGGED
+    info = replica.lags.get(partition)
+    return None if info is None else info.offset_lag
+
+
+def _describe(replica: ReplicaAnnouncement, partition: int) -> str:
+    lag = _lag(replica, partition)
+    shown = "?" if lag is None else str(lag)
+    return f"{replica.role.value} {replica.replica_id[:8]} at {replica.location} (lag {shown})"
+
+
+def merged_rows(result: StateQueryResult[Any], *, descending: bool = False) -> Iterator[Any]:
+    """The ``(key, value)`` rows of a routed range, prefix or scan query's partitions, merged
+    in key order (successful partitions only; check the failures first)."""
+    lists: Iterable[list[Any]] = (
+        r.result for r in result.partition_results.values() if r.is_success and r.result
+    )
+    return heapq.merge(*lists, key=lambda row: row[0], reverse=descending)

@@ -1,0 +1,121 @@
+"""``spark_statestore.enrich``: a DataFrame's rows get the store's value of their key, looked
+up on the executors in batches, through the store's live owner or from the store itself."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import spark_statestore
+from spark_statestore.errors import OptionError
+from spark_statestore.position import Position
+from spark_statestore.serve import StoreServer, connect_to_owner
+from spark_statestore.store import Role, Store, StoreSpec
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    path = tmp_path / "prices"
+    with Store.open(path, StoreSpec(Role.LEADER, None, PARTITIONS)) as store, store.begin() as txn:
+        for i in range(50):
+            txn.put(f"item-{i:02d}".encode(), struct.pack(">q", i * 10), source=("orders", 0, i))
+    return path
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted((tuple(row) for row in df.collect()), key=repr)
+
+
+def test_rows_get_their_keys_values_through_the_owner_and_without_one(
+    spark: Any, store_path: Path
+) -> None:
+    items = [f"item-{i:02d}" for i in range(0, 60, 3)] + [None]  # some absent, one null
+    df = spark.createDataFrame([(k, n) for n, k in enumerate(items)], "item STRING, n INT")
+    expected = sorted(
+        (
+            (k, n, None if k is None or int(k[5:]) >= 50 else int(k[5:]) * 10)
+            for n, k in enumerate(items)
+        ),
+        key=repr,
+    )
+    enriched = spark_statestore.enrich(
+        df.repartition(3),
+        str(store_path),
+        key_column="item",
+        value_column="price",
+        key_format="string",
+        value_format="long",
+    )
+    assert enriched.columns == ["item", "n", "price"]
+    assert _rows(enriched) == expected  # no owner: a private checkpoint per task
+    with Store.open(store_path, purpose="enrich test") as store, StoreServer(store):
+        assert _rows(enriched) == expected  # through the owner
+        client = connect_to_owner(store_path)
+        assert client is not None
+        with client:
+            served = client.stats()
+        assert served["requests"] >= 1
+        assert served["rows_examined"] <= 20  # point lookups, not scans of the store
+
+
+def test_bounded_lookups_report_and_honour_the_snapshot_position(
+    spark: Any, store_path: Path
+) -> None:
+    df = spark.createDataFrame(
+        [("item-01", '{"orders": {"0": 40}}'), ("item-02", None)], "item STRING, pos STRING"
+    )
+    enriched = spark_statestore.enrich(
+        df,
+        str(store_path),
+        key_column="item",
+        key_format="string",
+        value_format="long",
+        position_column="pos",
+        lookup_position_column="seen",
+    )
+    rows = enriched.collect()
+    assert [(r["item"], r["value"]) for r in rows] == [("item-01", 10), ("item-02", 20)]
+    assert {Position.from_json(r["seen"]) for r in rows} == {Position.from_map({"orders": {0: 49}})}
+    unreached = spark.createDataFrame(
+        [("item-01", '{"orders": {"0": 50}}')], "item STRING, pos STRING"
+    )
+    with pytest.raises(Exception, match="NOT_UP_TO_BOUND"):
+        spark_statestore.enrich(
+            unreached,
+            str(store_path),
+            key_column="item",
+            key_format="string",
+            position_column="pos",
+        ).collect()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"key_column": "nope"}, "key_column 'nope' is not a column"),
+        ({"key_column": "item", "value_column": "n"}, "column 'n' exists already"),
+        ({"key_column": "item", "key_format": "json"}, "key_format json is not supported"),
+        ({"key_column": "item", "position_timeout_ms": -1}, "position_timeout_ms must be"),
+        ({"key_column": "item", "value_format": "text"}, "unknown value 'text'"),
+    ],
+)
+def test_bad_options_fail_on_the_driver(
+    spark: Any, store_path: Path, options: dict[str, Any], message: str
+) -> None:
+    df = spark.createDataFrame([("item-01", 1)], "item STRING, n INT")
+    with pytest.raises(OptionError, match=message):
+        spark_statestore.enrich(df, str(store_path), **options)
+
+
+def test_a_key_of_the_wrong_type_names_the_row(spark: Any, store_path: Path) -> None:
+    df = spark.createDataFrame([(json.dumps({"a": 1}),)], "item STRING")
+    with pytest.raises(Exception, match="not a long key"):
+        spark_statestore.enrich(df, str(store_path), key_column="item", key_format="long").collect()

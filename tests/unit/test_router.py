@@ -1,0 +1,186 @@
+"""The router against real stores served by real Flight servers on loopback (no Kafka: the
+replicas are announced to it directly). Every routed answer must equal the answer of the
+leader's own store, through leader deaths, lagging and partial followers; when no replica
+qualifies the result says why."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import spark_statestore
+from spark_statestore.changelog.partitioner import partition_for_key
+from spark_statestore.discovery import ReplicaAnnouncement, ReplicaSet, Router, merged_rows
+from spark_statestore.position import Position, PositionBound
+from spark_statestore.query import (
+    FailureReason,
+    KeyQuery,
+    LagInfo,
+    RangeQuery,
+    StateQueryRequest,
+)
+from spark_statestore.serve import StoreServer
+from spark_statestore.store import Role, Store, StoreSpec
+
+TOPIC = "prices-changelog"
+PARTITIONS = 3
+KEYS = [b"k%03d" % i for i in range(60)]
+
+
+def _fill(store: Store, upto: int) -> None:
+    """Keys 0..upto-1 with their changelog partitions; position: input offset upto-1."""
+    with store.begin() as txn:
+        rows = [
+            (k, b"v" + k, partition_for_key(k, PARTITIONS), i, 0) for i, k in enumerate(KEYS[:upto])
+        ]
+        txn.put_all(rows)
+        txn.merge_position(Position.from_map({"orders": dict.fromkeys(range(3), upto - 1)}))
+
+
+class Cluster:
+    """A leader and two followers (one of partitions 0 and 1 only), each served."""
+
+    def __init__(self, root: Path, stack: contextlib.ExitStack) -> None:
+        self.paths: dict[str, str] = {}
+        self.servers: dict[str, StoreServer] = {}
+        self.announced: dict[str, ReplicaAnnouncement] = {}
+        now = int(time.time() * 1000)
+        for name, role, held, upto, lag in [
+            ("leader", Role.LEADER, None, 60, 0),
+            ("full", Role.FOLLOWER, None, 60, 0),
+            ("part", Role.FOLLOWER, (0, 1), 40, 9),  # behind: 20 keys and lag 9
+        ]:
+            spec = StoreSpec(role, TOPIC, PARTITIONS, held_partitions=held)
+            store = stack.enter_context(Store.open(root / name, spec, purpose=name))
+            _fill(store, upto)
+            server = StoreServer(store)
+            location = server.start()
+            stack.callback(server.close)
+            lags = (
+                {}
+                if role is Role.LEADER
+                else {p: LagInfo(100, 100 + lag) for p in store.manifest.holds}
+            )
+            announcement = ReplicaAnnouncement.of_store(store, location=location, ttl_ms=60_000)
+            announcement = announcement.with_heartbeat(
+                now, position=store.metadata.position, lags=lags
+            )
+            self.paths[name] = str(root / name)
+            self.servers[name] = server
+            self.announced[name] = announcement
+
+    def router(self, **options: Any) -> Router:
+        by_id = {a.replica_id: name for name, a in self.announced.items()}
+
+        def view() -> ReplicaSet:
+            return ReplicaSet.of(TOPIC, self.announced.values(), now_ms=int(time.time() * 1000))
+
+        def connect(replica: ReplicaAnnouncement) -> Any:
+            return spark_statestore.connect(self.paths[by_id[replica.replica_id]])
+
+        return Router(view, connect, **options)
+
+    def announce_lag(self, name: str, lag: int) -> None:
+        """Announce ``name`` (a follower) with this lag on every partition it holds."""
+        old = self.announced[name]
+        lags = {p: LagInfo(100, 100 + lag) for p in old.held_partitions}
+        self.announced[name] = old.with_heartbeat(
+            old.heartbeat_ms, position=old.position, lags=lags
+        )
+
+    def stop(self, name: str) -> None:
+        self.servers[name].close()  # the announcement stays live: the router must fail over
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with contextlib.ExitStack() as stack:
+        yield Cluster(tmp_path, stack)
+
+
+def _request(query: Any) -> StateQueryRequest:
+    return StateQueryRequest.in_store("leader").with_query(query)
+
+
+def _value(result: Any) -> Any:
+    (answer,) = result.partition_results.values()
+    assert answer.is_success, answer.failure_message
+    return answer.result
+
+
+def test_key_queries_go_to_the_leader_then_fail_over(cluster: Cluster) -> None:
+    router = cluster.router()
+    for key in KEYS[:10]:
+        result = router.query(_request(KeyQuery.with_key(key)))
+        assert list(result.partition_results) == [partition_for_key(key, PARTITIONS)]
+        assert _value(result) == b"v" + key
+    cluster.stop("leader")
+    for key in KEYS[:10]:
+        assert _value(router.query(_request(KeyQuery.with_key(key)))) == b"v" + key
+
+
+def test_scans_fan_out_and_merge_in_key_order(cluster: Cluster) -> None:
+    copy = StoreSpec(Role.LEADER, None, PARTITIONS)
+    with Store.open(cluster.paths["leader"] + "-copy", copy) as local:
+        _fill(local, 60)
+        with local.snapshot() as snapshot:
+            expected = list(snapshot.items())
+    router = cluster.router()
+    result = router.query(_request(RangeQuery.with_no_bounds()))
+    assert sorted(result.partition_results) == [0, 1, 2]
+    assert list(merged_rows(result)) == expected
+    cluster.stop("leader")  # partitions 0 and 1: "full" (lag 0) before "part" (lag 9)
+    assert list(merged_rows(router.query(_request(RangeQuery.with_no_bounds())))) == expected
+    descending = router.query(_request(RangeQuery.with_no_bounds().with_descending_keys()))
+    assert list(merged_rows(descending, descending=True)) == expected[::-1]
+
+
+def test_a_replica_behind_the_bound_is_passed_over(cluster: Cluster) -> None:
+    cluster.stop("leader")
+    # Announcements are as of their heartbeat: "full" announced a larger lag than "part",
+    # which is asked first, but "part" has not reached the bound.
+    cluster.announce_lag("full", 30)
+    router = cluster.router()
+    key = next(k for k in KEYS[:40] if partition_for_key(k, PARTITIONS) in (0, 1))
+    partition = partition_for_key(key, PARTITIONS)
+    bound = PositionBound.at(Position.from_map({"orders": {partition: 59}}))
+    result = router.query(_request(KeyQuery.with_key(key)).with_position_bound(bound))
+    assert _value(result) == b"v" + key
+    assert result.partition_results[partition].position.to_map()["orders"][partition] == 59
+    cluster.stop("full")
+    result = router.query(_request(KeyQuery.with_key(key)).with_position_bound(bound))
+    answer = result.partition_results[partition]
+    assert answer.failure_reason is FailureReason.NOT_UP_TO_BOUND  # "part" is at offset 39
+    assert "asked:" in answer.failure_message and "lag 9" in answer.failure_message
+
+
+def test_when_no_replica_qualifies_the_result_says_why(cluster: Cluster) -> None:
+    cluster.stop("leader")
+    cluster.stop("full")
+    # Still announced (their TTL has not passed): asked, and they do not answer.
+    result = cluster.router().query(_request(RangeQuery.with_no_bounds()).with_partitions([2]))
+    answer = result.partition_results[2]
+    assert answer.failure_reason is FailureReason.STORE_EXCEPTION
+    assert "no replica of partition 2 answered" in answer.failure_message
+    assert answer.failure_message.count("asked:") == 1
+    del cluster.announced["leader"], cluster.announced["full"]  # their TTL has passed
+    strict = cluster.router(max_lag=5)  # "part" lags by 9
+    (answer,) = strict.query(_request(KeyQuery.with_key(KEYS[0]))).partition_results.values()
+    if partition_for_key(KEYS[0], PARTITIONS) == 2:
+        assert answer.failure_reason is FailureReason.NOT_PRESENT
+    else:
+        assert answer.failure_reason is FailureReason.NOT_UP_TO_BOUND
+        assert "lags by more than max_lag=5" in answer.failure_message
+        assert "lag 9" in answer.failure_message
+    result = cluster.router().query(_request(RangeQuery.with_no_bounds()).with_partitions([2]))
+    assert result.partition_results[2].failure_reason is FailureReason.NOT_PRESENT
+    key = next(k for k in KEYS[:40] if partition_for_key(k, PARTITIONS) in (0, 1))
+    active = cluster.router().query(_request(KeyQuery.with_key(key)).require_active())
+    (answer,) = active.partition_results.values()
+    assert answer.failure_reason is FailureReason.NOT_ACTIVE
+    assert _value(cluster.router().query(_request(KeyQuery.with_key(key)))) == b"v" + key
