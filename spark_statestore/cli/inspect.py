@@ -13,15 +13,15 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from spark_statestore.cli.store_state import StoreState, read_state
+from spark_statestore.cli.store_state import StoreState, StoreTarget, read_state
 from spark_statestore.serve.protocol import lags_to_dict
 
 __all__ = ["inspect_json", "inspect_lines", "run_inspect"]
 
 
-def run_inspect(path: str, *, as_json: bool) -> int:
+def run_inspect(target: StoreTarget, *, as_json: bool) -> int:
     """Print the store's description (text, or one JSON object); returns the exit code."""
-    state = read_state(path, purpose="spark-statestore inspect")
+    state = read_state(target, purpose="spark-statestore inspect")
     if as_json:
         print(json.dumps(inspect_json(state), sort_keys=True), flush=True)
     else:

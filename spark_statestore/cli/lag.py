@@ -14,7 +14,12 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from spark_statestore.cli.store_state import StoreState, changelog_lag_infos, read_state
+from spark_statestore.cli.store_state import (
+    StoreState,
+    StoreTarget,
+    changelog_lag_infos,
+    read_state,
+)
 from spark_statestore.cli.table import render_table
 from spark_statestore.query import LagInfo
 
@@ -33,14 +38,14 @@ HEADERS = (
 
 
 def run_lag(
-    path: str,
+    target: StoreTarget,
     *,
     bootstrap_servers: str | None,
     kafka_config: Mapping[str, Any],
     as_json: bool,
 ) -> int:
     """Print one row per held partition (a table, or JSON lines); returns the exit code."""
-    state = read_state(path, purpose="spark-statestore lag")
+    state = read_state(target, purpose="spark-statestore lag")
     if state.description.changelog_topic is None:
         print(
             f"store {state.description.path} publishes no changelog: it has no lag",

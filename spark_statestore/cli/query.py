@@ -8,7 +8,8 @@ store read-only. Keys and values are decoded with the Spark reader's codecs
 started). A store behind the bound or lagging more than ``--max-lag`` is refused
 (:class:`~spark_statestore.cli.errors.StaleStoreError`, exit 3).
 
-Other routes (a Flight location, a changelog through the replica router) are not here yet.
+A server's location (with its token) works as a path with a live owner does; a changelog
+through the replica router is not here yet.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import re
 import struct
 import sys
@@ -34,6 +34,7 @@ from spark_statestore.store.scan import ScanSpec
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from spark_statestore.cli.store_state import StoreTarget
     from spark_statestore.connectors.spark.formats import ColumnCodec
     from spark_statestore.query import LagInfo
     from spark_statestore.serve.protocol import StoreDescription
@@ -56,8 +57,8 @@ class QueryOptions:
 
     Parameters
     ----------
-    path
-        The store directory.
+    target
+        The store: its directory, or a server's location.
     scan
         The rows to read (keys, a range, a prefix or everything; a limit).
     key_format, value_format
@@ -77,7 +78,7 @@ class QueryOptions:
         reports its lags.
     """
 
-    path: str
+    target: StoreTarget
     scan: ScanSpec
     key_format: str = "string"
     value_format: str = "string"
@@ -93,7 +94,7 @@ class QueryOptions:
     def from_cli(
         cls,
         *,
-        path: str,
+        store: str,
         keys: Sequence[str] | None = None,
         key_range: Sequence[str] | None = None,
         prefix: str | None = None,
@@ -108,6 +109,8 @@ class QueryOptions:
         as_of: int | None = None,
         bootstrap_servers: str | None = None,
         kafka: Sequence[str] = (),
+        token_file: str | None = None,
+        tls_root_cert: str | None = None,
     ) -> QueryOptions:
         """Build the options from the command's flags (no key, range or prefix: ``--all``).
 
@@ -119,8 +122,9 @@ class QueryOptions:
             ``--position-bound``, a negative ``--max-lag`` or ``--limit``, a ``json`` value
             format without ``--value-schema`` (or a schema without it).
         """
-        if not path.strip():
-            raise OptionError("query: PATH must not be empty")
+        from spark_statestore.cli.store_state import StoreTarget
+
+        target = StoreTarget.from_cli(store, token_file=token_file, tls_root_cert=tls_root_cert)
         if key_format not in KEY_FORMATS:
             raise OptionError(f"option --key-format: {key_format!r} is not one of {KEY_FORMATS}")
         if value_format not in VALUE_FORMATS:
@@ -155,7 +159,7 @@ class QueryOptions:
 
             kafka_config = MappingProxyType(kafka_settings(kafka))
         return cls(
-            path=os.path.abspath(path),
+            target=target,
             scan=spec,
             key_format=key_format,
             value_format=value_format,
@@ -238,9 +242,7 @@ def open_answer(options: QueryOptions) -> Iterator[Answer]:
     StoreNotFoundError, StoreLockedError, ServeError
         No store; a live owner that does not serve it; an unreachable or refusing server.
     """
-    from spark_statestore.serve import connect_to_owner
-
-    client = connect_to_owner(options.path)
+    client = options.target.client()
     if client is None:
         with _open_on_disk(options) as answer:
             yield answer
@@ -265,7 +267,7 @@ def _open_on_disk(options: QueryOptions) -> Iterator[Answer]:
     from spark_statestore.store import Store, scan_batches
 
     with (
-        Store.open(options.path, purpose="spark-statestore query") as store,
+        Store.open(_path(options), purpose="spark-statestore query") as store,
         store.snapshot() as snapshot,
     ):
         _check_bound(options, snapshot.position, live=False)
@@ -276,6 +278,11 @@ def _open_on_disk(options: QueryOptions) -> Iterator[Answer]:
             _check_lag(options, description, None)
         batches = scan_batches(snapshot, options.scan)
         yield Answer(batches, snapshot.position, snapshot.commit_seq, None)
+
+
+def _path(options: QueryOptions) -> str:
+    assert options.target.path is not None  # a location always has a client
+    return options.target.path
 
 
 def _check_bound(options: QueryOptions, position: Position, *, live: bool) -> None:
@@ -296,7 +303,7 @@ def _check_bound(options: QueryOptions, position: Position, *, live: bool) -> No
     else:
         hint = "retry later, or give --position-bound-timeout to let its owner wait"
     raise StaleStoreError(
-        f"NOT_UP_TO_BOUND: the store at {options.path} is at position {position.to_json()}, "
+        f"NOT_UP_TO_BOUND: the store at {options.target.name} is at position {position.to_json()}, "
         f"which has not reached --position-bound {bound.to_json()}; {hint}"
     )
 
@@ -318,13 +325,14 @@ def _check_lag(
             else "no live follower reports its lag; give --bootstrap-servers to ask the changelog"
         )
         raise CommandError(
-            f"--max-lag: the lag of the store at {options.path} is unknown: {reason}"
+            f"--max-lag: the lag of the store at {options.target.name} is unknown: {reason}"
         )
     behind = {p: info.offset_lag for p, info in sorted(lags.items()) if info.offset_lag > limit}
     if behind:
         raise StaleStoreError(
-            f"the store at {options.path} lags its changelog by {behind} records (partition: "
-            f"lag), more than --max-lag {limit}: retry when it has caught up, or raise --max-lag"
+            f"the store at {options.target.name} lags its changelog by {behind} records "
+            f"(partition: lag), more than --max-lag {limit}: retry when it has caught up, or "
+            "raise --max-lag"
         )
 
 

@@ -70,7 +70,9 @@ class ServeOptions:
             raise OptionError("options --tls-cert and --tls-key go together: give both or neither")
         certificates = None
         if tls_cert is not None and tls_key is not None:
-            certificates = (_read(tls_cert, "--tls-cert"), _read(tls_key, "--tls-key"))
+            from spark_statestore.cli.store_state import read_file
+
+            certificates = (read_file(tls_cert, "--tls-cert"), read_file(tls_key, "--tls-key"))
         elif not is_loopback(host):
             raise OptionError(
                 f"option --host {host}: serving beyond loopback needs TLS (the token and the "
@@ -78,17 +80,6 @@ class ServeOptions:
                 "--tls-key, or serve on 127.0.0.1"
             )
         return cls(os.path.abspath(path), host, port, certificates)
-
-
-def _read(path: str, flag: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise OptionError(f"option {flag}: cannot read {path}: {exc.strerror}") from None
-    if not data:
-        raise OptionError(f"option {flag}: {path} is empty (expected PEM)")
-    return data
 
 
 def run_serve(options: ServeOptions) -> int:

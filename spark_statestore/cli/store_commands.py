@@ -7,10 +7,13 @@ Each handler imports its command's module when it runs (see
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.cli.arguments import integer as _integer
 from spark_statestore.cli.arguments import seconds as _seconds
+
+if TYPE_CHECKING:
+    from spark_statestore.cli.store_state import StoreTarget
 
 __all__ = ["add_store_commands"]
 
@@ -28,10 +31,36 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return run_serve(options)
 
 
+def _target(args: argparse.Namespace) -> StoreTarget:
+    from spark_statestore.cli.store_state import StoreTarget
+
+    return StoreTarget.from_cli(
+        args.store, token_file=args.token_file, tls_root_cert=args.tls_root_cert
+    )
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    """STORE (a path or a location) and the credentials a location needs."""
+    parser.add_argument(
+        "store",
+        metavar="STORE",
+        help="the store directory, or a store server's location (grpc+tcp://host:port)",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="F",
+        help="a file holding the server's token (a location only; a directory's owner "
+        "wrote it in <store>/_serve.json)",
+    )
+    parser.add_argument(
+        "--tls-root-cert", metavar="F", help="PEM certificate to trust (a grpc+tls location)"
+    )
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from spark_statestore.cli.inspect import run_inspect
 
-    return run_inspect(args.path, as_json=args.json)
+    return run_inspect(_target(args), as_json=args.json)
 
 
 def _cmd_lag(args: argparse.Namespace) -> int:
@@ -39,7 +68,7 @@ def _cmd_lag(args: argparse.Namespace) -> int:
     from spark_statestore.cli.store_state import kafka_settings
 
     return run_lag(
-        args.path,
+        _target(args),
         bootstrap_servers=args.bootstrap_servers,
         kafka_config=kafka_settings(args.kafka),
         as_json=args.json,
@@ -50,7 +79,9 @@ def _cmd_query(args: argparse.Namespace) -> int:
     from spark_statestore.cli.query import QueryOptions, run_query
 
     options = QueryOptions.from_cli(
-        path=args.path,
+        store=args.store,
+        token_file=args.token_file,
+        tls_root_cert=args.tls_root_cert,
         keys=args.key,
         key_range=args.range,
         prefix=args.prefix,
@@ -99,7 +130,7 @@ def add_store_commands(sub: Any) -> None:
         "record; its owner (live or stale). Read through the live owner's server when there "
         "is one, else from disk.",
     )
-    inspect.add_argument("path", metavar="PATH", help="the store directory")
+    _add_target(inspect)
     inspect.add_argument("--json", action="store_true", help="one JSON object instead of text")
     inspect.set_defaults(func=_cmd_inspect)
 
@@ -111,7 +142,7 @@ def add_store_commands(sub: Any) -> None:
         "live follower's own lags, else the store's offsets against the changelog's end "
         "offsets (with --bootstrap-servers).",
     )
-    lag.add_argument("path", metavar="PATH", help="the store directory")
+    _add_target(lag)
     lag.add_argument(
         "--bootstrap-servers",
         metavar="B",
@@ -132,7 +163,7 @@ def add_store_commands(sub: Any) -> None:
         "position goes to stderr. A store behind --position-bound (NOT_UP_TO_BOUND) or "
         "lagging more than --max-lag is refused with exit code 3.",
     )
-    query.add_argument("path", metavar="PATH", help="the store directory")
+    _add_target(query)
     what = query.add_mutually_exclusive_group(required=True)
     what.add_argument("--key", action="append", metavar="K", help="a key to look up (repeatable)")
     what.add_argument(

@@ -2,7 +2,9 @@
 
 A store has one owner process at a time (LevelDB's rule). When a live owner serves the store
 (a follower query, a ``spark-statestore serve``), ``inspect``, ``lag`` and ``query`` ask its
-server; otherwise they open the store read-only for the moment they need it. An owner that
+server; otherwise they open the store read-only for the moment they need it. Given a Flight
+location instead of a path (:class:`StoreTarget`), they ask the server there, with the token
+the user gives. An owner that
 holds the store without serving it (``spark-statestore follow``) makes the open fail with
 :class:`~spark_statestore.store.errors.StoreLockedError`, which names it.
 """
@@ -12,14 +14,19 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from spark_statestore.errors import OptionError
 from spark_statestore.query import LagInfo
 from spark_statestore.serve.protocol import StoreDescription
 from spark_statestore.store.ownership import OwnerInfo
 
+if TYPE_CHECKING:
+    from spark_statestore.serve.client import StoreClient
+
 __all__ = [
     "StoreState",
+    "StoreTarget",
     "changelog_lag_infos",
     "held_partitions",
     "kafka_settings",
@@ -42,6 +49,98 @@ def kafka_settings(pairs: Sequence[str]) -> dict[str, str]:
     from spark_statestore.cli.follow import parse_kafka_settings
 
     return {**_QUIET_KAFKA, **parse_kafka_settings(pairs)}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTarget:
+    """The store a command is about: a directory, or a store server's Flight location.
+
+    Parameters
+    ----------
+    path
+        The store directory (None for a location).
+    location
+        A server's location, ``grpc+tcp://host:port`` or ``grpc+tls://host:port``.
+    token
+        The server's bearer token (a location only; a path's owner wrote it next to it).
+    tls_root_certs
+        PEM certificates to trust for a ``grpc+tls`` location (None: the system's roots).
+    """
+
+    path: str | None
+    location: str | None = None
+    token: str | None = None
+    tls_root_certs: bytes | None = None
+
+    @classmethod
+    def from_cli(
+        cls, store: str, *, token_file: str | None = None, tls_root_cert: str | None = None
+    ) -> StoreTarget:
+        """``STORE`` (a path, or a location when it has ``://``) with ``--token-file`` and
+        ``--tls-root-cert``.
+
+        Raises
+        ------
+        OptionError
+            For an empty ``STORE``, a location without ``--token-file``, a path with either
+            flag, or a file that cannot be read.
+        """
+        if not store.strip():
+            raise OptionError("STORE must not be empty: give a store directory or a location")
+        if "://" not in store:
+            if token_file is not None or tls_root_cert is not None:
+                raise OptionError(
+                    f"options --token-file and --tls-root-cert go with a location, not a store "
+                    f"directory ({store}): its owner wrote its credentials next to it"
+                )
+            return cls(os.path.abspath(store))
+        if token_file is None:
+            raise OptionError(
+                f"{store} is a location: give its server's token with --token-file (a file "
+                "holding the token; the owner of a store writes it into <store>/_serve.json)"
+            )
+        token = read_file(token_file, "--token-file").decode("utf-8", "replace").strip()
+        certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
+        return cls(None, store, token, certs)
+
+    @property
+    def name(self) -> str:
+        """The path or the location, for messages."""
+        return self.location or self.path or "?"
+
+    def client(self) -> StoreClient | None:
+        """A client of the store's server: the location's, or the live owner's of the path
+        (None when no live owner serves it: read it from disk).
+
+        Raises
+        ------
+        ServeError
+            For a token the client refuses or credentials that cannot be read.
+        """
+        from spark_statestore.serve import connect, connect_to_owner
+
+        if self.location is not None:
+            return connect(self.location, token=self.token, tls_root_certs=self.tls_root_certs)
+        assert self.path is not None
+        return connect_to_owner(self.path)
+
+
+def read_file(path: str, flag: str) -> bytes:
+    """The bytes of the file a flag names.
+
+    Raises
+    ------
+    OptionError
+        Naming ``flag``, when the file cannot be read or is empty.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise OptionError(f"option {flag}: cannot read {path}: {exc.strerror}") from None
+    if not data.strip():
+        raise OptionError(f"option {flag}: {path} is empty")
+    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,32 +176,32 @@ class StoreState:
         return held_partitions(self.description)
 
 
-def read_state(path: str, *, purpose: str) -> StoreState:
-    """The state of the store at ``path``, from its live owner's server or from disk.
+def read_state(target: StoreTarget, *, purpose: str) -> StoreState:
+    """The state of the target store, from its server (the location's, or the live owner's
+    of the path) or from disk.
 
     Raises
     ------
     StoreNotFoundError
-        If there is no store at ``path``.
+        If there is no store at the path.
     StoreLockedError
         If a live process owns the store without serving it.
     ServeError
-        If the owner's server is unreachable or refuses this client's credentials.
+        If the server is unreachable or refuses this client's credentials.
     """
-    from spark_statestore.serve import connect_to_owner
     from spark_statestore.store import Store
     from spark_statestore.store.ownership import read_owner
 
-    store_path = os.path.abspath(path)
-    client = connect_to_owner(store_path)
+    client = target.client()
     if client is not None:
         with client:
             reply = client.describe()
         return StoreState(
             reply.description, reply.owner, True, reply.lags, client.location, reply.pins
         )
-    stale = read_owner(store_path)  # opening the store replaces a dead owner's file
-    with Store.open(store_path, purpose=purpose) as store:
+    assert target.path is not None
+    stale = read_owner(target.path)  # opening the store replaces a dead owner's file
+    with Store.open(target.path, purpose=purpose) as store:
         description = StoreDescription.of_state(store.path, store.manifest, store.metadata)
     return StoreState(description, stale, False, None, None, None)
 

@@ -127,6 +127,24 @@ def test_serve_then_inspect_and_query_through_it(
     assert behind.returncode == 3
     assert "NOT_UP_TO_BOUND" in one_error_line(behind, "query")
 
+    # The same server by its location, with its token (from the owner's credentials file).
+    credentials = read_credentials(str(path))
+    assert credentials is not None
+    token_file = tmp_path / "token"
+    token_file.write_text(credentials.token + "\n")
+    by_location = cli("query", location, "--token-file", str(token_file), "--key", "apple")
+    assert by_location.returncode == 0, by_location.stderr
+    assert by_location.stdout.splitlines()[1].split()[0] == "apple"
+    described = cli("inspect", location, "--token-file", str(token_file), "--json")
+    assert json.loads(described.stdout)["path"] == str(path)
+    token_file.write_text("not-the-token-of-this-server\n")
+    refused = cli("lag", location, "--token-file", str(token_file))
+    assert refused.returncode == 2
+    assert f"store server {location} refused" in one_error_line(refused, "lag")
+    no_token = cli("inspect", location)
+    assert no_token.returncode == 2
+    assert "give its server's token with --token-file" in one_error_line(no_token, "inspect")
+
     second = cli("serve", str(path))
     assert second.returncode == 2
     assert f"is owned by pid {proc.pid}" in one_error_line(second, "serve")

@@ -128,7 +128,7 @@ def test_query_options_turn_keys_into_stored_bytes() -> None:
     from spark_statestore.store.scan import ScanSpec
 
     def scan(**kwargs: object) -> ScanSpec:
-        return QueryOptions.from_cli(path="/s", **kwargs).scan  # type: ignore[arg-type]
+        return QueryOptions.from_cli(store="/s", **kwargs).scan  # type: ignore[arg-type]
 
     assert scan(keys=["b", "a"]) == ScanSpec.for_keys([b"a", b"b"])
     assert scan(keys=["-2"], key_format="long") == ScanSpec.for_keys([b"\xff" * 7 + b"\xfe"])
@@ -168,7 +168,7 @@ def test_query_options_refuse_bad_arguments_naming_the_flag(
     from spark_statestore.errors import OptionError
 
     with pytest.raises(OptionError, match=re.escape(message)):
-        QueryOptions.from_cli(path="/s", **kwargs)  # type: ignore[arg-type]
+        QueryOptions.from_cli(store="/s", **kwargs)  # type: ignore[arg-type]
 
 
 def test_query_options_parse_the_bound_and_formats() -> None:
@@ -192,7 +192,7 @@ def test_query_options_parse_the_bound_and_formats() -> None:
         ]
     )
     options = QueryOptions.from_cli(
-        path=args.path,
+        store=args.store,
         value_format=args.value_format,
         value_schema=args.value_schema,
         as_json=args.json,
@@ -228,3 +228,27 @@ def test_serve_refuses_beyond_loopback_without_tls_and_half_a_tls_pair(tmp_path:
         tls_key=str(tmp_path / "c.pem"),
     )
     assert pem.tls_certificates == (b"PEM", b"PEM")
+
+
+def test_a_store_is_a_directory_or_a_location_with_its_token(tmp_path: Path) -> None:
+    from spark_statestore.cli.store_state import StoreTarget
+    from spark_statestore.errors import OptionError
+
+    assert StoreTarget.from_cli("rel").path == str(Path("rel").resolve())
+    token = tmp_path / "token"
+    token.write_text("t0k3n-of-the-server\n")
+    target = StoreTarget.from_cli("grpc+tcp://h:1", token_file=str(token))
+    assert (target.path, target.location, target.token) == (
+        None,
+        "grpc+tcp://h:1",
+        token.read_text().strip(),
+    )
+    with pytest.raises(OptionError, match="is a location: give its server's token"):
+        StoreTarget.from_cli("grpc+tcp://h:1")
+    with pytest.raises(OptionError, match="go with a location, not a store directory"):
+        StoreTarget.from_cli("/s", token_file=str(token))
+    with pytest.raises(OptionError, match=r"option --token-file: .* is empty"):
+        (tmp_path / "empty").write_text("\n")
+        StoreTarget.from_cli("grpc+tcp://h:1", token_file=str(tmp_path / "empty"))
+    with pytest.raises(OptionError, match="option --tls-root-cert: cannot read"):
+        StoreTarget.from_cli("grpc+tls://h:1", token_file=str(token), tls_root_cert="/nope")
