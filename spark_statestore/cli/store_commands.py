@@ -39,10 +39,11 @@ def _target(args: argparse.Namespace) -> StoreTarget:
     )
 
 
-def _add_target(parser: argparse.ArgumentParser) -> None:
+def _add_target(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
     """STORE (a path or a location) and the credentials a location needs."""
     parser.add_argument(
         "store",
+        nargs="?" if optional else None,
         metavar="STORE",
         help="the store directory, or a store server's location (grpc+tcp://host:port)",
     )
@@ -64,9 +65,21 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_lag(args: argparse.Namespace) -> int:
-    from spark_statestore.cli.lag import run_lag
+    from spark_statestore.cli.lag import run_lag, run_replica_lag
     from spark_statestore.cli.store_state import kafka_settings
+    from spark_statestore.errors import OptionError
 
+    if (args.store is None) == (args.changelog is None):
+        raise OptionError("lag: give one of STORE and --changelog TOPIC (its replicas)")
+    if args.changelog is not None:
+        if args.bootstrap_servers is None:
+            raise OptionError("lag --changelog: give --bootstrap-servers (replicas announce there)")
+        return run_replica_lag(
+            args.changelog,
+            bootstrap_servers=args.bootstrap_servers,
+            kafka_config=kafka_settings(args.kafka),
+            as_json=args.json,
+        )
     return run_lag(
         _target(args),
         bootstrap_servers=args.bootstrap_servers,
@@ -142,7 +155,13 @@ def add_store_commands(sub: Any) -> None:
         "live follower's own lags, else the store's offsets against the changelog's end "
         "offsets (with --bootstrap-servers).",
     )
-    _add_target(lag)
+    _add_target(lag, optional=True)
+    lag.add_argument(
+        "--changelog",
+        metavar="TOPIC",
+        help="instead of STORE: every live replica of this changelog, as announced on "
+        "TOPIC-replicas (needs --bootstrap-servers)",
+    )
     lag.add_argument(
         "--bootstrap-servers",
         metavar="B",

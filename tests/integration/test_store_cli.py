@@ -22,7 +22,10 @@ import pytest
 from confluent_kafka import Producer
 
 from spark_statestore.cli.lag import HEADERS
+from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+from spark_statestore.discovery import ReplicaAnnouncement
+from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.serve.auth import ServeCredentials, read_credentials, write_credentials
@@ -355,3 +358,54 @@ def test_lag_of_a_store_nobody_follows_asks_the_changelog(
     assert stale.returncode == 3
     assert "lags its changelog by {0: 3} records" in one_error_line(stale, "query")
     assert cli("query", str(path), "--all", "--max-lag", "3", *bootstrap).returncode == 0
+
+
+def test_lag_per_replica_of_a_changelog_from_their_announcements(
+    kafka_broker: LocalKafkaCluster, make_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = make_topic(2, suffix="-changelog")
+    leader = ReplicaAnnouncement(
+        "leader-1", changelog, Role.LEADER, "host-a", "grpc+tcp://127.0.0.1:7001", 2, (0, 1)
+    )
+    follower = ReplicaAnnouncement(
+        "follower-1", changelog, Role.FOLLOWER, "host-b", "grpc+tcp://127.0.0.1:7002", 2, (1,)
+    )
+    lags = {"leader-1": {0: LagInfo(9, 9), 1: LagInfo(4, 4)}, "follower-1": {1: LagInfo(1, 4)}}
+    announcers = [
+        ReplicaAnnouncer(
+            bootstrap,
+            replica,
+            lambda replica=replica: (Position.empty(), lags[replica.replica_id]),
+            interval_s=60,
+        )
+        for replica in (leader, follower)
+    ]
+    for announcer in announcers:
+        announcer.start()
+    try:
+        result = cli("lag", "--changelog", changelog, "--bootstrap-servers", bootstrap, "--json")
+        assert result.returncode == 0, result.stderr
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [
+            (
+                r["replica"],
+                r["role"],
+                r["partition"],
+                r["current_offset"],
+                r["end_offset"],
+                r["lag"],
+            )
+            for r in rows
+        ] == [
+            ("follower-1", "follower", 1, 1, 4, 3),
+            ("leader-1", "leader", 0, 9, 9, 0),
+            ("leader-1", "leader", 1, 4, 4, 0),
+        ]
+        assert rows[0]["host"] == "host-b" and rows[0]["location"] == "grpc+tcp://127.0.0.1:7002"
+    finally:
+        for announcer in announcers:
+            announcer.close()
+    gone = cli("lag", "--changelog", changelog, "--bootstrap-servers", bootstrap)
+    assert gone.returncode == 0, gone.stderr
+    assert "no live replica of" in gone.stderr  # the tombstones of a clean stop

@@ -252,3 +252,15 @@ def test_a_store_is_a_directory_or_a_location_with_its_token(tmp_path: Path) -> 
         StoreTarget.from_cli("grpc+tcp://h:1", token_file=str(tmp_path / "empty"))
     with pytest.raises(OptionError, match="option --tls-root-cert: cannot read"):
         StoreTarget.from_cli("grpc+tls://h:1", token_file=str(token), tls_root_cert="/nope")
+
+
+def test_lag_takes_a_store_or_a_changelog_with_its_brokers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from spark_statestore.cli import main
+
+    assert main(["lag"]) == 2
+    assert main(["lag", "/s", "--changelog", "c"]) == 2
+    assert "give one of STORE and --changelog TOPIC" in capsys.readouterr().err
+    assert main(["lag", "--changelog", "c"]) == 2
+    assert "lag --changelog: give --bootstrap-servers" in capsys.readouterr().err
