@@ -8,8 +8,8 @@ store read-only. Keys and values are decoded with the Spark reader's codecs
 started). A store behind the bound or lagging more than ``--max-lag`` is refused
 (:class:`~spark_statestore.cli.errors.StaleStoreError`, exit 3).
 
-A server's location (with its token) works as a path with a live owner does; a changelog
-through the replica router is not here yet.
+A server's location (with its token) works as a path with a live owner does; a changelog's
+live replicas are queried through the router (:mod:`~spark_statestore.cli.routed`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class QueryOptions:
     def from_cli(
         cls,
         *,
-        store: str,
+        store: str | None,
         keys: Sequence[str] | None = None,
         key_range: Sequence[str] | None = None,
         prefix: str | None = None,
@@ -111,6 +111,7 @@ class QueryOptions:
         kafka: Sequence[str] = (),
         token_file: str | None = None,
         tls_root_cert: str | None = None,
+        changelog: str | None = None,
     ) -> QueryOptions:
         """Build the options from the command's flags (no key, range or prefix: ``--all``).
 
@@ -124,7 +125,19 @@ class QueryOptions:
         """
         from spark_statestore.cli.store_state import StoreTarget
 
-        target = StoreTarget.from_cli(store, token_file=token_file, tls_root_cert=tls_root_cert)
+        if (store is None) == (changelog is None):
+            raise OptionError("query: give one of STORE and --changelog TOPIC (its replicas)")
+        if store is not None:
+            target = StoreTarget.from_cli(store, token_file=token_file, tls_root_cert=tls_root_cert)
+        else:
+            assert changelog is not None
+            if bootstrap_servers is None:
+                raise OptionError(
+                    "query --changelog: give --bootstrap-servers (replicas announce there)"
+                )
+            target = StoreTarget.for_changelog(
+                changelog, token_file=token_file, tls_root_cert=tls_root_cert
+            )
         if key_format not in KEY_FORMATS:
             raise OptionError(f"option --key-format: {key_format!r} is not one of {KEY_FORMATS}")
         if value_format not in VALUE_FORMATS:
@@ -183,14 +196,14 @@ class Answer:
         The rows (:func:`~spark_statestore.store.snapshot.arrow_schema`), keys ascending,
         read while the snapshot stays pinned (or open).
     position, commit_seq
-        The snapshot's position and commit.
+        The snapshot's position and commit (None: routed over several replicas).
     location
-        The owner's server the rows come through; None when read from disk.
+        What the rows come through (a server, the replicas); None when read from disk.
     """
 
     batches: Iterator[pa.RecordBatch]
     position: Position
-    commit_seq: int
+    commit_seq: int | None
     location: str | None
 
 
@@ -222,8 +235,9 @@ def run_query(options: QueryOptions) -> int:
         print(render_table(_HEADERS, cells))
     sys.stdout.flush()
     via = f"through {answer.location}" if answer.location else "from the store on disk"
+    commit = "" if answer.commit_seq is None else f", commit {answer.commit_seq}"
     print(
-        f"{count} row(s) {via}, commit {answer.commit_seq}, position {answer.position.to_json()}",
+        f"{count} row(s) {via}{commit}, position {answer.position.to_json()}",
         file=sys.stderr,
     )
     return 0
@@ -242,6 +256,12 @@ def open_answer(options: QueryOptions) -> Iterator[Answer]:
     StoreNotFoundError, StoreLockedError, ServeError
         No store; a live owner that does not serve it; an unreachable or refusing server.
     """
+    if options.target.changelog is not None:
+        from spark_statestore.cli.routed import open_routed_answer
+
+        with open_routed_answer(options) as answer:
+            yield answer
+        return
     client = options.target.client()
     if client is None:
         with _open_on_disk(options) as answer:

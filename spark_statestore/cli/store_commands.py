@@ -93,6 +93,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
     options = QueryOptions.from_cli(
         store=args.store,
+        changelog=args.changelog,
         token_file=args.token_file,
         tls_root_cert=args.tls_root_cert,
         keys=args.key,
@@ -182,7 +183,13 @@ def add_store_commands(sub: Any) -> None:
         "position goes to stderr. A store behind --position-bound (NOT_UP_TO_BOUND) or "
         "lagging more than --max-lag is refused with exit code 3.",
     )
-    _add_target(query)
+    _add_target(query, optional=True)
+    query.add_argument(
+        "--changelog",
+        metavar="TOPIC",
+        help="instead of STORE: route the query over the live replicas of this changelog "
+        "(announced on TOPIC-replicas; needs --bootstrap-servers and their shared --token-file)",
+    )
     what = query.add_mutually_exclusive_group(required=True)
     what.add_argument("--key", action="append", metavar="K", help="a key to look up (repeatable)")
     what.add_argument(
@@ -226,7 +233,8 @@ def add_store_commands(sub: Any) -> None:
     query.add_argument(
         "--bootstrap-servers",
         metavar="B",
-        help="Kafka bootstrap servers, for --max-lag of a store nobody follows now",
+        help="Kafka bootstrap servers: of --changelog, or for --max-lag of a store nobody "
+        "follows now",
     )
     query.add_argument(
         "--kafka", action="append", default=[], metavar="KEY=VALUE", help="a Kafka setting"

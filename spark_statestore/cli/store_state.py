@@ -71,6 +71,30 @@ class StoreTarget:
     location: str | None = None
     token: str | None = None
     tls_root_certs: bytes | None = None
+    changelog: str | None = None
+
+    @classmethod
+    def for_changelog(
+        cls, changelog: str, *, token_file: str | None, tls_root_cert: str | None = None
+    ) -> StoreTarget:
+        """The live replicas of ``changelog`` (``--changelog``), reached with the token
+        they share.
+
+        Raises
+        ------
+        OptionError
+            For an empty topic, no ``--token-file``, or a file that cannot be read.
+        """
+        if not changelog.strip():
+            raise OptionError("option --changelog must not be empty")
+        if token_file is None:
+            raise OptionError(
+                "--changelog: give the replicas' token with --token-file (every store server "
+                "authenticates; the router reaches each replica with that one token)"
+            )
+        token = read_file(token_file, "--token-file").decode("utf-8", "replace").strip()
+        certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
+        return cls(None, None, token, certs, changelog)
 
     @classmethod
     def from_cli(
@@ -105,7 +129,9 @@ class StoreTarget:
 
     @property
     def name(self) -> str:
-        """The path or the location, for messages."""
+        """The path, the location or the changelog's replicas, for messages."""
+        if self.changelog is not None:
+            return f"the replicas of {self.changelog}"
         return self.location or self.path or "?"
 
     def client(self) -> StoreClient | None:

@@ -409,3 +409,63 @@ def test_lag_per_replica_of_a_changelog_from_their_announcements(
     gone = cli("lag", "--changelog", changelog, "--bootstrap-servers", bootstrap)
     assert gone.returncode == 0, gone.stderr
     assert "no live replica of" in gone.stderr  # the tombstones of a clean stop
+
+
+def test_query_routed_over_a_changelogs_replicas_fails_over(
+    tmp_path: Path, kafka_broker: LocalKafkaCluster, make_topic: Callable[..., str]
+) -> None:
+    """A leader and a follower of one changelog, served with a shared token and announced:
+    query --changelog answers from the leader, then from the follower once the leader's
+    server is gone; a bound no replica reached is NOT_UP_TO_BOUND (exit 3)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = make_topic(2, suffix="-changelog")
+    token = "shared-token-of-the-replicas"
+    (tmp_path / "token").write_text(token)
+    keys = [b"apple", b"kiwi", b"pear"]
+    stores, servers, announcers = [], [], []
+    for role, value in ((Role.LEADER, b"L"), (Role.FOLLOWER, b"F")):
+        store = Store.open(tmp_path / role.value, StoreSpec(role, changelog, 2), purpose="t")
+        stores.append(store)
+        with store.begin() as txn:
+            for n, key in enumerate(keys):
+                txn.put(key, value, offset=n, source=("orders", 0, 5))
+        server = StoreServer(store, token=token)
+        server.start()
+        servers.append(server)
+        announcement = ReplicaAnnouncement.of_store(store, location=server.location, ttl_ms=60_000)
+        announcer = ReplicaAnnouncer(
+            bootstrap, announcement, lambda store=store: (store.metadata.position, {})
+        )
+        announcer.start()
+        announcers.append(announcer)
+    routed = ["query", "--changelog", changelog, "--bootstrap-servers", bootstrap]
+    routed += ["--token-file", str(tmp_path / "token"), "--json"]
+    try:
+        one = cli(*routed, "--key", "kiwi")
+        assert one.returncode == 0, one.stderr
+        assert json.loads(one.stdout)["value"] == "L"
+        every = cli(*routed, "--all")
+        assert every.returncode == 0, every.stderr
+        rows = [json.loads(line) for line in every.stdout.splitlines()]
+        assert [(r["key"], r["value"]) for r in rows] == [
+            ("apple", "L"),
+            ("kiwi", "L"),
+            ("pear", "L"),
+        ]
+        assert f"through the replicas of {changelog}" in every.stderr
+
+        behind = cli(*routed, "--key", "kiwi", "--position-bound", '{"orders": {"0": 6, "1": 6}}')
+        assert behind.returncode == 3
+        assert "NOT_UP_TO_BOUND" in one_error_line(behind, "query")
+
+        servers[0].close()  # the leader's server is gone: the follower answers
+        failover = cli(*routed, "--prefix", "p")
+        assert failover.returncode == 0, failover.stderr
+        assert [json.loads(line)["value"] for line in failover.stdout.splitlines()] == ["F"]
+    finally:
+        for announcer in announcers:
+            announcer.close()
+        for server in servers:
+            server.close()
+        for store in stores:
+            store.close()

@@ -264,3 +264,22 @@ def test_lag_takes_a_store_or_a_changelog_with_its_brokers(
     assert "give one of STORE and --changelog TOPIC" in capsys.readouterr().err
     assert main(["lag", "--changelog", "c"]) == 2
     assert "lag --changelog: give --bootstrap-servers" in capsys.readouterr().err
+
+
+def test_query_takes_a_store_or_a_changelog_with_its_brokers_and_token(tmp_path: Path) -> None:
+    from spark_statestore.cli.query import QueryOptions
+    from spark_statestore.errors import OptionError
+
+    with pytest.raises(OptionError, match="give one of STORE and --changelog TOPIC"):
+        QueryOptions.from_cli(store=None)
+    with pytest.raises(OptionError, match="give one of STORE and --changelog TOPIC"):
+        QueryOptions.from_cli(store="/s", changelog="c")
+    with pytest.raises(OptionError, match="query --changelog: give --bootstrap-servers"):
+        QueryOptions.from_cli(store=None, changelog="c")
+    with pytest.raises(OptionError, match="--changelog: give the replicas' token"):
+        QueryOptions.from_cli(store=None, changelog="c", bootstrap_servers="b:9092")
+    (tmp_path / "token").write_text("shared-token-of-the-replicas")
+    options = QueryOptions.from_cli(
+        store=None, changelog="c", bootstrap_servers="b:9092", token_file=str(tmp_path / "token")
+    )
+    assert options.target.changelog == "c" and options.target.name == "the replicas of c"
