@@ -9,7 +9,7 @@ this process. Three interleaved paths, each timed per call:
 - ``floor``: the same client's ``stats`` action, which does no store work: the round trip
   every remote call pays (the issue's "no-op Flight action");
 - ``routed``: the same lookups through a :class:`~spark_statestore.discovery.Router` over a
-  leader announcement of the store (a connection per call, as the router makes them).
+  leader announcement of the store (the router keeps its client to the replica).
 
 Reported as calls/s = 1000 / p50 ms, with p50, p99 and max of each. Goal (issue 15): direct
 p50 within 1.25x of the floor's and p99 <= 2 ms.
@@ -110,7 +110,7 @@ def run_remote_suite(options: BenchOptions) -> list[Measurement]:
             "routed_vs_direct",
             samples["routed"],
             samples["direct"],
-            "the same lookups through a Router (a connection per call)",
+            "the same lookups through a Router (its client to the replica kept)",
             "StoreClient.query(KeyQuery) on an open client",
             None,
             common,

@@ -26,6 +26,7 @@ the bound by that replica.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -77,7 +78,8 @@ class Router:
     connect
         A client of a replica (``spark_statestore.connect(location, token=...)``, or by
         the replica's store path on its host); its ``query(request, wait_s=)`` answers as
-        the replica's store would.
+        the replica's store would. Clients are kept for later requests until they fail or
+        :meth:`close` (or the ``with`` block's end) closes them.
     max_lag
         Skip followers whose announced offset lag on a partition is larger (None: any).
     """
@@ -96,6 +98,7 @@ class Router:
         self._replicas = replicas
         self._connect = connect
         self.max_lag = max_lag
+        self._clients: dict[tuple[str, str | None], Any] = {}
 
     def query(self, request: StateQueryRequest, *, wait_s: float = 0.0) -> StateQueryResult[Any]:
         """Route ``request``; one result per partition asked (a key query: the key's).
@@ -193,13 +196,18 @@ class Router:
     def _ask(
         self, replica: ReplicaAnnouncement, request: StateQueryRequest, wait_s: float
     ) -> dict[int, QueryResult[Any]] | None:
-        """The replica's answers by partition, or None when it could not be asked."""
+        """The replica's answers by partition, or None when it could not be asked.
+
+        Clients are kept per replica (and location) for the next requests; one that fails is
+        closed and made again next time."""
         from spark_statestore.serve.errors import ServeError
 
+        slot = (replica.replica_id, replica.location)
         try:
-            client = self._connect(replica)
-            with client:
-                answer = client.query(request, wait_s=wait_s)
+            client = self._clients.get(slot)
+            if client is None:
+                client = self._clients[slot] = self._connect(replica)
+            answer = client.query(request, wait_s=wait_s)
         except (ServeError, OSError, TimeoutError) as exc:
             _log.warning(
                 "replica %s at %s of %s did not answer: %s",
@@ -208,8 +216,26 @@ class Router:
                 replica.changelog,
                 exc,
             )
+            self._drop(slot)
             return None
         return dict(answer.partition_results)
+
+    def _drop(self, slot: tuple[str, str | None]) -> None:
+        client = self._clients.pop(slot, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def close(self) -> None:
+        """Close the clients kept for the replicas."""
+        for slot in list(self._clients):
+            self._drop(slot)
+
+    def __enter__(self) -> Router:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _unanswered(
         self,
