@@ -5,7 +5,9 @@ For each partition a request needs, the candidates are the live replicas that se
 hold it (for a key query, hold the key: a key-prefix subset follower holds only its keys;
 scans skip such subsets, which hold part of a partition): the leader first, then followers
 from the least lagging, as announced. With ``max_lag`` a follower whose announced lag on the
-partition is larger is not a candidate (the leader's lag is 0). A key query goes to the
+partition is larger is not a candidate (the leader's lag is 0), and a candidate follower is
+asked its lag again right before its store is queried (announcements are as old as their
+heartbeat), so no answer lags by more than ``max_lag`` when it is read. A key query goes to the
 key's partition only (murmur2, as the changelog's writers partition); a range, prefix or
 scan query fans out: each replica is asked once for the partitions it is the best
 candidate of, and the answers are put together partition by partition
@@ -203,10 +205,21 @@ class Router:
         from spark_statestore.serve.errors import ServeError
 
         slot = (replica.replica_id, replica.location)
+        lagging: dict[int, QueryResult[Any]] = {}
         try:
             client = self._clients.get(slot)
             if client is None:
                 client = self._clients[slot] = self._connect(replica)
+            if self.max_lag is not None and replica.role is Role.FOLLOWER:
+                # Announced lags are as old as the last heartbeat: ask the replica now (it
+                # reads its changelog's end offsets), and only then its store, which can
+                # only have moved on since.
+                lagging = self._too_far_behind(replica, client.lags(), request)
+                if lagging:
+                    asked = set(request.partitions or ()) - set(lagging)
+                    if not asked:
+                        return lagging
+                    request = request.with_partitions(asked)
             answer = client.query(request, wait_s=wait_s)
         except (ServeError, OSError, TimeoutError) as exc:
             _log.warning(
@@ -218,7 +231,25 @@ class Router:
             )
             self._drop(slot)
             return None
-        return dict(answer.partition_results)
+        return {**dict(answer.partition_results), **lagging}
+
+    def _too_far_behind(
+        self, replica: ReplicaAnnouncement, lags: Any, request: StateQueryRequest
+    ) -> dict[int, QueryResult[Any]]:
+        """NOT_UP_TO_BOUND results for the asked partitions the replica lags on by more than
+        ``max_lag`` (or does not know its lag on), as it says now."""
+        behind: dict[int, QueryResult[Any]] = {}
+        for partition in sorted(request.partitions or ()):
+            info = None if lags is None else lags.get(partition)
+            if info is None or info.offset_lag > (self.max_lag or 0):
+                lag = "unknown" if info is None else str(info.offset_lag)
+                behind[partition] = QueryResult.for_failure(
+                    FailureReason.NOT_UP_TO_BOUND,
+                    f"replica {replica.replica_id[:8]} at {replica.location} lags by {lag} on "
+                    f"partition {partition}, more than max_lag={self.max_lag}",
+                    Position.empty(),
+                )
+        return behind
 
     def _drop(self, slot: tuple[str, str | None]) -> None:
         client = self._clients.pop(slot, None)
