@@ -17,6 +17,7 @@ from spark_statestore.bench.follower import run_follower_suite
 from spark_statestore.bench.latency import run_latency_suite
 from spark_statestore.bench.measure import BenchOptions, BenchRun, Measurement
 from spark_statestore.bench.peers import run_peers_suite
+from spark_statestore.bench.remote import run_remote_suite
 from spark_statestore.bench.report import machine_facts
 from spark_statestore.bench.sink import run_sink_suite
 from spark_statestore.bench.spark import run_spark_suite
@@ -38,6 +39,7 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
         "latency": run_latency_suite,
         "streams": run_streams_suite,
         "enrich": run_enrich_suite,
+        "remote": run_remote_suite,
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""

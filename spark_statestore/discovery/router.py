@@ -5,7 +5,9 @@ For each partition a request needs, the candidates are the live replicas that se
 hold it (for a key query, hold the key: a key-prefix subset follower holds only its keys;
 scans skip such subsets, which hold part of a partition): the leader first, then followers
 from the least lagging, as announced. With ``max_lag`` a follower whose announced lag on the
-partition is larger is not a candidate (the leader's lag is 0). A key query goes to the
+partition is larger is not a candidate (the leader's lag is 0), and a candidate follower is
+asked its lag again right before its store is queried (announcements are as old as their
+heartbeat), so no answer lags by more than ``max_lag`` when it is read. A key query goes to the
 key's partition only (murmur2, as the changelog's writers partition); a range, prefix or
 scan query fans out: each replica is asked once for the partitions it is the best
 candidate of, and the answers are put together partition by partition
@@ -26,6 +28,7 @@ the bound by that replica.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -77,7 +80,8 @@ class Router:
     connect
         A client of a replica (``spark_statestore.connect(location, token=...)``, or by
         the replica's store path on its host); its ``query(request, wait_s=)`` answers as
-        the replica's store would.
+        the replica's store would. Clients are kept for later requests until they fail or
+        :meth:`close` (or the ``with`` block's end) closes them.
     max_lag
         Skip followers whose announced offset lag on a partition is larger (None: any).
     """
@@ -96,6 +100,7 @@ class Router:
         self._replicas = replicas
         self._connect = connect
         self.max_lag = max_lag
+        self._clients: dict[tuple[str, str | None], Any] = {}
 
     def query(self, request: StateQueryRequest, *, wait_s: float = 0.0) -> StateQueryResult[Any]:
         """Route ``request``; one result per partition asked (a key query: the key's).
@@ -193,13 +198,29 @@ class Router:
     def _ask(
         self, replica: ReplicaAnnouncement, request: StateQueryRequest, wait_s: float
     ) -> dict[int, QueryResult[Any]] | None:
-        """The replica's answers by partition, or None when it could not be asked."""
+        """The replica's answers by partition, or None when it could not be asked.
+
+        Clients are kept per replica (and location) for the next requests; one that fails is
+        closed and made again next time."""
         from spark_statestore.serve.errors import ServeError
 
+        slot = (replica.replica_id, replica.location)
+        lagging: dict[int, QueryResult[Any]] = {}
         try:
-            client = self._connect(replica)
-            with client:
-                answer = client.query(request, wait_s=wait_s)
+            client = self._clients.get(slot)
+            if client is None:
+                client = self._clients[slot] = self._connect(replica)
+            if self.max_lag is not None and replica.role is Role.FOLLOWER:
+                # Announced lags are as old as the last heartbeat: ask the replica now (it
+                # reads its changelog's end offsets), and only then its store, which can
+                # only have moved on since.
+                lagging = self._too_far_behind(replica, client.lags(), request)
+                if lagging:
+                    asked = set(request.partitions or ()) - set(lagging)
+                    if not asked:
+                        return lagging
+                    request = request.with_partitions(asked)
+            answer = client.query(request, wait_s=wait_s)
         except (ServeError, OSError, TimeoutError) as exc:
             _log.warning(
                 "replica %s at %s of %s did not answer: %s",
@@ -208,8 +229,44 @@ class Router:
                 replica.changelog,
                 exc,
             )
+            self._drop(slot)
             return None
-        return dict(answer.partition_results)
+        return {**dict(answer.partition_results), **lagging}
+
+    def _too_far_behind(
+        self, replica: ReplicaAnnouncement, lags: Any, request: StateQueryRequest
+    ) -> dict[int, QueryResult[Any]]:
+        """NOT_UP_TO_BOUND results for the asked partitions the replica lags on by more than
+        ``max_lag`` (or does not know its lag on), as it says now."""
+        behind: dict[int, QueryResult[Any]] = {}
+        for partition in sorted(request.partitions or ()):
+            info = None if lags is None else lags.get(partition)
+            if info is None or info.offset_lag > (self.max_lag or 0):
+                lag = "unknown" if info is None else str(info.offset_lag)
+                behind[partition] = QueryResult.for_failure(
+                    FailureReason.NOT_UP_TO_BOUND,
+                    f"replica {replica.replica_id[:8]} at {replica.location} lags by {lag} on "
+                    f"partition {partition}, more than max_lag={self.max_lag}",
+                    Position.empty(),
+                )
+        return behind
+
+    def _drop(self, slot: tuple[str, str | None]) -> None:
+        client = self._clients.pop(slot, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def close(self) -> None:
+        """Close the clients kept for the replicas."""
+        for slot in list(self._clients):
+            self._drop(slot)
+
+    def __enter__(self) -> Router:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _unanswered(
         self,

@@ -49,6 +49,7 @@ class Cluster:
         self.paths: dict[str, str] = {}
         self.servers: dict[str, StoreServer] = {}
         self.announced: dict[str, ReplicaAnnouncement] = {}
+        self.live_lag: dict[str, int] = {}  # what each follower's server says its lag is now
         now = int(time.time() * 1000)
         for name, role, held, upto, lag in [
             ("leader", Role.LEADER, None, 60, 0),
@@ -58,7 +59,12 @@ class Cluster:
             spec = StoreSpec(role, TOPIC, PARTITIONS, held_partitions=held)
             store = stack.enter_context(Store.open(root / name, spec, purpose=name))
             _fill(store, upto)
-            server = StoreServer(store)
+            self.live_lag[name] = lag
+
+            def lags(name: str = name, holds: tuple[int, ...] = store.manifest.holds) -> Any:
+                return {p: LagInfo(100, 100 + self.live_lag[name]) for p in holds}
+
+            server = StoreServer(store, lag_provider=None if role is Role.LEADER else lags)
             location = server.start()
             stack.callback(server.close)
             lags = (
@@ -184,3 +190,20 @@ def test_when_no_replica_qualifies_the_result_says_why(cluster: Cluster) -> None
     (answer,) = active.partition_results.values()
     assert answer.failure_reason is FailureReason.NOT_ACTIVE
     assert _value(cluster.router().query(_request(KeyQuery.with_key(key)))) == b"v" + key
+
+
+def test_a_follower_is_asked_its_lag_before_its_answer_is_used(cluster: Cluster) -> None:
+    """Announcements are as old as their heartbeat: "full" announced lag 0 but lags by 50
+    now, so with max_lag 10 the router asks it, hears 50, and answers from "part" (lag 9)."""
+    cluster.stop("leader")
+    cluster.live_lag["full"] = 50
+    key = next(k for k in KEYS[:40] if partition_for_key(k, PARTITIONS) in (0, 1))
+    router = cluster.router(max_lag=10)
+    result = router.query(_request(KeyQuery.with_key(key)))
+    assert _value(result) == b"v" + key
+    partition = partition_for_key(key, PARTITIONS)
+    assert result.partition_results[partition].position.to_map()["orders"][partition] == 39
+    cluster.live_lag["part"] = 11
+    (answer,) = router.query(_request(KeyQuery.with_key(key))).partition_results.values()
+    assert answer.failure_reason is FailureReason.NOT_UP_TO_BOUND
+    assert "lags by 11" in answer.failure_message and "max_lag=10" in answer.failure_message

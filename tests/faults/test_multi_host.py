@@ -1,0 +1,246 @@
+"""Several hosts, for real: three follower replicas, each in its own network namespace with
+its own address (veth pairs on a bridge this test creates; nothing leaves the machine), Kafka
+reachable from all, announcing themselves on the replicas topic and serving over TLS. A
+router in the root namespace answers key queries: kill one replica (SIGKILL) and it fails
+over; cut one host's link and no answer is staler than ``max_lag``; bring the link back and
+the replica rejoins.
+
+Needs root (it creates namespaces and links); skipped, saying so, elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+import spark_statestore
+from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
+from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+from spark_statestore.discovery import Router
+from spark_statestore.query import KeyQuery, StateQueryRequest
+from spark_statestore.store import read_owner
+from tests.conftest import REPO_ROOT
+from tests.kafka_util import poll_until
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+INTERVAL_MS = 300  # heartbeats; the announced TTL is three of them
+SUBNET = "10.77.{}.{}"
+KEYS = [f"cust-{i:02d}".encode() for i in range(8)]
+
+OWNER = textwrap.dedent(
+    """
+    import signal, sys, threading
+    from spark_statestore.connectors.spark.follower.runtime import FollowerRuntime
+    from spark_statestore.connectors.spark.options import parse_source_options
+
+    path, bootstrap, changelog, host, cert, key, interval = sys.argv[1:8]
+    options = {"path": path, "kafka.bootstrap.servers": bootstrap, "changelog": changelog,
+               "serveHost": host, "serveTlsCert": cert, "serveTlsKey": key,
+               "announceIntervalMs": interval}
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    runtime = FollowerRuntime(parse_source_options(options))
+    print("ready", flush=True)
+    stop.wait()
+    runtime.close()
+    """
+)
+
+
+def _run(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def hosts(count: int) -> Iterator[tuple[str, list[tuple[str, str, str]]]]:
+    """A bridge with an address in the root namespace, and ``count`` namespaces linked to it
+    by veth pairs: ``(bridge address, [(namespace, address, root-side link)])``."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 to create network namespaces")
+    tag = f"{os.getpid() % 100000}"
+    net = os.getpid() % 200 + 20
+    bridge, gateway = f"ssbr{tag}", SUBNET.format(net, 1)
+    made: list[str] = []
+    try:
+        _run("ip", "link", "add", bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{gateway}/24", "dev", bridge)
+        _run("ip", "link", "set", bridge, "up")
+        found = []
+        for i in range(count):
+            ns, outer, inner = f"ssh{tag}x{i}", f"ssv{tag}x{i}", f"ssp{tag}x{i}"
+            address = SUBNET.format(net, 11 + i)
+            _run("ip", "netns", "add", ns)
+            made.append(ns)
+            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+            _run("ip", "link", "set", inner, "netns", ns)
+            _run("ip", "link", "set", outer, "master", bridge)
+            _run("ip", "link", "set", outer, "up")
+            _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{address}/24", "dev", inner)
+            _run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
+            _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            found.append((ns, address, outer))
+        yield gateway, found
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+def _certificate(directory: Path, addresses: list[str]) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed: cannot make the replicas' TLS certificate")
+    names = ",".join(f"IP:{a}" for a in addresses)
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    _run(
+        openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        "-subj", "/CN=replicas", "-addext", f"subjectAltName={names}",
+        "-keyout", str(key), "-out", str(cert),
+    )  # fmt: skip
+    return cert, key
+
+
+class Replica:
+    """A follower runtime (store, follower, TLS Flight server, announcer) in a namespace."""
+
+    def __init__(self, ns: str, address: str, path: Path, bootstrap: str, changelog: str,
+                 tls: tuple[Path, Path]) -> None:  # fmt: skip
+        self.path = path
+        self.process = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", OWNER, str(path), bootstrap,
+             changelog, address, str(tls[0]), str(tls[1]), str(INTERVAL_MS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().strip()
+        if line != "ready":
+            self.process.kill()
+            raise AssertionError(f"replica in {ns} did not start: {self.process.stderr.read()}")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _write(producer: Producer, topic: str, round_: int) -> None:
+    """Every key's value is the round number (a changelog of upserts)."""
+    for key in KEYS:
+        producer.produce(topic, key=key, value=b"%d" % round_)
+    assert producer.flush(30) == 0
+
+
+def test_routing_across_hosts_fails_over_and_never_returns_stale_answers(tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        gateway, namespaces = stack.enter_context(hosts(3))
+        kafka = stack.enter_context(
+            LocalKafkaCluster(brokers=1, host=gateway, config={"log.retention.ms": "-1"})
+        )
+        bootstrap = kafka.bootstrap_servers
+        changelog = "multi-host-changelog"
+        kafka.create_topic(changelog, partitions=PARTITIONS)
+        producer = Producer(
+            # Kafka's Java partitioner, as a Kafka Streams changelog's writer places keys.
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "partitioner": "murmur2_random",
+            }
+        )
+        _write(producer, changelog, 1)
+        tls = _certificate(tmp_path, [address for _, address, _ in namespaces])
+        replicas: dict[str, Replica] = {}
+        for ns, address, _ in namespaces:
+            replica = Replica(ns, address, tmp_path / ns, bootstrap, changelog, tls)
+            stack.callback(replica.stop)
+            owner = read_owner(str(replica.path))
+            assert (
+                owner is not None
+                and owner.flight_location
+                == f"grpc+tls://{address}:" + (owner.flight_location.rsplit(":", 1)[1])
+            )
+            replicas[ns] = replica
+        registry = stack.enter_context(ReplicaRegistry(bootstrap, changelog))
+        registry.wait_for(lambda view: len(view.replicas) == 3, timeout_s=60)
+        locations = {}
+        for replica in replicas.values():
+            owner = read_owner(str(replica.path))
+            assert owner is not None
+            locations[owner.flight_location] = replica
+        by_id = {a.replica_id: locations[a.location] for a in registry.view().replicas}
+
+        def connect(announcement: Any) -> Any:
+            return spark_statestore.connect(by_id[announcement.replica_id].path, timeout_s=3)
+
+        max_lag = 0
+        router = stack.enter_context(Router(registry.view, connect, max_lag=max_lag))
+
+        def values() -> dict[bytes, Any]:
+            found = {}
+            for key in KEYS:
+                request = StateQueryRequest.in_store("any").with_query(KeyQuery.with_key(key))
+                (answer,) = router.query(request).partition_results.values()
+                found[key] = answer.result if answer.is_success else answer.failure_reason
+            return found
+
+        def caught_up(round_: int) -> bool | None:
+            registry.replicas()  # read the newest announcements
+            return True if values() == dict.fromkeys(KEYS, b"%d" % round_) else None
+
+        poll_until(lambda: caught_up(1), timeout_s=60, interval_s=0.2,
+                   failure=lambda: f"replicas never answered round 1: {values()}")  # fmt: skip
+
+        # One host dies: the router fails over to the others.
+        first = namespaces[0][0]
+        replicas[first].kill()
+        _write(producer, changelog, 2)
+        poll_until(lambda: caught_up(2), timeout_s=60, interval_s=0.2,
+                   failure=lambda: f"no failover to round 2: {values()}")  # fmt: skip
+
+        # One host's link is cut: it can no longer follow, and the router never returns its
+        # (stale) answers. Every answer is round 3, or a failure, never round 2.
+        second_ns, _, second_link = namespaces[1]
+        _run("ip", "link", "set", second_link, "down")
+        _write(producer, changelog, 3)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            registry.replicas()
+            seen = values()
+            assert all(v != b"2" for v in seen.values()), seen  # nothing staler than max_lag
+            if seen == dict.fromkeys(KEYS, b"3"):
+                break
+        assert values() == dict.fromkeys(KEYS, b"3")
+
+        # The link comes back: the cut replica catches up and rejoins.
+        _run("ip", "link", "set", second_link, "up")
+        third = namespaces[2][0]
+        replicas[third].kill()  # only the rejoined replica is left to answer
+        _write(producer, changelog, 4)
+        poll_until(lambda: caught_up(4), timeout_s=90, interval_s=0.3,
+                   failure=lambda: f"the cut replica did not rejoin: {values()}")  # fmt: skip
+        del second_ns
