@@ -59,9 +59,11 @@ def open_routed_answer(options: QueryOptions) -> Iterator[Answer]:
             replica.location, token=target.token, tls_root_certs=target.tls_root_certs
         )
 
-    with ReplicaRegistry(bootstrap, changelog, config=options.kafka_config) as registry:
+    with (
+        ReplicaRegistry(bootstrap, changelog, config=options.kafka_config) as registry,
+        Router(registry.view, connect, max_lag=options.max_lag) as router,
+    ):
         registry.refresh()
-        router = Router(registry.view, connect, max_lag=options.max_lag)
         rows: list[tuple[bytes, bytes]] = []
         position = Position.empty()
         for query in _queries(options):
