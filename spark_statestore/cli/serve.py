@@ -6,18 +6,36 @@ advertises itself in the store's ``_owner.json`` like a follower query's, prints
 and serves until SIGINT/SIGTERM; then it stops the server and closes the store. Readers
 (``spark-statestore inspect``/``query``, Spark's snapshot reader) find it through the owner
 file. Beyond loopback the server needs TLS, as the Spark source's server does.
+
+With ``--token-file`` the server takes that token instead of a random one (replicas that share
+it can be queried through one router); with ``--bootstrap-servers`` the store is announced as a
+replica of its changelog on ``<changelog>-replicas`` while it is served (heartbeats with its
+position and its lags against the changelog's end offsets, a tombstone on stop), and its
+server reports those lags.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from spark_statestore.errors import OptionError
 
+if TYPE_CHECKING:
+    from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
+    from spark_statestore.query import LagInfo
+    from spark_statestore.store import Store
+
 __all__ = ["ServeOptions", "run_serve"]
+
+_TTL_INTERVALS = 3
+"""An announcement is stale after this many missed heartbeats (as the Spark follower's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +50,22 @@ class ServeOptions:
         Where the server listens (port 0: any free port).
     tls_certificates
         ``(certificate chain PEM, private key PEM)``, or None for plain gRPC on loopback.
+    token
+        The server's bearer token; None draws a random one.
+    bootstrap_servers, kafka_config
+        The changelog's cluster, to announce the store and report its lags; None: neither.
+    announce_interval_s
+        Seconds between two heartbeats of the announcement.
     """
 
     path: str
     host: str = "127.0.0.1"
     port: int = 0
     tls_certificates: tuple[bytes, bytes] | None = None
+    token: str | None = None
+    bootstrap_servers: str | None = None
+    kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    announce_interval_s: float = 5.0
 
     @classmethod
     def from_cli(
@@ -48,6 +76,9 @@ class ServeOptions:
         port: int = 0,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        token_file: str | None = None,
+        bootstrap_servers: str | None = None,
+        kafka: Sequence[str] = (),
     ) -> ServeOptions:
         """Build the options from the command's flags, reading the TLS files.
 
@@ -55,8 +86,8 @@ class ServeOptions:
         ------
         OptionError
             For an empty path or host, a port outside 0-65535, one of ``--tls-cert`` and
-            ``--tls-key`` without the other, an unreadable TLS file, or a host beyond
-            loopback without TLS.
+            ``--tls-key`` without the other, an unreadable TLS or token file, a host beyond
+            loopback without TLS, or a malformed ``--kafka`` setting.
         """
         from spark_statestore.serve.auth import is_loopback
 
@@ -79,7 +110,25 @@ class ServeOptions:
                 "store's rows would cross the network in clear text): give --tls-cert and "
                 "--tls-key, or serve on 127.0.0.1"
             )
-        return cls(os.path.abspath(path), host, port, certificates)
+        token = None
+        if token_file is not None:
+            from spark_statestore.cli.store_state import read_file
+
+            token = read_file(token_file, "--token-file").decode("utf-8", "replace").strip()
+        kafka_config: Mapping[str, str] = MappingProxyType({})
+        if bootstrap_servers is not None or kafka:
+            from spark_statestore.cli.store_state import kafka_settings
+
+            kafka_config = MappingProxyType(kafka_settings(kafka))
+        return cls(
+            os.path.abspath(path),
+            host,
+            port,
+            certificates,
+            token=token,
+            bootstrap_servers=bootstrap_servers,
+            kafka_config=kafka_config,
+        )
 
 
 def run_serve(options: ServeOptions) -> int:
@@ -98,13 +147,65 @@ def run_serve(options: ServeOptions) -> int:
 
     # Before the store is opened: a signal at any later moment stops cleanly.
     wait = catch_stop_signals()
-    with Store.open(options.path, purpose="spark-statestore serve", serves=True) as store:
-        server = StoreServer(
-            store, host=options.host, port=options.port, tls_certificates=options.tls_certificates
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(
+            Store.open(options.path, purpose="spark-statestore serve", serves=True)
         )
-        with server:
-            print(f"serving store {store.name} ({store.path}) at {server.location}", flush=True)
-            print("stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
-            signum = wait()
-            print(f"received {signal.Signals(signum).name}, stopping the server", file=sys.stderr)
+        lags = None if options.bootstrap_servers is None else _lag_provider(store, options)
+        server = StoreServer(
+            store,
+            host=options.host,
+            port=options.port,
+            tls_certificates=options.tls_certificates,
+            token=options.token,
+            lag_provider=lags,
+        )
+        stack.enter_context(server)
+        if lags is not None:
+            announcer = _announcer(store, server.location, lags, options)
+            stack.callback(announcer.close)
+            announcer.start()
+            print(f"announced on {announcer.topic}", file=sys.stderr, flush=True)
+        print(f"serving store {store.name} ({store.path}) at {server.location}", flush=True)
+        print("stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+        signum = wait()
+        print(f"received {signal.Signals(signum).name}, stopping the server", file=sys.stderr)
     return 0
+
+
+def _lag_provider(store: Store, options: ServeOptions) -> Callable[[], Mapping[int, LagInfo]]:
+    """The store's lags against its changelog's end offsets now (asked at each call)."""
+    from spark_statestore.cli.store_state import changelog_lag_infos
+    from spark_statestore.serve.protocol import StoreDescription
+
+    bootstrap = options.bootstrap_servers
+
+    def lags() -> Mapping[int, LagInfo]:
+        description = StoreDescription.of_state(store.path, store.manifest, store.metadata)
+        found = changelog_lag_infos(description, None, bootstrap, options.kafka_config)
+        return {} if found is None else found
+
+    return lags
+
+
+def _announcer(
+    store: Store,
+    location: str,
+    lags: Callable[[], Mapping[int, LagInfo]],
+    options: ServeOptions,
+) -> ReplicaAnnouncer:
+    from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
+    from spark_statestore.discovery import ReplicaAnnouncement
+
+    assert options.bootstrap_servers is not None
+    interval_ms = int(options.announce_interval_s * 1000)
+    announcement = ReplicaAnnouncement.of_store(
+        store, location=location, ttl_ms=_TTL_INTERVALS * interval_ms
+    )
+    return ReplicaAnnouncer(
+        options.bootstrap_servers,
+        announcement,
+        lambda: (store.metadata.position, lags()),
+        config=options.kafka_config,
+        interval_s=options.announce_interval_s,
+    )

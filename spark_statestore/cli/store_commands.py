@@ -27,6 +27,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        token_file=args.token_file,
+        bootstrap_servers=args.bootstrap_servers,
+        kafka=args.kafka,
     )
     return run_serve(options)
 
@@ -50,11 +53,19 @@ def _add_target(parser: argparse.ArgumentParser, *, optional: bool = False) -> N
     parser.add_argument(
         "--token-file",
         metavar="F",
-        help="a file holding the server's token (a location only; a directory's owner "
-        "wrote it in <store>/_serve.json)",
+        help="a file holding the server's token (for a location, or query --changelog's "
+        "replicas; a store directory's owner wrote it in <store>/_serve.json)",
     )
     parser.add_argument(
         "--tls-root-cert", metavar="F", help="PEM certificate to trust (a grpc+tls location)"
+    )
+
+
+def _add_kafka(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--bootstrap-servers B`` (used for ``what``) and ``--kafka KEY=VALUE``."""
+    parser.add_argument("--bootstrap-servers", metavar="B", help=what)
+    parser.add_argument(
+        "--kafka", action="append", default=[], metavar="KEY=VALUE", help="a Kafka setting"
     )
 
 
@@ -133,6 +144,17 @@ def add_store_commands(sub: Any) -> None:
     )
     serve.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain: serve grpc+tls")
     serve.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    serve.add_argument(
+        "--token-file",
+        metavar="F",
+        help="serve with the token in F instead of a random one (replicas sharing a token "
+        "can be queried through one router)",
+    )
+    _add_kafka(
+        serve,
+        "announce the store as a replica of its changelog on <changelog>-replicas "
+        "while serving, and report its lags",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     inspect = sub.add_parser(
@@ -163,13 +185,10 @@ def add_store_commands(sub: Any) -> None:
         help="instead of STORE: every live replica of this changelog, as announced on "
         "TOPIC-replicas (needs --bootstrap-servers)",
     )
-    lag.add_argument(
-        "--bootstrap-servers",
-        metavar="B",
-        help="Kafka bootstrap servers, for a store nobody follows now",
-    )
-    lag.add_argument(
-        "--kafka", action="append", default=[], metavar="KEY=VALUE", help="a Kafka setting"
+    _add_kafka(
+        lag,
+        "Kafka bootstrap servers: where --changelog's replicas announce, or for a store nobody "
+        "follows now",
     )
     lag.add_argument("--json", action="store_true", help="one JSON object per partition")
     lag.set_defaults(func=_cmd_lag)
@@ -230,13 +249,8 @@ def add_store_commands(sub: Any) -> None:
     query.add_argument(
         "--as-of", type=_integer, metavar="MS", help="a versioned store's values at this time"
     )
-    query.add_argument(
-        "--bootstrap-servers",
-        metavar="B",
-        help="Kafka bootstrap servers: of --changelog, or for --max-lag of a store nobody "
-        "follows now",
-    )
-    query.add_argument(
-        "--kafka", action="append", default=[], metavar="KEY=VALUE", help="a Kafka setting"
+    _add_kafka(
+        query,
+        "Kafka bootstrap servers: of --changelog, or for --max-lag of a store nobody follows now",
     )
     query.set_defaults(func=_cmd_query)

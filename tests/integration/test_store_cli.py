@@ -469,3 +469,47 @@ def test_query_routed_over_a_changelogs_replicas_fails_over(
             server.close()
         for store in stores:
             store.close()
+
+
+def test_served_stores_announce_themselves_and_answer_routed_queries(
+    tmp_path: Path,
+    kafka_broker: LocalKafkaCluster,
+    make_topic: Callable[..., str],
+    serve: Callable[..., tuple[subprocess.Popen[str], str]],
+) -> None:
+    """The whole loop from the shell: serve with a shared token, announced on the broker;
+    lag per replica and through the server; a query routed by changelog; the tombstone."""
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = make_topic(1, suffix="-changelog")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for n in range(3):
+        producer.produce(changelog, key=b"k%d" % n, value=b"v", partition=0)
+    assert producer.flush(30) == 0
+    path = tmp_path / "inventory"
+    spec = StoreSpec(Role.FOLLOWER, changelog, 1, "inventory")
+    with Store.open(path, spec, purpose="test") as store, store.begin() as txn:
+        txn.put(b"k0", b"v", partition=0, offset=0)
+        txn.set_changelog_offset(0, 1)
+    (tmp_path / "token").write_text("the-replicas-shared-token\n")
+    token = ("--token-file", str(tmp_path / "token"))
+    proc, location = serve(path, *token, "--bootstrap-servers", bootstrap)
+    kafka = ("--bootstrap-servers", bootstrap)
+
+    replicas = cli("lag", "--changelog", changelog, *kafka, "--json")
+    assert replicas.returncode == 0, replicas.stderr
+    row = json.loads(replicas.stdout)
+    assert (row["role"], row["location"], row["lag"]) == ("follower", location, 2)
+    served = cli("lag", str(path), "--json")  # the server reports its lags now
+    assert json.loads(served.stdout)["end_offset"] == 3, served.stderr
+
+    routed = cli("query", "--changelog", changelog, *kafka, *token, "--key", "k0", "--json")
+    assert routed.returncode == 0, routed.stderr
+    assert json.loads(routed.stdout)["value"] == "v"
+    too_stale = cli("query", "--changelog", changelog, *kafka, *token, "--all", "--max-lag", "1")
+    assert too_stale.returncode == 3  # the only replica lags 2: stale, none qualifies
+    assert "lags by more than max_lag=1" in one_error_line(too_stale, "query")
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    gone = cli("lag", "--changelog", changelog, *kafka)
+    assert "no live replica of" in gone.stderr

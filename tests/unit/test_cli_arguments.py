@@ -228,6 +228,14 @@ def test_serve_refuses_beyond_loopback_without_tls_and_half_a_tls_pair(tmp_path:
         tls_key=str(tmp_path / "c.pem"),
     )
     assert pem.tls_certificates == (b"PEM", b"PEM")
+    (tmp_path / "token").write_text("a-token-of-the-replicas\n")
+    shared = ServeOptions.from_cli(
+        path="/s", token_file=str(tmp_path / "token"), bootstrap_servers="b:9092"
+    )
+    assert shared.token == "a-token-of-the-replicas" and shared.bootstrap_servers == "b:9092"
+    assert shared.kafka_config["log_level"] == "0"
+    with pytest.raises(OptionError, match="option --token-file: cannot read"):
+        ServeOptions.from_cli(path="/s", token_file=str(tmp_path / "missing"))
 
 
 def test_a_store_is_a_directory_or_a_location_with_its_token(tmp_path: Path) -> None:
