@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from spark_statestore.changelog.versioned import history_retention_of
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.errors import FollowerError
-from spark_statestore.follower import Follower, history_retention_of
+from spark_statestore.follower import Follower
 from spark_statestore.position import Position
 from spark_statestore.query import (
     MultiVersionedKeyQuery,
@@ -234,7 +235,9 @@ def test_a_retention_other_than_the_changelogs_is_refused(
                         with pytest.raises(FollowerError, match="history retention of 2000 ms"):
                             Follower(replica, source)
                     else:
-                        with caplog.at_level("WARNING", logger="spark_statestore.follower"):
+                        with caplog.at_level(
+                            "WARNING", logger="spark_statestore.changelog.versioned"
+                        ):
                             Follower(replica, source)
                         assert "not marked as a Kafka Streams versioned store" in caplog.text
                 finally:

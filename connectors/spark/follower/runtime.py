@@ -16,13 +16,14 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
+from spark_statestore.changelog.versioned import history_retention_of
 from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions, StoreType
 from spark_statestore.discovery import ReplicaAnnouncement
 from spark_statestore.errors import FollowerError, OptionError, StateStoreError
-from spark_statestore.follower import Follower, FollowerState, history_retention_of
+from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.store import Role, Store, StoreSpec
