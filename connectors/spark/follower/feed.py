@@ -21,6 +21,7 @@ from spark_statestore.connectors.spark.options import (
     SourceOptions,
     codecs_for,
 )
+from spark_statestore.connectors.spark.reader.columns import HEADERS_DDL
 from spark_statestore.connectors.spark.windows import (
     WINDOWED,
     split_keys,
@@ -54,7 +55,7 @@ def feed_ddl(options: SourceOptions) -> str:
     ]
     columns += window_ddl(options.store_type, options.window_size_ms)
     if options.include_headers:
-        columns.append("headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+        columns.append(HEADERS_DDL)
     return ", ".join(columns)
 
 
