@@ -185,15 +185,18 @@ class Router:
                 continue
             found.append(replica)
         leader = view.leader()
-        found.sort(
-            key=lambda r: (
-                r is not leader,
-                _lag(r, partition) if _lag(r, partition) is not None else float("inf"),
-                -r.heartbeat_ms,
-                r.replica_id,
+
+        def rank(replica: ReplicaAnnouncement) -> tuple[bool, float, int, str]:
+            lag = _lag(replica, partition)
+            unknown = float("inf")
+            return (
+                replica is not leader,
+                unknown if lag is None else lag,
+                -replica.heartbeat_ms,
+                replica.replica_id,
             )
-        )
-        return found
+
+        return sorted(found, key=rank)
 
     def _ask(
         self, replica: ReplicaAnnouncement, request: StateQueryRequest, wait_s: float
