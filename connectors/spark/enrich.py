@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["enrich"]
 
 MAX_POSITION_TIMEOUT_MS = 600_000
-_LOCAL_RECHECK_MAX_S = 1.0
 
 
 def enrich(
@@ -223,6 +222,7 @@ def _lookup(
 ) -> tuple[dict[bytes, bytes], Position]:
     """``{key: value}`` of the ``keys`` present in one snapshot that has reached ``bound``,
     and its position: the live owner's, pinned, or a private checkpoint's."""
+    from spark_statestore.connectors.spark.reader.local import RECHECK_MAX_S
     from spark_statestore.serve import connect_to_owner
     from spark_statestore.store.scan import ScanSpec
 
@@ -249,7 +249,7 @@ def _lookup(
             # No owner serves the store, so no commit wakes us: look again (through an
             # owner if one has started meanwhile).
             time.sleep(min(pause, remaining))
-            pause = min(pause * 2, _LOCAL_RECHECK_MAX_S)
+            pause = min(pause * 2, RECHECK_MAX_S)
 
 
 def _lookup_local(
@@ -257,15 +257,12 @@ def _lookup_local(
 ) -> tuple[dict[bytes, bytes], Position]:
     import pyarrow as pa
 
-    from spark_statestore.connectors.spark.reader.snapshot import OWNER_WAIT_S
-    from spark_statestore.store import StoreOptions
-    from spark_statestore.store.checkpoint import reader_checkpoint
+    from spark_statestore.connectors.spark.reader.local import task_checkpoint
     from spark_statestore.store.scan import scan_batches
     from spark_statestore.store.snapshot import arrow_schema
 
-    options = StoreOptions(lock_wait_seconds=30.0, owner_wait_seconds=OWNER_WAIT_S)
     with (
-        reader_checkpoint(plan.path, purpose="Spark enrichment lookup", options=options) as store,
+        task_checkpoint(plan.path, "Spark enrichment lookup") as store,
         store.snapshot() as snapshot,
     ):
         _check(plan, bound, snapshot.position, deadline)

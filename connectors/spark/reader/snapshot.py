@@ -28,6 +28,11 @@ from spark_statestore.connectors.spark.errors import (
 )
 from spark_statestore.connectors.spark.options import ReaderOptions, View, codecs_for
 from spark_statestore.connectors.spark.reader.columns import convert_batch, data_ddl
+from spark_statestore.connectors.spark.reader.local import (
+    OWNER_WAIT_S,
+    RECHECK_MAX_S,
+    task_checkpoint,
+)
 from spark_statestore.connectors.spark.windows import WINDOWED
 from spark_statestore.position import Position
 
@@ -58,17 +63,6 @@ _VIEW_DDL = {
         "owner_pid INT, owner_host STRING, owner_purpose STRING, flight_location STRING"
     ),
 }
-
-
-OWNER_WAIT_S = 120.0
-"""How long a read without a live follower waits for the store's current owner (a sink's
-commit, another read making its checkpoint) to close it: as long as a sink's commit waits for
-readers (``connectors/spark/sink.py``), so a reader never gives up before a writer would."""
-
-
-_RECHECK_MAX_S = 1.0
-"""With no live owner to wake the reader, the longest pause between two checks of the store
-while waiting for ``positionBound`` (a sink's commit in another process moves it)."""
 
 
 def reader_ddl(options: ReaderOptions) -> str:
@@ -148,7 +142,7 @@ class SnapshotReader(DataSourceReader):
                 min(pause, remaining),
             )
             time.sleep(min(pause, remaining))
-            pause = min(pause * 2, _RECHECK_MAX_S)
+            pause = min(pause * 2, RECHECK_MAX_S)
 
     def _wait_for_server(self) -> bool:
         """While a follower query owns the store and is starting its Flight server, wait for
@@ -419,17 +413,10 @@ class SnapshotReader(DataSourceReader):
             yield from self._read_pinned(client, spec)
 
     def _read_local(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
-        from spark_statestore.store import StoreOptions
-        from spark_statestore.store.checkpoint import reader_checkpoint
         from spark_statestore.store.scan import ScanStats, scan_batches
 
-        # Read a private checkpoint of the store: it owns the store only while it copies it
-        # (milliseconds), so a sink's commit never waits for this task, however long it runs.
-        options = StoreOptions(lock_wait_seconds=30.0, owner_wait_seconds=OWNER_WAIT_S)
         with (
-            reader_checkpoint(
-                self._options.path, purpose="Spark snapshot read", options=options
-            ) as store,
+            task_checkpoint(self._options.path, "Spark snapshot read") as store,
             store.snapshot() as snapshot,
         ):
             if snapshot.commit_seq != partition.commit_seq:
