@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,12 @@ def test_versioned_store_equals_kafka_streams_answers(
         app.kill()
     finally:
         app.stop()
+    # Kafka Streams does not keep a versioned store's stream time: an instance that reopens
+    # its state (as the restart above does) accepts late records that a restore from the
+    # changelog drops, so its live store can differ from what its own changelog restores to
+    # (docs/spark.md; one run here found a version the app had and the changelog's rule
+    # drops). The last instance restores from the changelog, as our follower does.
+    shutil.rmtree(state)
     app = start_app(bootstrap, orders, state, app_id, True, **settings)
     try:
         produce_versions(bootstrap, orders, 500, seed=43, start=start)
