@@ -30,6 +30,11 @@ from spark_statestore.connectors.spark.option_table import (
     ValueFormat,
     View,
 )
+from spark_statestore.connectors.spark.serve_options import (
+    SERVE_OPTIONS,
+    ServeSettings,
+    serve_settings,
+)
 from spark_statestore.connectors.spark.starting_offsets import (
     EARLIEST,
     LATEST,
@@ -154,6 +159,10 @@ class SinkOptions:
     uncommitted_max_bytes: int | None
     txn_app_id: str | None
     txn_version: int | None
+    serve: ServeSettings | None = None
+    """With option ``serve``: how the sink's store server serves and announces the store."""
+    raw: Mapping[str, str] = field(default_factory=dict)
+    """The options as given (the sink's store server parses them again)."""
 
 
 MAX_POSITION_BOUND_TIMEOUT_MS = int(MAX_PIN_WAIT_S * 1000)  # what a store server waits at most
@@ -234,24 +243,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "option 'historyRetentionMs' is a versioned store's history retention: set "
             "storeType 'versioned' too, or drop it"
         )
-    serve_port = options.integer("servePort")
-    interval = options.integer("announceIntervalMs")
-    assert interval is not None  # has a default
-    serve_host = options.required("serveHost")  # has a default
-    tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
-    if (tls_cert is None) != (tls_key is None):
-        raise OptionError(
-            "options 'serveTlsCert' and 'serveTlsKey' go together: the PEM certificate chain "
-            "file and the PEM private key file of the store's Flight server"
-        )
-    from spark_statestore.serve.auth import is_loopback
-
-    if tls_cert is None and not is_loopback(serve_host):
-        raise OptionError(
-            f"option 'serveHost' {serve_host!r} is beyond loopback, so the store's Flight "
-            "server must use TLS: set 'serveTlsCert' and 'serveTlsKey' (PEM files), or serve "
-            "on 127.0.0.1"
-        )
+    serve = serve_settings(options)
     return SourceOptions(
         path=path,
         bootstrap_servers=bootstrap,
@@ -266,15 +258,15 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         store_type=store_type,
         formats=_formats(options),
         on_missing_position=options.choice("onMissingPosition", OnMissingPosition),
-        serve_host=serve_host,
-        serve_port=0 if serve_port is None else serve_port,
-        serve_tls_cert=tls_cert,
-        serve_tls_key=tls_key,
+        serve_host=serve.host,
+        serve_port=serve.port,
+        serve_tls_cert=serve.tls_cert,
+        serve_tls_key=serve.tls_key,
         leader_application_id=leader,
         window_size_ms=check_window_size(options.integer("windowSizeMs"), store_type, False),
         history_retention_ms=retention,
-        announce=options.boolean("announce"),
-        announce_interval_ms=interval,
+        announce=serve.announce,
+        announce_interval_ms=serve.announce_interval_ms,
     )
 
 
@@ -435,6 +427,16 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
             "options 'txnAppId' and 'txnVersion' go together: give both (e.g. "
             ".option('txnAppId', 'orders-agg').option('txnVersion', batch_id)) or neither"
         )
+    serve = None
+    if options.boolean("serve"):
+        serve = serve_settings(options)
+    else:
+        given = [name for name in SERVE_OPTIONS if options.given(name)]
+        if given:
+            raise OptionError(
+                f"option {given[0]!r} configures the sink's store server: set option 'serve' "
+                "to 'true' too, or drop it"
+            )
     return SinkOptions(
         path=path,
         checkpoint_location=checkpoint,
@@ -446,4 +448,6 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         uncommitted_max_bytes=options.integer("uncommitted.max.bytes"),
         txn_app_id=txn_app_id,
         txn_version=txn_version,
+        serve=serve,
+        raw={str(name): str(value) for name, value in raw.items()},
     )

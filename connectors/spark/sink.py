@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
     from spark_statestore.sink.staging import StagedFile
-    from spark_statestore.store import Store
 
 __all__ = [
     "BatchWriter",
@@ -248,6 +247,8 @@ def read_source_offsets(checkpoint: str, batch_id: int) -> list[Any]:
 class _Writer:
     """What the streaming sink and the batch writer share: staging and committing."""
 
+    _streaming = True
+
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_input_schema(schema)
         check_changelog_owner(options)
@@ -264,34 +265,6 @@ class _Writer:
         )
         return StagedMessage(staged if staged.rows else None)
 
-    def _open_store(self, partitions: int) -> Store:
-        from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
-
-        # Readers of a store without a live follower own it briefly: wait for them.
-        settings: dict[str, Any] = {"lock_wait_seconds": 30.0, "owner_wait_seconds": 120.0}
-        if self._options.uncommitted_max_bytes is not None:
-            settings["uncommitted_max_bytes"] = self._options.uncommitted_max_bytes
-        return Store.open(
-            self._options.path,
-            StoreSpec(Role.LEADER, self._options.changelog, partitions),
-            purpose=f"spark_statestore sink commit (pid {os.getpid()})",
-            options=StoreOptions(**settings),
-        )
-
-    def _publisher(self) -> Any:
-        options = self._options
-        if options.changelog is None:
-            return None
-        from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
-
-        assert options.bootstrap_servers is not None and options.application_id is not None
-        return KafkaChangelogPublisher(
-            options.bootstrap_servers,
-            options.changelog,
-            application_id=options.application_id,
-            config=options.kafka,
-        )
-
     def _commit(
         self,
         query_id: str,
@@ -300,19 +273,23 @@ class _Writer:
         source_offsets: Any,
         complete: bool,
     ) -> None:
-        from spark_statestore.sink.commit import BatchToCommit, commit_batch
-        from spark_statestore.sink.staging import StagingArea
+        from spark_statestore.connectors.spark.leader.remote import (
+            commit_through_server,
+            stop_sink_server,
+        )
+        from spark_statestore.connectors.spark.leader.store import commit_here
+        from spark_statestore.sink.commit import BatchToCommit
 
         staged = [m.staged for m in messages if isinstance(m, StagedMessage) and m.staged]
         batch = BatchToCommit(query_id, batch_id, staged, source_offsets, complete)
-        publisher = self._publisher()
-        try:
-            partitions = 1 if publisher is None else publisher.partition_count()
-            with self._open_store(partitions) as store:
-                commit_batch(store, StagingArea(self._options.path), batch, publisher)
-        finally:
-            if publisher is not None:
-                publisher.close()
+        options = self._options
+        if options.serve is not None:
+            commit_through_server(
+                options, batch, streaming=self._streaming, raw_options=dict(options.raw)
+            )
+        else:
+            stop_sink_server(options.path)  # one an earlier run with serve=true left
+            commit_here(options, batch)
 
     def _abort(self, query_id: str, batch_id: int) -> None:
         from spark_statestore.sink.staging import StagingArea
@@ -349,6 +326,8 @@ class StreamSink(_Writer, DataSourceStreamArrowWriter):
 class BatchWriter(_Writer, DataSourceArrowWriter):
     """``df.write.format("spark_statestore")`` inside ``foreachBatch``: at most once per
     (``txnAppId``, ``txnVersion``), the pattern Delta Lake uses for idempotent writes."""
+
+    _streaming = False
 
     def __init__(self, options: SinkOptions, schema: StructType, complete: bool) -> None:
         super().__init__(options, schema)

@@ -168,23 +168,9 @@ def require_tls_beyond_loopback(host: str, tls: bool, *, names: str) -> None:
 def write_credentials(store_path: str, credentials: ServeCredentials) -> str:
     """Write the credentials file of the store at ``store_path`` (mode 0600, atomically);
     returns its path."""
-    target = os.path.join(store_path, CREDENTIALS_FILE)
-    temporary = f"{target}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to an existing leftover
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            fd = -1
-            json.dump(credentials.to_dict(), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-    return target
+    from spark_statestore.store.files import write_private_json
+
+    return write_private_json(os.path.join(store_path, CREDENTIALS_FILE), credentials.to_dict())
 
 
 def read_credentials(store_path: str) -> ServeCredentials | None:

@@ -418,6 +418,19 @@ class StoreClient:
                 # The caller stopped early: let the server end the stream now.
                 reader.cancel()
 
+    def call(
+        self, name: str, body: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Call an action the server was given beyond the built-in ones
+        (``StoreServer(actions=...)``): ``body`` is sent as JSON, the reply is decoded.
+
+        Raises
+        ------
+        ServeError
+            (A subclass:) the server refused the call or failed, or is unreachable.
+        """
+        return self._action(name, body, timeout_s=timeout_s)
+
     # -- plumbing -------------------------------------------------------------------------
     def _action(
         self, name: str, body: Mapping[str, Any], *, timeout_s: float | None = None

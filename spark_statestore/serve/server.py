@@ -72,7 +72,10 @@ if TYPE_CHECKING:
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.store import Store
 
-__all__ = ["StoreServer"]
+__all__ = ["ActionHandler", "StoreServer"]
+
+ActionHandler = Callable[[Mapping[str, Any], str], dict[str, Any]]
+"""An extra action of a :class:`StoreServer`: (decoded JSON body, client id) -> JSON reply."""
 
 _log = logging.getLogger(__name__)
 
@@ -123,6 +126,12 @@ class StoreServer:
         holds a server thread), in all and per client.
     max_request_bytes
         The largest ticket or action body accepted.
+    actions
+        More actions, ``{name: (description, handler)}``: ``handler(body, client)`` gets the
+        action's decoded JSON object and the caller's client id and returns the JSON object
+        to reply (e.g. the sink's store server takes commits). They pass through the same
+        authentication, size cap and error mapping as the built-in actions, whose names they
+        must not take.
 
     Examples
     --------
@@ -148,6 +157,7 @@ class StoreServer:
         max_waiting: int = 16,
         max_waiting_per_client: int = 4,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        actions: Mapping[str, tuple[str, ActionHandler]] | None = None,
     ) -> None:
         if not isinstance(host, str) or not host.strip():
             raise ServerConfigError(f"host must be a non-empty str, got {host!r}")
@@ -185,6 +195,11 @@ class StoreServer:
             names="StoreServer(tls_certificates=...), or the follower source's serveTlsCert "
             "and serveTlsKey options",
         )
+        extra = dict(actions or {})
+        taken = sorted(set(extra) & set(ACTIONS))
+        if taken:
+            raise ServerConfigError(f"actions {taken} are built in; choose other names")
+        self._extra_actions = extra
         self.token = new_token() if token is None else check_token(token)
         self._tls = tls_certificates
         self._max_request_bytes = max_request_bytes
@@ -377,9 +392,12 @@ class StoreServer:
                     "requests": self._requests,
                     "waiting": self._waiting,
                 }
+        extra = self._extra_actions.get(name)
+        if extra is not None:
+            return extra[1](decode_object(body, f"body of action {name!r}"), client)
         raise UnknownActionError(
             f"store server {self._location} has no action {name!r}; valid actions: "
-            f"{', '.join(ACTIONS)}"
+            f"{', '.join([*ACTIONS, *self._extra_actions])}"
         )
 
     def _pin(
@@ -605,7 +623,8 @@ def _service_class() -> type:
             return flight.GeneratorStream(arrow_schema(), guarded(self._server, batches))
 
         def list_actions(self, context: Any) -> list[tuple[str, str]]:
-            return list(_ACTION_DOCS.items())
+            extra = [(name, doc) for name, (doc, _) in self._server._extra_actions.items()]
+            return [*_ACTION_DOCS.items(), *extra]
 
     return _FlightService
 

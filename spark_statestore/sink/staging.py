@@ -41,6 +41,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 STAGING_DIR = "_staging"
+_STAGED_FIELDS = {"name", "partition_id", "rows", "size", "max_offsets"}
 
 
 MAX_QUERY_ID_BYTES = 255
@@ -119,6 +120,49 @@ class StagedFile:
                 t: {str(p): o for p, o in ps.items()} for t, ps in self.max_offsets.items()
             },
         }
+
+    @classmethod
+    def from_json(cls, data: Any) -> StagedFile:
+        """The staged file described by ``data`` (what :meth:`to_json` returned).
+
+        Raises
+        ------
+        StagingError
+            If ``data`` is not such a description, or its name is not a staged file's (a
+            relative ``<query id>/<batch id>/part-*.arrow`` path inside the staging area).
+        """
+        if not isinstance(data, dict) or set(data) != _STAGED_FIELDS:
+            raise StagingError(f"not a staged file's description: {str(data)[:200]!r}")
+        name, partition_id, rows, size = (data[k] for k in ("name", "partition_id", "rows", "size"))
+        parts = name.split("/") if isinstance(name, str) else []
+        if (
+            len(parts) != 3
+            or any(part in ("", ".", "..") for part in parts)
+            or not parts[2].startswith("part-")
+            or not parts[2].endswith(".arrow")
+            or "\0" in name
+        ):
+            raise StagingError(f"not a staged file's name: {str(name)[:200]!r}")
+        for what, value in (("partition_id", partition_id), ("rows", rows), ("size", size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise StagingError(f"staged file {name!r}: {what} must be an int >= 0")
+        max_offsets: dict[str, dict[int, int]] = {}
+        raw = data["max_offsets"]
+        if not isinstance(raw, dict):
+            raise StagingError(f"staged file {name!r}: max_offsets must be an object")
+        for topic, offsets in raw.items():
+            if not isinstance(offsets, dict):
+                raise StagingError(f"staged file {name!r}: max_offsets of {topic!r}")
+            parsed: dict[int, int] = {}
+            for partition, offset in offsets.items():
+                number = ascii_integer(partition) if isinstance(partition, str) else None
+                if number is None or number < 0:
+                    raise StagingError(f"staged file {name!r}: partition {partition!r}")
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                    raise StagingError(f"staged file {name!r}: offset {offset!r}")
+                parsed[number] = offset
+            max_offsets[topic] = parsed
+        return cls(name, partition_id, rows, size, max_offsets)
 
 
 class StagingArea:

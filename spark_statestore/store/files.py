@@ -13,9 +13,18 @@ synced: :func:`fsync_dir` does that.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+from typing import Any
 
-__all__ = ["DIR_MODE", "FILE_MODE", "fsync_dir", "make_private_dir", "open_private"]
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "fsync_dir",
+    "make_private_dir",
+    "open_private",
+    "write_private_json",
+]
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -53,3 +62,24 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_private_json(target: str, data: Any) -> str:
+    """Write ``data`` as JSON to ``target``, owner-only (0600) and atomically (a reader sees
+    the old file or the whole new one); returns ``target``."""
+    temporary = f"{target}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)  # O_CREAT's mode does not apply to an existing leftover
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            fd = -1
+            json.dump(data, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    return target

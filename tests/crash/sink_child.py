@@ -29,6 +29,8 @@ import spark_statestore
 from spark_statestore.connectors.spark.session import local_session
 from spark_statestore.store.crash import CRASH_AT, CRASH_PGID
 
+SERVE = "SPARK_STATESTORE_TEST_SINK_SERVE"
+"""Set (to anything): the query writes with option ``serve`` (the sink's store server)."""
 SCHEMA = "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, timestamp BIGINT"
 MAX_PARTITION_BYTES = 1024 * 1024
 """Task split size (Spark also splits a file over the 2 cores): a batch of a few hundred KB of
@@ -59,6 +61,8 @@ def main() -> int:
     )
     if len(sys.argv) == 8:
         writer = writer.option("uncommitted.max.bytes", sys.argv[7])
+    if os.environ.get(SERVE):
+        writer = writer.option("serve", "true")
     query = writer.start(store)
     print(f"started {query.id}", flush=True)
     try:

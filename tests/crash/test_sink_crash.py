@@ -48,15 +48,17 @@ from confluent_kafka import Consumer, TopicPartition
 from spark_statestore.changelog import partition_for_key
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.sink.progress import read_last_progress
+from spark_statestore.connectors.spark.leader.server import LOG_FILE
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.sink.staging import STAGING_DIR
 from spark_statestore.store import Role, Store, StoreSpec
 from spark_statestore.store.crash import CRASH_AT, CRASH_PGID
 from spark_statestore.store.layout import DATA_PREFIX, META_REDO
-from spark_statestore.store.ownership import read_owner
+from spark_statestore.store.ownership import live_owner, read_owner
 from spark_statestore.store.redo import REDO_DIR
 from spark_statestore.store.store import DB_DIR
 from tests.conftest import REPO_ROOT
+from tests.crash.sink_child import SERVE
 from tests.kafka_util import settled_changelog
 
 pytestmark = pytest.mark.integration
@@ -95,6 +97,10 @@ CI_PHASES = [
     ("redo.after_chunk.1", True),  # the restart completes the store commit from its redo file
     ("sink.after_store_commit", False),  # Spark replays the batch: the sink skips it
 ]
+SERVED_PHASES = {"redo.after_chunk.1"}
+"""Phases whose crashing run writes with option ``serve``: the sink's store server commits,
+and it is the process that dies at the point (with the driver); the restart, without
+``serve``, completes the commit it left."""
 CI_RANDOM_KILL_AFTER = {"sink.after_publish", "redo.after_chunk.1"}
 SOAK_PHASES = [
     ("sink.before_publish", False),  # nothing published yet: the restart commits it afresh
@@ -277,12 +283,15 @@ def kill_session(session: int, timeout_s: float = 60.0) -> None:
 class SinkChild:
     """One run of :mod:`tests.crash.sink_child`, in a new session (whose id is its pid)."""
 
-    def __init__(self, pipeline: Pipeline, crash_at: str | None) -> None:
+    def __init__(self, pipeline: Pipeline, crash_at: str | None, serve: bool = False) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable)
         env.pop(CRASH_AT, None)
         env.pop(CRASH_PGID, None)  # the child sets it to its own process group
+        env.pop(SERVE, None)
         if crash_at is not None:
             env[CRASH_AT] = crash_at
+        if serve:
+            env[SERVE] = "1"
         self.log_path = pipeline.root / f"child-{len(pipeline.children)}-{crash_at}.log"
         self.spawned_at = time.monotonic()
         self.seconds = 0.0  # how long it ran, once it has ended
@@ -407,8 +416,8 @@ class Pipeline:
         self.kills: list[str] = []
         self.store_id: str | None = None
 
-    def spawn(self, crash_at: str | None = None) -> SinkChild:
-        child = SinkChild(self, crash_at)
+    def spawn(self, crash_at: str | None = None, *, serve: bool = False) -> SinkChild:
+        child = SinkChild(self, crash_at, serve)
         self.children.append(child)
         return child
 
@@ -467,11 +476,15 @@ class Pipeline:
         return sorted((self.store / STAGING_DIR / self.query_id() / str(batch)).glob("*.arrow"))
 
     # -- kills ------------------------------------------------------------------------------
-    def crash_at(self, point: str) -> int:
-        """Run the query until it SIGKILLs itself at ``point``; returns the batch it died in."""
+    def crash_at(self, point: str, *, serve: bool = False) -> int:
+        """Run the query until it SIGKILLs itself at ``point``; returns the batch it died in.
+        With ``serve``, the sink's store server commits and dies there, with the driver."""
         batch = self.last_in("commits") + 1
-        child = self.spawn(point)
+        child = self.spawn(point, serve=serve)
         out = child.wait()
+        if serve:
+            assert (self.store / LOG_FILE).is_file(), "no sink store server was started"
+            assert live_owner(str(self.store)) is None, "the store's owner survived the crash"
         assert child.proc.returncode == -signal.SIGKILL, (
             f"the query did not die at {point} (exit {child.proc.returncode}, {out!r}):\n"
             f"{child.log_tail()}"
@@ -784,7 +797,7 @@ def pipeline(
 def run_phase(pipeline: Pipeline, point: str, big: bool, *, random_kill: bool = True) -> None:
     first = pipeline.input.add(big=big)
     pipeline.input.add()
-    batch = pipeline.crash_at(point)
+    batch = pipeline.crash_at(point, serve=point in SERVED_PHASES)
     assert pipeline.last_file(batch - 1) + 1 == first  # it died committing the first new file
     pipeline.check_crash(point, batch)
     if random_kill:

@@ -51,6 +51,21 @@ def start_sink(
     )
 
 
+def changelog_writer(
+    spark: Any, source: Path, checkpoint: Path, bootstrap: str, changelog: str, app_id: str
+) -> Any:
+    """The sink of ``source``'s JSON rows, publishing to ``changelog`` (not started)."""
+    return (
+        spark.readStream.schema(SCHEMA)
+        .json(str(source))
+        .writeStream.format(FORMAT)
+        .option("checkpointLocation", str(checkpoint))
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("changelog", changelog)
+        .option("application.id", app_id)
+    )
+
+
 def test_each_micro_batch_is_committed_once(spark: Any, tmp_path: Path) -> None:
     source, store, checkpoint = tmp_path / "in", tmp_path / "store", tmp_path / "cp"
     write_input(source, "1.json", [row("a", "1", 0), row("b", "2", 1), row("c", "3", 2)])
@@ -193,16 +208,8 @@ def test_the_sink_publishes_a_changelog_that_a_follower_converges_to(
     source, store, checkpoint = tmp_path / "in", tmp_path / "store", tmp_path / "cp"
 
     def start() -> Any:
-        return (
-            spark.readStream.schema(SCHEMA)
-            .json(str(source))
-            .writeStream.format(FORMAT)
-            .option("checkpointLocation", str(checkpoint))
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("changelog", changelog)
-            .option("application.id", "orders-app")
-            .start(str(store))
-        )
+        writer = changelog_writer(spark, source, checkpoint, bootstrap, changelog, "orders-app")
+        return writer.start(str(store))
 
     write_input(source, "1.json", [row(f"k{i}", str(i), i) for i in range(20)])
     query = start()

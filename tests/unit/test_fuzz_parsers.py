@@ -35,6 +35,7 @@ from spark_statestore.changelog.position_codec import decode_position, encode_po
 from spark_statestore.connectors.spark.ddl import parse_ddl, to_ddl
 from spark_statestore.connectors.spark.errors import DecodeError
 from spark_statestore.connectors.spark.formats import ColumnCodec
+from spark_statestore.connectors.spark.leader.server import batch_from_json, batch_to_json
 from spark_statestore.connectors.spark.options import (
     parse_reader_options,
     parse_sink_options,
@@ -72,6 +73,8 @@ from spark_statestore.serve.query_wire import (
     encode_query_body,
     encode_result,
 )
+from spark_statestore.sink.commit import BatchToCommit
+from spark_statestore.sink.staging import StagedFile
 from spark_statestore.store.manifest import Role
 from spark_statestore.store.scan import ScanSpec
 from tests.unit.test_changelog_headers import _fuzz_corpus
@@ -518,6 +521,42 @@ def _parse_announcement(raw: bytes) -> None:
     assert ReplicaAnnouncement.from_bytes(announcement.to_bytes()) == announcement
 
 
+_SINK_COMMIT_CORPUS = [
+    json.dumps(
+        batch_to_json(
+            BatchToCommit(
+                "3f2a-query",
+                7,
+                [
+                    StagedFile("3f2a-query/7/part-00000-0-a1b2.arrow", 0, 10, 999),
+                    StagedFile(
+                        "3f2a-query/7/part-00001-1-c3d4.arrow", 1, 2, 50, {"orders": {0: 4, 3: 9}}
+                    ),
+                ],
+                [{"orders": {"0": 5}}],
+                False,
+            )
+        )
+    ).encode(),
+    json.dumps(batch_to_json(BatchToCommit("app", 0, [], None, True))).encode(),
+]
+_SINK_COMMIT_PIECES = [
+    *_JSON_PIECES, b'"../x/part-1.arrow"', b'"a/1/part-0.arrow"', b'"a//part-0.arrow"',
+    b'"a/1/x.arrow"', b'"/etc/passwd"', b"-1", b"true", b'"0"', b'"-1"', b'"\\u0000"',
+]  # fmt: skip
+
+
+def _parse_sink_commit(raw: bytes) -> None:
+    from spark_statestore.serve.protocol import decode_object
+
+    batch = batch_from_json(decode_object(raw, "body of action 'sink_commit'"))
+    for staged in batch.staged:
+        parts = staged.name.split("/")
+        assert len(parts) == 3 and ".." not in parts and not staged.name.startswith("/")
+    again = batch_from_json(json.loads(json.dumps(batch_to_json(batch))))
+    assert again == batch
+
+
 def _mutated(
     corpus: Sequence[T], pieces: Sequence[T], nest: tuple[T, T] | None = None
 ) -> Callable[[random.Random], T]:
@@ -534,6 +573,11 @@ TARGETS = [
         "Flight tickets and actions",
         _mutated(_FLIGHT_CORPUS, _FLIGHT_PIECES, (b"[", b"]")),
         _parse_flight,
+    ),
+    Target(
+        "sink commit actions",
+        _mutated(_SINK_COMMIT_CORPUS, _SINK_COMMIT_PIECES, (b"[", b"]")),
+        _parse_sink_commit,
     ),
     Target(
         "replica announcements",

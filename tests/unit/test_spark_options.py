@@ -209,6 +209,22 @@ def sink(**extra: str) -> object:
     return parse_sink_options({**SINK, **{k.lower(): v for k, v in extra.items()}}, streaming=False)
 
 
+def test_a_sink_serves_its_store_only_when_asked() -> None:
+    assert sink().serve is None  # type: ignore[attr-defined]
+    with pytest.raises(OptionError, match="'servePort' configures the sink's store server"):
+        sink(servePort="9000")
+    with pytest.raises(OptionError, match="'announce' configures the sink's store server"):
+        sink(announce="false")
+    served = sink(serve="true", servePort="9000", announceIntervalMs="250")
+    settings = served.serve  # type: ignore[attr-defined]
+    assert (settings.host, settings.port, settings.announce) == ("127.0.0.1", 9000, True)
+    assert settings.announce_interval_ms == 250
+    with pytest.raises(OptionError, match=r"'serveHost' '0\.0\.0\.0' is beyond loopback"):
+        sink(serve="true", serveHost="0.0.0.0")
+    # The sink's store server parses the options as given again.
+    assert served.raw["serveport"] == "9000"  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
     "text",
     [

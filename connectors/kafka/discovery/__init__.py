@@ -2,15 +2,19 @@
 reads a changelog's ``<changelog>-replicas`` topic (see :mod:`spark_statestore.discovery`)."""
 
 from spark_statestore.connectors.kafka.discovery.announcer import (
+    ANNOUNCE_TTL_INTERVALS,
     REPLICAS_TOPIC_CONFIG,
     ReplicaAnnouncer,
+    announce_store,
     ensure_replicas_topic,
 )
 from spark_statestore.connectors.kafka.discovery.registry import ReplicaRegistry
 
 __all__ = [
+    "ANNOUNCE_TTL_INTERVALS",
     "REPLICAS_TOPIC_CONFIG",
     "ReplicaAnnouncer",
     "ReplicaRegistry",
+    "announce_store",
     "ensure_replicas_topic",
 ]

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
@@ -24,7 +24,16 @@ from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 
-__all__ = ["REPLICAS_TOPIC_CONFIG", "ReplicaAnnouncer", "ensure_replicas_topic"]
+if TYPE_CHECKING:
+    from spark_statestore.store import Store
+
+__all__ = [
+    "ANNOUNCE_TTL_INTERVALS",
+    "REPLICAS_TOPIC_CONFIG",
+    "ReplicaAnnouncer",
+    "announce_store",
+    "ensure_replicas_topic",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -37,6 +46,9 @@ REPLICAS_TOPIC_CONFIG: Mapping[str, str] = {
 
 Progress = Callable[[], "tuple[Position, Mapping[int, LagInfo]]"]
 """Returns the store's current position and ``{partition: LagInfo}``."""
+
+ANNOUNCE_TTL_INTERVALS = 3
+"""An announcement is stale after this many heartbeat intervals without a newer one."""
 
 
 def ensure_replicas_topic(
@@ -201,3 +213,41 @@ class ReplicaAnnouncer:
             _log.warning("replica tombstone on %s failed: %s", self.topic, exc)
         finally:
             self._producer = None
+
+
+def announce_store(
+    store: Store,
+    location: str,
+    lags: Callable[[], Mapping[int, LagInfo]],
+    *,
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    interval_ms: int,
+) -> ReplicaAnnouncer | None:
+    """Start announcing the open ``store``, served at ``location``, with its position and
+    ``lags()`` at each heartbeat; None (with a warning) when Kafka refuses: the owner works
+    without being discoverable."""
+    announcer = ReplicaAnnouncer(
+        bootstrap_servers,
+        ReplicaAnnouncement.of_store(
+            store, location=location, ttl_ms=ANNOUNCE_TTL_INTERVALS * interval_ms
+        ),
+        lambda: (store.metadata.position, lags()),
+        config=config,
+        interval_s=interval_ms / 1000,
+    )
+    try:
+        announcer.start()
+    except StateStoreError as exc:
+        _log.warning(
+            "%s store %s at %s is not discoverable: announcing it on %s failed: %s "
+            "(set option 'announce' to 'false' to not try)",
+            store.manifest.role.value,
+            store.path,
+            location,
+            announcer.topic,
+            exc,
+        )
+        announcer.close()
+        return None
+    return announcer

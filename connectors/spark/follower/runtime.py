@@ -17,12 +17,12 @@ import os
 from collections.abc import Callable, Mapping
 
 from spark_statestore.changelog.versioned import history_retention_of
-from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
+from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer, announce_store
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions, StoreType
-from spark_statestore.discovery import ReplicaAnnouncement
-from spark_statestore.errors import FollowerError, OptionError, StateStoreError
+from spark_statestore.connectors.spark.serve_options import read_tls_files
+from spark_statestore.errors import FollowerError, OptionError
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
@@ -31,9 +31,6 @@ from spark_statestore.store import Role, Store, StoreSpec
 __all__ = ["FollowerRuntime"]
 
 _log = logging.getLogger(__name__)
-
-ANNOUNCE_TTL_INTERVALS = 3
-"""An announcement is stale after this many heartbeat intervals without a newer one."""
 
 
 class FollowerRuntime:
@@ -132,33 +129,15 @@ class FollowerRuntime:
         return self.follower.lags()
 
     def _announcer(self, location: str) -> ReplicaAnnouncer | None:
-        """Announce the replica on ``<changelog>-replicas``; None (with a warning) when
-        Kafka refuses: the follower works without being discoverable."""
-        interval_ms = self.options.announce_interval_ms
-        announcement = ReplicaAnnouncement.of_store(
-            self.store, location=location, ttl_ms=ANNOUNCE_TTL_INTERVALS * interval_ms
-        )
-        announcer = ReplicaAnnouncer(
-            self.options.bootstrap_servers,
-            announcement,
-            lambda: (self.store.metadata.position, self._lags()),
+        """Announce the replica on ``<changelog>-replicas`` (None: Kafka refused)."""
+        return announce_store(
+            self.store,
+            location,
+            self._lags,
+            bootstrap_servers=self.options.bootstrap_servers,
             config=self.options.kafka,
-            interval_s=interval_ms / 1000,
+            interval_ms=self.options.announce_interval_ms,
         )
-        try:
-            announcer.start()
-        except StateStoreError as exc:
-            _log.warning(
-                "replica of %s at %s is not discoverable: announcing it on %s failed: %s "
-                "(set option 'announce' to 'false' to not try)",
-                self.options.changelog,
-                location,
-                announcer.topic,
-                exc,
-            )
-            announcer.close()
-            return None
-        return announcer
 
     def check(self) -> None:
         """Raise the follower thread's error, if it failed."""
@@ -187,16 +166,4 @@ class FollowerRuntime:
 
 def _tls_files(options: SourceOptions) -> tuple[bytes, bytes] | None:
     """The ``serveTlsCert`` / ``serveTlsKey`` PEM files' contents, or None (no TLS)."""
-    if options.serve_tls_cert is None or options.serve_tls_key is None:
-        return None
-    contents = []
-    for option, path in (
-        ("serveTlsCert", options.serve_tls_cert),
-        ("serveTlsKey", options.serve_tls_key),
-    ):
-        try:
-            with open(path, "rb") as handle:
-                contents.append(handle.read())
-        except OSError as exc:
-            raise OptionError(f"option {option!r}: cannot read {path}: {exc}") from exc
-    return contents[0], contents[1]
+    return read_tls_files(options.serve_tls_cert, options.serve_tls_key)

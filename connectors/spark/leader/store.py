@@ -1,0 +1,76 @@
+"""The sink's leader store and changelog publisher, as every committer opens them.
+
+A micro-batch is committed either by the commit process itself (:func:`commit_here`) or, with
+option ``serve``, by the sink's store server (:mod:`.server`), which keeps both open across
+batches. Both open the store and the publisher here, so they agree on the store's spec and on
+how long to wait for a reader that owns the store briefly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
+    from spark_statestore.connectors.spark.options import SinkOptions
+    from spark_statestore.sink.commit import BatchToCommit, CommitOutcome
+    from spark_statestore.store import Store
+
+__all__ = ["changelog_publisher", "commit_here", "open_leader_store"]
+
+LOCK_WAIT_S = 30.0
+OWNER_WAIT_S = 120.0
+"""Readers of a store nobody serves own it briefly (a private checkpoint): wait for them."""
+
+
+def changelog_publisher(options: SinkOptions) -> KafkaChangelogPublisher | None:
+    """The publisher of the sink's changelog, or None when it publishes none."""
+    if options.changelog is None:
+        return None
+    from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
+
+    assert options.bootstrap_servers is not None and options.application_id is not None
+    return KafkaChangelogPublisher(
+        options.bootstrap_servers,
+        options.changelog,
+        application_id=options.application_id,
+        config=options.kafka,
+    )
+
+
+def open_leader_store(
+    options: SinkOptions, partitions: int, *, purpose: str, serves: bool = False
+) -> Store:
+    """Open (create when missing) the sink's store as the leader of ``partitions``."""
+    from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
+
+    settings: dict[str, Any] = {
+        "lock_wait_seconds": LOCK_WAIT_S,
+        "owner_wait_seconds": OWNER_WAIT_S,
+    }
+    if options.uncommitted_max_bytes is not None:
+        settings["uncommitted_max_bytes"] = options.uncommitted_max_bytes
+    return Store.open(
+        options.path,
+        StoreSpec(Role.LEADER, options.changelog, partitions),
+        purpose=purpose,
+        options=StoreOptions(**settings),
+        serves=serves,
+    )
+
+
+def commit_here(options: SinkOptions, batch: BatchToCommit) -> CommitOutcome:
+    """Commit ``batch`` in this process: open the store and the publisher, commit, close."""
+    from spark_statestore.sink.commit import commit_batch
+    from spark_statestore.sink.staging import StagingArea
+
+    publisher = changelog_publisher(options)
+    try:
+        partitions = 1 if publisher is None else publisher.partition_count()
+        purpose = f"spark_statestore sink commit (pid {os.getpid()})"
+        with open_leader_store(options, partitions, purpose=purpose) as store:
+            return commit_batch(store, StagingArea(options.path), batch, publisher)
+    finally:
+        if publisher is not None:
+            publisher.close()

@@ -1,0 +1,88 @@
+"""The options of a store's Flight server and its announcement (``serve*``, ``announce*``),
+shared by the follower source (whose query always serves its store) and the sink (whose store
+server serves it with option ``serve``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spark_statestore.connectors.spark.option_table import OptionReader
+from spark_statestore.errors import OptionError
+
+__all__ = ["SERVE_OPTIONS", "ServeSettings", "read_tls_files", "serve_settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """How a store's owner serves it over Flight and announces it (``serve*``, ``announce*``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    tls_cert: str | None = None
+    """PEM certificate chain file of the Flight server (TLS); with tls_key."""
+    tls_key: str | None = None
+    """PEM private key file of the Flight server (TLS); with tls_cert."""
+    announce: bool = True
+    """Announce the store on ``<changelog>-replicas`` while it is served."""
+    announce_interval_ms: int = 5000
+    """The announcement's heartbeat interval (it is stale after three)."""
+
+
+SERVE_OPTIONS = (
+    "serveHost",
+    "servePort",
+    "serveTlsCert",
+    "serveTlsKey",
+    "announce",
+    "announceIntervalMs",
+)
+
+
+def read_tls_files(cert: str | None, key: str | None) -> tuple[bytes, bytes] | None:
+    """The ``serveTlsCert`` / ``serveTlsKey`` PEM files' contents, or None (no TLS).
+
+    Raises
+    ------
+    OptionError
+        Naming the option whose file cannot be read.
+    """
+    if cert is None or key is None:
+        return None
+    contents = []
+    for option, path in (("serveTlsCert", cert), ("serveTlsKey", key)):
+        try:
+            with open(path, "rb") as handle:
+                contents.append(handle.read())
+        except OSError as exc:
+            raise OptionError(f"option {option!r}: cannot read {path}: {exc}") from exc
+    return contents[0], contents[1]
+
+
+def serve_settings(options: OptionReader) -> ServeSettings:
+    """The ``serve*`` and ``announce*`` options, checked (TLS beyond loopback)."""
+    serve_port = options.integer("servePort")
+    interval = options.integer("announceIntervalMs")
+    assert interval is not None  # has a default
+    serve_host = options.required("serveHost")  # has a default
+    tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
+    if (tls_cert is None) != (tls_key is None):
+        raise OptionError(
+            "options 'serveTlsCert' and 'serveTlsKey' go together: the PEM certificate chain "
+            "file and the PEM private key file of the store's Flight server"
+        )
+    from spark_statestore.serve.auth import is_loopback
+
+    if tls_cert is None and not is_loopback(serve_host):
+        raise OptionError(
+            f"option 'serveHost' {serve_host!r} is beyond loopback, so the store's Flight "
+            "server must use TLS: set 'serveTlsCert' and 'serveTlsKey' (PEM files), or serve "
+            "on 127.0.0.1"
+        )
+    return ServeSettings(
+        host=serve_host,
+        port=0 if serve_port is None else serve_port,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        announce=options.boolean("announce"),
+        announce_interval_ms=interval,
+    )
