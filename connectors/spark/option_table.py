@@ -9,6 +9,11 @@ test that the option tables in ``docs/`` list exactly these options.
 
 The enums of option values live here too, so the table can name them without importing
 Spark or Arrow.
+
+Why one module: the table, the enums it names and :class:`OptionReader`, which reads Spark's
+option map only through it (defaults, required surfaces, bounds, the NUL check of the
+options naming files), are one concept; a change to how an option is declared changes how
+it is read, and the two are reviewed together.
 """
 
 from __future__ import annotations
@@ -250,6 +255,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         str,
         _SOURCE,
         "PEM private key file of the owner's Flight server (TLS)",
+        names_file=True,
+    ),
+    OptionSpec(
+        "serveTokenFile",
+        str,
+        _SOURCE,
+        "a file holding the bearer token of the owner's Flight server (default: a random "
+        "one); replicas sharing it can be queried through the router",
         names_file=True,
     ),
     OptionSpec(

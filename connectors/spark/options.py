@@ -99,6 +99,9 @@ class SourceOptions:
     """PEM certificate chain file of the owner's Flight server (TLS); with serve_tls_key."""
     serve_tls_key: str | None = None
     """PEM private key file of the owner's Flight server (TLS); with serve_tls_cert."""
+    serve_token_file: str | None = None
+    """A file holding the Flight server's bearer token (None: a random token); read where
+    the server starts, so the token itself never travels in Spark's plan."""
     leader_application_id: str | None = None
     """The exactly-once leader whose committed offsets give the store's position."""
     window_size_ms: int | None = None
@@ -244,7 +247,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "options 'serveTlsCert' and 'serveTlsKey' go together: the PEM certificate chain "
             "file and the PEM private key file of the store's Flight server"
         )
-    from spark_statestore.serve.auth import is_loopback
+    from spark_statestore.serve.auth import is_loopback, read_token_file
 
     if tls_cert is None and not is_loopback(serve_host):
         raise OptionError(
@@ -252,6 +255,10 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "server must use TLS: set 'serveTlsCert' and 'serveTlsKey' (PEM files), or serve "
             "on 127.0.0.1"
         )
+    token_file = options.text("serveTokenFile")
+    if token_file is not None:
+        # Read here too, so a bad file fails at load(), not later in the reader process.
+        read_token_file(token_file, "'serveTokenFile'")
     return SourceOptions(
         path=path,
         bootstrap_servers=bootstrap,
@@ -270,6 +277,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         serve_port=0 if serve_port is None else serve_port,
         serve_tls_cert=tls_cert,
         serve_tls_key=tls_key,
+        serve_token_file=token_file,
         leader_application_id=leader,
         window_size_ms=check_window_size(options.integer("windowSizeMs"), store_type, False),
         history_retention_ms=retention,
