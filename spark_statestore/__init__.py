@@ -71,9 +71,10 @@ def register(spark: Any) -> None:
     spark.dataSource.register(StateStoreDataSource)
 
 
-def enrich(df: Any, path: str, **options: Any) -> Any:
+def enrich(df: Any, path: str | None = None, **options: Any) -> Any:
     """``df`` (a batch or streaming DataFrame) with the value of each row's key in the store
-    at ``path``, looked up on the executors in batches through the store's live owner; see
+    at ``path``, looked up on the executors in batches through the store's live owner, or in
+    the live replicas of ``changelog=`` on any host through the router; see
     :func:`spark_statestore.connectors.spark.enrich.enrich` for the options (``key_column``,
     formats, ``position_column`` to bound each lookup by the row's own position)."""
     from spark_statestore.connectors.spark.enrich import enrich as enrich_df

@@ -8,11 +8,22 @@ through the store's live owner (a follower query, ``spark-statestore serve``), w
 snapshot is pinned for the batch, or, when the store has no owner, from a private
 checkpoint of it. Every row of a batch is looked up in that one snapshot.
 
+With ``changelog=`` instead of a path, the lookups go to the live replicas of that changelog
+on any host (announced on ``<changelog>-replicas``), through the
+:class:`~spark_statestore.discovery.Router`: each task reads the announcements once and
+keeps one router (and its clients) for all its batches; each distinct key of a batch is an
+IQv2 ``KeyQuery`` answered by a replica of the key's partition (the leader first, then the
+least lagging follower within ``max_lag``, failing over), reached with the replicas' shared
+token. There is no multi-key IQv2 query, so a batch is one round trip per distinct key.
+
 With ``position_column`` each batch's snapshot must have reached the positions of its rows
 (merged): a row that carries the offset of the input record that caused a write (e.g. an
 order whose total another application keeps) is enriched with a state that includes that
 write, waiting for it up to ``position_timeout_ms``. ``lookup_position_column`` records the
-snapshot's position in each row, so the value can be checked against it.
+snapshot's position in each row, so the value can be checked against it. Through the router
+each key's replica checks the bound's entries for the key's partition only, as Kafka
+Streams does (store partition *n* holds input partition *n*), and the position recorded is
+the merge of the answers' positions.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.errors import NotUpToBoundError, SparkSourceError
 from spark_statestore.connectors.spark.option_table import ValueFormat
+from spark_statestore.connectors.spark.reader.routed import ReplicaRoute
 from spark_statestore.errors import InvalidPositionError, OptionError
 from spark_statestore.position import Position, PositionBound
 
@@ -41,9 +53,15 @@ MAX_POSITION_TIMEOUT_MS = 600_000
 
 def enrich(
     df: DataFrame,
-    path: str,
+    path: str | None = None,
     *,
     key_column: str,
+    changelog: str | None = None,
+    bootstrap_servers: str | None = None,
+    token_file: str | None = None,
+    tls_root_certs_file: str | None = None,
+    max_lag: int | None = None,
+    kafka_config: Mapping[str, str] | None = None,
     value_column: str = "value",
     key_format: str = "binary",
     value_format: str = "binary",
@@ -61,6 +79,25 @@ def enrich(
         A batch or streaming DataFrame.
     path
         The store directory (on every executor's host: the store's owner serves it there).
+        Give exactly one of ``path`` and ``changelog``.
+    changelog
+        Look up in the live replicas of this changelog, on any host, through the router
+        (they announce themselves on ``<changelog>-replicas``).
+    bootstrap_servers
+        With ``changelog`` (required): the Kafka cluster of its replicas topic.
+    token_file
+        With ``changelog`` (required): a file holding the bearer token the replicas share
+        (``spark-statestore serve --token-file``, the follower source's ``serveTokenFile``);
+        read on the driver, so the executors need not have it.
+    tls_root_certs_file
+        With ``changelog``: PEM certificates to trust for ``grpc+tls`` replicas (read on the
+        driver; None: the system's roots).
+    max_lag
+        With ``changelog``: skip followers lagging by more than this many records on the
+        key's partition (None: any).
+    kafka_config
+        With ``changelog``: librdkafka settings for reading the replicas topic (e.g.
+        ``security.protocol``).
     key_column
         The column holding the keys, of the type ``key_format`` decodes to (``binary``,
         ``string``, ``long``, ``int``, ``double``).
@@ -83,7 +120,9 @@ def enrich(
     Raises
     ------
     OptionError
-        For a missing or clashing column, a bad format or timeout (at once, on the driver).
+        For a missing or clashing column, a bad format or timeout, not exactly one of
+        ``path`` and ``changelog``, or an unreadable token or certificate file (at once, on
+        the driver).
     """
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -116,11 +155,21 @@ def enrich(
             f"enrich: position_timeout_ms must be an int in [0, {MAX_POSITION_TIMEOUT_MS}], "
             f"got {position_timeout_ms!r}"
         )
+    route = _route(
+        path,
+        changelog,
+        bootstrap_servers=bootstrap_servers,
+        token_file=token_file,
+        tls_root_certs_file=tls_root_certs_file,
+        max_lag=max_lag,
+        kafka_config=kafka_config,
+    )
     fields = [*df.schema.fields, StructField(value_column, value_codec.spark_type, True)]
     if lookup_position_column is not None:
         fields.append(StructField(lookup_position_column, StringType(), True))
     plan = _Plan(
         path=path,
+        route=route,
         key_index=columns.index(key_column),
         key_codec=key_codec,
         value_codec=value_codec,
@@ -131,11 +180,78 @@ def enrich(
     return df.mapInArrow(lambda batches: _enrich_batches(batches, plan), StructType(fields))
 
 
+def _route(
+    path: str | None,
+    changelog: str | None,
+    *,
+    bootstrap_servers: str | None,
+    token_file: str | None,
+    tls_root_certs_file: str | None,
+    max_lag: int | None,
+    kafka_config: Mapping[str, str] | None,
+) -> ReplicaRoute | None:
+    """The replicas to look up in (None: the store at ``path``), checked on the driver."""
+    routing = {
+        "bootstrap_servers": bootstrap_servers,
+        "token_file": token_file,
+        "tls_root_certs_file": tls_root_certs_file,
+        "max_lag": max_lag,
+        "kafka_config": kafka_config,
+    }
+    if (path is None) == (changelog is None):
+        raise OptionError(
+            "enrich: give exactly one of path (a store on the executors' host, through its "
+            "owner) and changelog (its live replicas on any host, through the router)"
+        )
+    if path is not None:
+        given = [name for name, value in routing.items() if value is not None]
+        if given:
+            raise OptionError(
+                f"enrich: {given[0]} goes with changelog (routed lookups), not with path "
+                f"{path!r}: the store's owner wrote its credentials next to it"
+            )
+        return None
+    assert changelog is not None
+    if not isinstance(changelog, str) or not changelog.strip():
+        raise OptionError(f"enrich: changelog must be a topic name, got {changelog!r}")
+    for name in ("bootstrap_servers", "token_file"):
+        if routing[name] is None:
+            raise OptionError(
+                f"enrich: changelog {changelog!r} needs {name}: the Kafka cluster of its "
+                "replicas topic and a file holding the token the replicas share"
+            )
+    if max_lag is not None and (
+        isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0
+    ):
+        raise OptionError(f"enrich: max_lag must be an int >= 0 or None, got {max_lag!r}")
+    from spark_statestore.serve.auth import ServeCredentials, read_token_file
+
+    assert bootstrap_servers is not None and token_file is not None
+    certs = None
+    if tls_root_certs_file is not None:
+        try:
+            with open(tls_root_certs_file, "rb") as handle:
+                certs = handle.read()
+        except OSError as exc:
+            raise OptionError(
+                f"enrich: tls_root_certs_file: cannot read {tls_root_certs_file}: {exc.strerror}"
+            ) from None
+    return ReplicaRoute(
+        changelog=changelog,
+        bootstrap_servers=bootstrap_servers,
+        credentials=ServeCredentials(read_token_file(token_file, "token_file"), None, certs),
+        max_lag=max_lag,
+        kafka_config=tuple(sorted((str(k), str(v)) for k, v in (kafka_config or {}).items())),
+    )
+
+
 @dataclass(frozen=True)
 class _Plan:
     """What every executor task needs (picklable)."""
 
-    path: str
+    path: str | None
+    """The store on the executors' host (None: ``route``)."""
+    route: ReplicaRoute | None
     key_index: int
     key_codec: ColumnCodec
     value_codec: ColumnCodec
@@ -144,8 +260,39 @@ class _Plan:
     names: tuple[str, ...]
     """The output columns: the input's, the value, and the lookup position if asked."""
 
+    @property
+    def store(self) -> str:
+        """What the lookups read, for messages."""
+        if self.route is not None:
+            return self.route.name
+        return f"store {self.path}"
+
+    @property
+    def local_path(self) -> str:
+        """The store directory (lookups through its owner or a private checkpoint)."""
+        assert self.path is not None
+        return self.path
+
+
+_Lookup = Callable[[_Plan, list[bytes], PositionBound], tuple[dict[bytes, bytes], Position]]
+
 
 def _enrich_batches(batches: Iterator[pa.RecordBatch], plan: _Plan) -> Iterator[pa.RecordBatch]:
+    if plan.route is None:
+        yield from _enrich_with(batches, plan, _lookup)
+        return
+    from spark_statestore.connectors.spark.reader.routed import routed_key_lookup
+
+    # One router per task: the announcements are read once, the replicas' clients kept.
+    with routed_key_lookup(plan.route) as lookup:
+        yield from _enrich_with(
+            batches, plan, lambda plan, keys, bound: lookup(keys, bound, plan.wait_s)
+        )
+
+
+def _enrich_with(
+    batches: Iterator[pa.RecordBatch], plan: _Plan, lookup: _Lookup
+) -> Iterator[pa.RecordBatch]:
     import pyarrow as pa
 
     from spark_statestore.connectors.spark.errors import EncodeError
@@ -162,15 +309,15 @@ def _enrich_batches(batches: Iterator[pa.RecordBatch], plan: _Plan) -> Iterator[
             except EncodeError as exc:
                 raise SparkSourceError(
                     f"enrich: row {index} of a batch has key {key!r}, which is not a "
-                    f"{plan.key_codec.format.value} key of store {plan.path}: {exc}"
+                    f"{plan.key_codec.format.value} key of {plan.store}: {exc}"
                 ) from exc
         bound = _bound(batch, plan)
         wanted = sorted({key for key in encoded if key is not None})
-        found, position = _lookup(plan, wanted, bound)
+        found, position = lookup(plan, wanted, bound)
         values = [None if key is None else found.get(key) for key in encoded]
 
         array, _ = plan.value_codec.decode(
-            values, locate=_locator(plan.path, keys), permissive=False
+            values, locate=_locator(plan.store, keys), permissive=False
         )
         arrays = [*batch.columns, array]
         if len(plan.names) > len(arrays):  # the lookup position column
@@ -178,9 +325,9 @@ def _enrich_batches(batches: Iterator[pa.RecordBatch], plan: _Plan) -> Iterator[
         yield pa.RecordBatch.from_arrays(arrays, names=list(plan.names))
 
 
-def _locator(path: str, keys: list[Any]) -> Callable[[int], str]:
+def _locator(store: str, keys: list[Any]) -> Callable[[int], str]:
     def locate(index: int) -> str:
-        return f"store {path} key {keys[index]!r}"
+        return f"{store} key {keys[index]!r}"
 
     return locate
 
@@ -230,7 +377,7 @@ def _lookup(
     deadline = time.monotonic() + plan.wait_s
     pause = 0.05
     while True:
-        client = connect_to_owner(plan.path)
+        client = connect_to_owner(plan.local_path)
         if client is not None:
             with client:
                 pinned = client.pin(bound, wait_s=max(0.0, deadline - time.monotonic()))
@@ -262,7 +409,7 @@ def _lookup_local(
     from spark_statestore.store.snapshot import arrow_schema
 
     with (
-        task_checkpoint(plan.path, "Spark enrichment lookup") as store,
+        task_checkpoint(plan.local_path, "Spark enrichment lookup") as store,
         store.snapshot() as snapshot,
     ):
         _check(plan, bound, snapshot.position, deadline)
@@ -274,7 +421,7 @@ def _check(plan: _Plan, bound: PositionBound, position: Position, deadline: floa
     if not bound.permits(position):
         waited = f" after waiting {plan.wait_s:g} s" if plan.wait_s else ""
         raise NotUpToBoundError(
-            f"NOT_UP_TO_BOUND: store {plan.path} is at position {position.to_json()}, not yet "
+            f"NOT_UP_TO_BOUND: {plan.store} is at position {position.to_json()}, not yet "
             f"at the rows' positions {json.dumps(bound.to_dict())}{waited}; raise "
             "position_timeout_ms to wait longer for it"
         )

@@ -10,8 +10,10 @@ test that the option tables in ``docs/`` list exactly these options.
 The enums of option values live here too, so the table can name them without importing
 Spark or Arrow.
 
-Why one module of over 500 lines: most of it is the table itself, one declaration per option;
-splitting it by surface would scatter the options several surfaces share.
+Why one module: the table, the enums it names and :class:`OptionReader`, which reads Spark's
+option map only through it (defaults, required surfaces, bounds, the NUL check of the
+options naming files), are one concept; a change to how an option is declared changes how
+it is read, and the two are reviewed together.
 """
 
 from __future__ import annotations
@@ -254,6 +256,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         str,
         _SERVERS,
         "PEM private key file of the owner's Flight server (TLS)",
+        names_file=True,
+    ),
+    OptionSpec(
+        "serveTokenFile",
+        str,
+        _SERVERS,
+        "a file holding the bearer token of the owner's Flight server (default: a random "
+        "one); replicas sharing it can be queried through the router",
         names_file=True,
     ),
     OptionSpec(

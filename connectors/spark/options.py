@@ -104,6 +104,9 @@ class SourceOptions:
     """PEM certificate chain file of the owner's Flight server (TLS); with serve_tls_key."""
     serve_tls_key: str | None = None
     """PEM private key file of the owner's Flight server (TLS); with serve_tls_cert."""
+    serve_token_file: str | None = None
+    """A file holding the Flight server's bearer token (None: a random token); read where
+    the server starts, so the token itself never travels in Spark's plan."""
     leader_application_id: str | None = None
     """The exactly-once leader whose committed offsets give the store's position."""
     window_size_ms: int | None = None
@@ -262,6 +265,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         serve_port=serve.port,
         serve_tls_cert=serve.tls_cert,
         serve_tls_key=serve.tls_key,
+        serve_token_file=serve.token_file,
         leader_application_id=leader,
         window_size_ms=check_window_size(options.integer("windowSizeMs"), store_type, False),
         history_retention_ms=retention,

@@ -26,6 +26,8 @@ class ServeSettings:
     """Announce the store on ``<changelog>-replicas`` while it is served."""
     announce_interval_ms: int = 5000
     """The announcement's heartbeat interval (it is stale after three)."""
+    token_file: str | None = None
+    """A file holding the server's bearer token (None: a random one)."""
 
 
 SERVE_OPTIONS = (
@@ -33,6 +35,7 @@ SERVE_OPTIONS = (
     "servePort",
     "serveTlsCert",
     "serveTlsKey",
+    "serveTokenFile",
     "announce",
     "announceIntervalMs",
 )
@@ -78,6 +81,12 @@ def serve_settings(options: OptionReader) -> ServeSettings:
             "server must use TLS: set 'serveTlsCert' and 'serveTlsKey' (PEM files), or serve "
             "on 127.0.0.1"
         )
+    token_file = options.text("serveTokenFile")
+    if token_file is not None:
+        from spark_statestore.serve.auth import read_token_file
+
+        # Read here too, so a bad file fails at load(), not later in the serving process.
+        read_token_file(token_file, "'serveTokenFile'")
     return ServeSettings(
         host=serve_host,
         port=0 if serve_port is None else serve_port,
@@ -85,4 +94,5 @@ def serve_settings(options: OptionReader) -> ServeSettings:
         tls_key=tls_key,
         announce=options.boolean("announce"),
         announce_interval_ms=interval,
+        token_file=token_file,
     )

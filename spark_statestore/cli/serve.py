@@ -112,9 +112,9 @@ class ServeOptions:
             )
         token = None
         if token_file is not None:
-            from spark_statestore.cli.store_state import read_file
+            from spark_statestore.serve.auth import read_token_file
 
-            token = read_file(token_file, "--token-file").decode("utf-8", "replace").strip()
+            token = read_token_file(token_file, "--token-file")
         kafka_config: Mapping[str, str] = MappingProxyType({})
         if bootstrap_servers is not None or kafka:
             from spark_statestore.cli.store_state import kafka_settings

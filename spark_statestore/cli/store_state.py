@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import OptionError
 from spark_statestore.query import LagInfo
+from spark_statestore.serve.auth import read_token_file
 from spark_statestore.serve.protocol import StoreDescription
 from spark_statestore.store.ownership import OwnerInfo
 
@@ -92,7 +93,7 @@ class StoreTarget:
                 "--changelog: give the replicas' token with --token-file (every store server "
                 "authenticates; the router reaches each replica with that one token)"
             )
-        token = read_file(token_file, "--token-file").decode("utf-8", "replace").strip()
+        token = read_token_file(token_file, "--token-file")
         certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
         return cls(None, None, token, certs, changelog)
 
@@ -123,7 +124,7 @@ class StoreTarget:
                 f"{store} is a location: give its server's token with --token-file (a file "
                 "holding the token; the owner of a store writes it into <store>/_serve.json)"
             )
-        token = read_file(token_file, "--token-file").decode("utf-8", "replace").strip()
+        token = read_token_file(token_file, "--token-file")
         certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
         return cls(None, store, token, certs)
 

@@ -131,6 +131,7 @@ class Router:
         candidates = {p: self._candidates(view, request, p, key) for p in partitions}
         tried: dict[int, list[str]] = {p: [] for p in partitions}
         last: dict[int, QueryResult[Any]] = {}
+        errors: dict[int, str] = {}  # the last replica that did not answer, and why
         pending = [p for p in partitions if candidates[p]]
         while pending:
             by_replica: dict[str, list[int]] = {}
@@ -148,7 +149,9 @@ class Router:
                 answers = self._ask(replica, asking, wait_s)
                 for partition in asked:
                     tried[partition].append(_describe(replica, partition))
-                    answer = None if answers is None else answers.get(partition)
+                    if isinstance(answers, str):
+                        errors[partition] = answers
+                    answer = None if isinstance(answers, str) else answers.get(partition)
                     if answer is not None and (
                         answer.is_success or answer.failure_reason not in _RETRIED
                     ):
@@ -162,7 +165,13 @@ class Router:
         for partition in partitions:
             if partition not in results:
                 results[partition] = self._unanswered(
-                    view, request, partition, key, tried[partition], last.get(partition)
+                    view,
+                    request,
+                    partition,
+                    key,
+                    tried[partition],
+                    last.get(partition),
+                    errors.get(partition),
                 )
         return StateQueryResult.for_partitions(results)
 
@@ -200,8 +209,9 @@ class Router:
 
     def _ask(
         self, replica: ReplicaAnnouncement, request: StateQueryRequest, wait_s: float
-    ) -> dict[int, QueryResult[Any]] | None:
-        """The replica's answers by partition, or None when it could not be asked.
+    ) -> dict[int, QueryResult[Any]] | str:
+        """The replica's answers by partition, or why it could not be asked (the client's
+        error: unreachable, timed out, refused our token, ...).
 
         Clients are kept per replica (and location) for the next requests; one that fails is
         closed and made again next time."""
@@ -233,7 +243,7 @@ class Router:
                 exc,
             )
             self._drop(slot)
-            return None
+            return f"{replica.role.value} {replica.replica_id[:8]} at {replica.location}: {exc}"
         return {**dict(answer.partition_results), **lagging}
 
     def _too_far_behind(
@@ -279,6 +289,7 @@ class Router:
         key: bytes | None,
         tried: list[str],
         last: QueryResult[Any] | None,
+        error: str | None,
     ) -> QueryResult[Any]:
         holders = [
             r
@@ -306,6 +317,8 @@ class Router:
         else:
             reason = FailureReason.STORE_EXCEPTION
             why = f"no replica of partition {partition} answered"
+            if error is not None:
+                why += f"; the last one asked did not: {error}"
         return QueryResult.for_failure(reason, f"{why} (replicas: {seen}{attempts})", position)
 
 

@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from spark_statestore.errors import OptionError
 from spark_statestore.serve.errors import ServerConfigError
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "is_loopback",
     "new_token",
     "read_credentials",
+    "read_token_file",
     "remove_credentials",
     "require_tls_beyond_loopback",
     "token_matches",
@@ -115,6 +117,39 @@ def check_token(token: str, what: str = "token") -> str:
             "without spaces (e.g. from secrets.token_urlsafe(32))"
         )
     return token
+
+
+def read_token_file(path: str, option: str) -> str:
+    """The bearer token held in the file at ``path`` (blanks around it stripped).
+
+    Replicas that share a token file can be reached by one router with that token.
+
+    Parameters
+    ----------
+    path
+        The file holding the token.
+    option
+        The option or flag that named the file, as error messages show it
+        (``--token-file``, ``'serveTokenFile'``).
+
+    Raises
+    ------
+    OptionError
+        Naming ``option`` and ``path``, when the file cannot be read, is empty or does not
+        hold a usable token (:func:`check_token`).
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise OptionError(f"option {option}: cannot read {path}: {exc.strerror}") from None
+    token = data.decode("utf-8", "replace").strip()
+    if not token:
+        raise OptionError(f"option {option}: {path} is empty; write the token into it")
+    try:
+        return check_token(token, what=f"the token in {path}")
+    except ServerConfigError as exc:
+        raise OptionError(f"option {option}: {exc}") from None
 
 
 def bearer(token: str) -> bytes:

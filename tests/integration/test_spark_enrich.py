@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import spark_statestore
+from spark_statestore.changelog import partition_for_key
+from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
+from spark_statestore.discovery import ReplicaAnnouncement
 from spark_statestore.errors import OptionError
 from spark_statestore.position import Position
 from spark_statestore.serve import StoreServer, connect_to_owner
@@ -21,13 +25,22 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 3
 
 
-@pytest.fixture
-def store_path(tmp_path: Path) -> Path:
-    path = tmp_path / "prices"
-    with Store.open(path, StoreSpec(Role.LEADER, None, PARTITIONS)) as store, store.begin() as txn:
+def make_prices(path: Path, changelog: str | None = None) -> Path:
+    """A leader store of item-00..item-49, priced 10 * i, at position orders 0:49."""
+    spec = StoreSpec(Role.LEADER, changelog, PARTITIONS)
+    with Store.open(path, spec) as store, store.begin() as txn:
         for i in range(50):
             txn.put(f"item-{i:02d}".encode(), struct.pack(">q", i * 10), source=("orders", 0, i))
     return path
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return make_prices(tmp_path / "prices")
+
+
+def _partition(item: str) -> int:
+    return partition_for_key(item.encode(), PARTITIONS)
 
 
 def _rows(df: Any) -> list[tuple[Any, ...]]:
@@ -97,6 +110,63 @@ def test_bounded_lookups_report_and_honour_the_snapshot_position(
         ).collect()
 
 
+def test_rows_get_their_values_from_a_changelogs_replicas_through_the_router(
+    spark: Any, tmp_path: Path, kafka_broker: Any, make_topic: Callable[..., str]
+) -> None:
+    """enrich(changelog=...): lookups on the executors go to the replica announced on
+    ``<changelog>-replicas``, with the token the replicas share; bounded by the rows'
+    positions on each key's partition; a wrong token is refused, saying so."""
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = make_topic(PARTITIONS, suffix="-changelog")
+    path = make_prices(tmp_path / "prices", changelog)
+    (tmp_path / "token").write_text("the-replicas-shared-token\n")
+    (tmp_path / "wrong").write_text("not-the-replicas-token\n")
+    in_zero = next(f"item-{i:02d}" for i in range(50) if _partition(f"item-{i:02d}") == 0)
+    items = [f"item-{i:02d}" for i in range(0, 60, 3)] + [None]  # some absent, one null
+    rows = [(k, '{"orders": {"0": 45}}' if k == in_zero else None) for k in [*items, in_zero]]
+    df = spark.createDataFrame(rows, "item STRING, pos STRING")
+    expected = sorted(
+        ((k, pos, None if k is None or int(k[5:]) >= 50 else int(k[5:]) * 10) for k, pos in rows),
+        key=repr,
+    )
+
+    def routed(frame: Any, token: str, **options: Any) -> Any:
+        return spark_statestore.enrich(
+            frame,
+            changelog=changelog,
+            bootstrap_servers=bootstrap,
+            token_file=str(tmp_path / token),
+            key_column="item",
+            value_column="price",
+            key_format="string",
+            value_format="long",
+            **options,
+        )
+
+    with (
+        Store.open(path, purpose="enrich test") as store,
+        StoreServer(store, token="the-replicas-shared-token") as server,
+    ):
+        announcement = ReplicaAnnouncement.of_store(store, location=server.location, ttl_ms=60_000)
+        announcer = ReplicaAnnouncer(bootstrap, announcement, lambda: (store.metadata.position, {}))
+        announcer.start()
+        try:
+            enriched = routed(df.repartition(2), "token", position_column="pos")
+            assert _rows(enriched.select("item", "pos", "price")) == expected
+            with_seen = routed(df, "token", position_column="pos", lookup_position_column="seen")
+            seen = {Position.from_json(row["seen"]) for row in with_seen.collect()}
+            assert seen == {Position.from_map({"orders": {0: 49}})}
+            ahead = spark.createDataFrame(
+                [(in_zero, '{"orders": {"0": 50}}')], "item STRING, pos STRING"
+            )
+            with pytest.raises(Exception, match=f"NOT_UP_TO_BOUND: the replicas of {changelog}"):
+                routed(ahead, "token", position_column="pos", position_timeout_ms=200).collect()
+            with pytest.raises(Exception, match="refused this client's credentials"):
+                routed(df, "wrong").collect()
+        finally:
+            announcer.close()
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -105,6 +175,8 @@ def test_bounded_lookups_report_and_honour_the_snapshot_position(
         ({"key_column": "item", "key_format": "json"}, "key_format json is not supported"),
         ({"key_column": "item", "position_timeout_ms": -1}, "position_timeout_ms must be"),
         ({"key_column": "item", "value_format": "text"}, "unknown value 'text'"),
+        ({"key_column": "item", "changelog": "c"}, "exactly one of path"),
+        ({"key_column": "item", "token_file": "/t"}, "token_file goes with changelog"),
     ],
 )
 def test_bad_options_fail_on_the_driver(

@@ -260,6 +260,14 @@ def test_bad_options_are_named(
         spark.readStream.format(FORMAT).option("changelog", writer.topic).load(path)
     with pytest.raises(Exception, match="valueFormat"):
         follow(spark, kafka_broker.bootstrap_servers, writer.topic, tmp_path, valueFormat="strin")
+    with pytest.raises(Exception, match=r"option 'serveTokenFile': cannot read .*/missing"):
+        follow(
+            spark,
+            kafka_broker.bootstrap_servers,
+            writer.topic,
+            tmp_path,
+            serveTokenFile=str(tmp_path / "missing"),
+        )
     with pytest.raises(Exception, match="positionBound"):
         spark.read.format(FORMAT).option("positionBound", "{oops").load(path).collect()
     with pytest.raises(Exception, match="view"):
@@ -507,3 +515,60 @@ def test_a_bounded_read_waits_for_the_follower_to_apply_the_write(
     finally:
         query.stop()
     wait_for_owner_exit(path)
+
+
+def test_follower_queries_sharing_a_token_file_answer_routed_queries(
+    spark: Any, kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    """Two follower queries of one changelog (partitions 0-1 and 2), given one
+    ``serveTokenFile``: ``query --changelog`` routes to both with that token and gets every
+    key right; a router with another token is refused, and says so."""
+    from tests.integration.test_cli import cli
+
+    writer.transaction([(b"key-%02d" % n, b"value-%02d" % n) for n in range(30)])
+    token = tmp_path / "token"
+    token.write_text("the-followers-shared-token\n")
+    bootstrap = kafka_broker.bootstrap_servers
+    queries, collectors = [], []
+    try:
+        for name, partitions in (("low", "0,1"), ("high", "2")):
+            path = tmp_path / name
+            collector = FeedCollector(spark, path)
+            stream = follow(
+                spark,
+                bootstrap,
+                writer.topic,
+                path,
+                partitions=partitions,
+                serveTokenFile=str(token),
+            )
+            query = (
+                stream.writeStream.foreachBatch(collector)
+                .option("checkpointLocation", str(tmp_path / f"{name}-checkpoint"))
+                .start()
+            )
+            queries.append(query)
+            held = [int(p) for p in partitions.split(",")]
+            count = sum(partition_for_key(key, 3) in held for key in writer.model)
+            collectors.append((collector, count))
+        for collector, count in collectors:
+            collector.wait_for(count)  # the store has applied every row its feed delivers
+        routed = ["query", "--changelog", writer.topic, "--bootstrap-servers", bootstrap]
+        every = cli(*routed, "--token-file", str(token), "--all", "--json")
+        assert every.returncode == 0, every.stderr
+        rows = [json.loads(line) for line in every.stdout.splitlines()]
+        assert {r["key"].encode(): r["value"].encode() for r in rows} == writer.model
+        assert len(rows) == len(writer.model) == 30
+        one = cli(*routed, "--token-file", str(token), "--key", "key-07", "--json")
+        assert json.loads(one.stdout)["value"] == "value-07", one.stderr
+
+        (tmp_path / "wrong").write_text("not-the-token-of-the-followers\n")
+        refused = cli(*routed, "--token-file", str(tmp_path / "wrong"), "--key", "key-07")
+        assert refused.returncode != 0 and refused.stdout == ""
+        assert "refused this client's credentials" in refused.stderr, refused.stderr
+        assert all(query.exception() is None for query in queries)
+    finally:
+        for query in queries:
+            query.stop()
+    for name in ("low", "high"):
+        wait_for_owner_exit(tmp_path / name)

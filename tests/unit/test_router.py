@@ -173,6 +173,7 @@ def test_when_no_replica_qualifies_the_result_says_why(cluster: Cluster) -> None
     answer = result.partition_results[2]
     assert answer.failure_reason is FailureReason.STORE_EXCEPTION
     assert "no replica of partition 2 answered" in answer.failure_message
+    assert "the last one asked did not: " in answer.failure_message  # and why it did not
     assert answer.failure_message.count("asked:") == 1
     del cluster.announced["leader"], cluster.announced["full"]  # their TTL has passed
     strict = cluster.router(max_lag=5)  # "part" lags by 9

@@ -201,6 +201,24 @@ def test_serving_beyond_loopback_needs_tls() -> None:
     assert (options.serve_tls_cert, options.serve_tls_key) == ("/c.pem", "/k.pem")
 
 
+def test_serve_token_file_is_read_and_checked_naming_the_option(tmp_path: Any) -> None:
+    assert source().serve_token_file is None  # the server draws a random token
+    token = tmp_path / "token"
+    token.write_text("  the-replicas-shared-token\n")
+    options = source(serveTokenFile=str(token))
+    assert options.serve_token_file == str(token)
+    assert "shared-token" not in repr(options)  # the plan carries the file, not the secret
+    with pytest.raises(OptionError, match=rf"option 'serveTokenFile': cannot read {tmp_path}/no"):
+        source(serveTokenFile=str(tmp_path / "no"))
+    (tmp_path / "empty").write_text(" \n")
+    with pytest.raises(OptionError, match=r"option 'serveTokenFile': .*/empty is empty"):
+        source(serveTokenFile=str(tmp_path / "empty"))
+    for bad in ("short", "has a space in the middle", "ünicode-token-of-the-replicas"):
+        token.write_text(bad)
+        with pytest.raises(OptionError, match=rf"option 'serveTokenFile': the token in {token}"):
+            source(serveTokenFile=str(token))
+
+
 # -- malformed input is a clear error naming the option ------------------------------------
 SINK = {"path": "/tmp/s"}
 

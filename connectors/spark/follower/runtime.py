@@ -26,6 +26,7 @@ from spark_statestore.errors import FollowerError, OptionError
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
+from spark_statestore.serve.auth import read_token_file
 from spark_statestore.store import Role, Store, StoreSpec
 
 __all__ = ["FollowerRuntime"]
@@ -99,6 +100,7 @@ class FollowerRuntime:
                 port=options.serve_port,
                 lag_provider=self._lags,
                 tls_certificates=_tls_files(options),
+                token=_token(options),
             )
             location = self.server.start()
             closers.insert(0, self.server.close)
@@ -162,6 +164,13 @@ class FollowerRuntime:
         if self.leader is not None:
             self.leader.close()
         self.store.close()
+
+
+def _token(options: SourceOptions) -> str | None:
+    """The ``serveTokenFile``'s token, or None (the server draws a random one)."""
+    if options.serve_token_file is None:
+        return None
+    return read_token_file(options.serve_token_file, "'serveTokenFile'")
 
 
 def _tls_files(options: SourceOptions) -> tuple[bytes, bytes] | None:

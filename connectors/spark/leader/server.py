@@ -229,7 +229,7 @@ class LeaderServer:
         )
         from spark_statestore.connectors.spark.serve_options import ServeSettings
         from spark_statestore.serve import StoreServer
-        from spark_statestore.serve.auth import new_token
+        from spark_statestore.serve.auth import new_token, read_token_file
         from spark_statestore.store.files import write_private_json
 
         self.options = options
@@ -259,6 +259,9 @@ class LeaderServer:
                 port=self.settings.port,
                 lag_provider=self._lags,
                 tls_certificates=_tls_files(self.settings),
+                token=read_token_file(self.settings.token_file, "'serveTokenFile'")
+                if self.settings.token_file is not None
+                else None,
                 actions={
                     ACTION_COMMIT: ("Commit a sink micro-batch (the sink's own)", self._commit),
                     ACTION_STOP: ("Stop the sink's store server (the sink's own)", self._stop),
