@@ -27,6 +27,10 @@ suite.
 ``sink_changelog``
     The same with ``changelog`` (every change also published in one Kafka transaction per
     micro-batch, lz4, the writer's defaults) against the same Parquet runs; no target.
+``sink_changelog_served``
+    The same with option ``serve`` (the sink's store server keeps the store and the
+    transactional producer open across micro-batches, and serves the store) against the
+    runs without it in the same rounds; no target.
 ``empty_commit``
     The fixed cost of a micro-batch without rows: a query over a directory of empty (0-row)
     Parquet files with ``maxFilesPerTrigger = 1`` runs its first batch untimed, then
@@ -161,7 +165,8 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
     Returns
     -------
     list of Measurement
-        ``sink`` (target :data:`SINK_TARGET`), ``sink_changelog`` and ``empty_commit`` (no
+        ``sink`` (target :data:`SINK_TARGET`), ``sink_changelog``,
+        ``sink_changelog_served`` and ``empty_commit`` (no
         target).
 
     Raises
@@ -174,7 +179,7 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
     batches = QUICK_BATCHES if options.quick else BATCHES
     empty_batches = QUICK_EMPTY_BATCHES if options.quick else EMPTY_BATCHES
     # One fresh changelog per changelog run: the warm-up and every round.
-    topics = [f"{APPLICATION_ID}-{n}-changelog" for n in range(rounds + 1)]
+    topics = [f"{APPLICATION_ID}-{n}-changelog" for n in range(2 * (rounds + 1))]
     with tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root:
         start = time.perf_counter()
         stream = _write_stream(os.path.join(root, "input"), records, batches)
@@ -206,6 +211,9 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                 return {
                     "store": partial(_sink_run, spark, root, data, "store", None),
                     "store_changelog": partial(_sink_run, spark, root, data, "store", changelogs),
+                    "store_served": partial(
+                        _sink_run, spark, root, data, "store", changelogs, serve=True
+                    ),
                     "parquet": partial(_sink_run, spark, root, data, "parquet", None),
                 }
 
@@ -270,6 +278,21 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
         ),
         Measurement(
             suite=SUITE,
+            name="sink_changelog_served",
+            unit="rows/s",
+            candidate="the same with option serve (the sink's store server commits)",
+            baseline="writeStream.format('spark_statestore') publishing a changelog, no serve",
+            candidate_rates=tuple(rates["store_served"]),
+            baseline_rates=tuple(rates["store_changelog"]),
+            target=None,
+            parameters={
+                **stream_parameters,
+                "changelog_partitions": CHANGELOG_PARTITIONS,
+                "server": "started by the first commit (inside the timed run), stopped after",
+            },
+        ),
+        Measurement(
+            suite=SUITE,
             name="empty_commit",
             unit="batches/s",
             candidate="an empty micro-batch through spark_statestore",
@@ -297,9 +320,12 @@ def _sink_run(
     data: _Stream,
     sink: str,
     changelogs: _Changelogs | None,
+    *,
+    serve: bool = False,
 ) -> float:
     """Rows/s of one run of the whole stream into a fresh store (``sink="store"``, with a
-    changelog when ``changelogs`` is given) or a fresh Parquet directory."""
+    changelog when ``changelogs`` is given, through the sink's store server with ``serve``)
+    or a fresh Parquet directory."""
     run_dir = tempfile.mkdtemp(prefix=f"run-{sink}-", dir=root)
     try:
         checkpoint = os.path.join(run_dir, "checkpoint")
@@ -317,13 +343,20 @@ def _sink_run(
                     .option("application.id", APPLICATION_ID)
                     .option("changelog", topic)
                 )
-        what = _describe(sink, topic)
+            if serve:
+                writer = writer.option("serve", "true")
+        what = _describe(sink, topic) + (" with serve" if serve else "")
         queries: list[Any] = []
         try:
             seconds = timed(partial(_start_and_drain, writer, queries, what))
         finally:
             for query in queries:
                 query.stop()
+            if serve:
+                from spark_statestore.connectors.spark.leader.remote import stop_sink_server
+
+                if not stop_sink_server(output):
+                    raise BenchError(f"{what}: no sink store server ran")
         _check_commit_log(checkpoint, data.batches - 1, what)
         if sink == "parquet":
             _check_parquet(spark, output, data.records, what)

@@ -35,7 +35,7 @@ def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
     measurements = run_sink_suite(options)
 
     by_name = {m.name: m for m in measurements}
-    assert list(by_name) == ["sink", "sink_changelog", "empty_commit"]
+    assert list(by_name) == ["sink", "sink_changelog", "sink_changelog_served", "empty_commit"]
     for m in measurements:
         assert m.suite == SUITE
         assert len(m.candidate_rates) == len(m.baseline_rates) == 1
@@ -51,6 +51,8 @@ def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
     assert sink.unit == changelog.unit == "rows/s" and empty.unit == "batches/s"
     # Both rows/s measurements compare against the same Parquet runs.
     assert sink.baseline_rates == changelog.baseline_rates
+    # Served runs compare against the runs without serve.
+    assert by_name["sink_changelog_served"].baseline_rates == changelog.candidate_rates
     assert sink.parameters["records"] == 400
     assert sink.parameters["distinct_keys"] == 100
     assert sink.parameters["micro_batches"] == QUICK_BATCHES
