@@ -53,6 +53,7 @@ from spark_statestore.demo.output import (
     say,
     stop_query,
 )
+from spark_statestore.demo.route_part import TOKEN_FILE, run_routing, write_token_file
 from spark_statestore.position import Position
 
 __all__ = [
@@ -77,10 +78,11 @@ _LEADER_STORE = "groups-store"
 _FOLLOWER_STORE = "groups-follower-store"
 _LEADER_CHECKPOINT = "groups-checkpoint"
 _FOLLOWER_CHECKPOINT = "groups-follower-checkpoint"
-OWNED = (_LEADER_STORE, _FOLLOWER_STORE, _LEADER_CHECKPOINT, _FOLLOWER_CHECKPOINT)
+OWNED = (_LEADER_STORE, _FOLLOWER_STORE, _LEADER_CHECKPOINT, _FOLLOWER_CHECKPOINT, TOKEN_FILE)
 """What this part writes in the demo's work directory (removed when the demo starts)."""
 
 _STRING_LONG = {"keyFormat": "string", "valueFormat": "long"}
+_ANNOUNCE_MS = 500
 _NOT_UP_TO_BOUND = re.compile(r"NOT_UP_TO_BOUND: [^\n]*")
 
 
@@ -116,6 +118,10 @@ class _Paths:
     @property
     def follower_store(self) -> Path:
         return self.root / _FOLLOWER_STORE
+
+    @property
+    def token_file(self) -> Path:
+        return self.root / TOKEN_FILE
 
 
 # -- the two queries --------------------------------------------------------------------------
@@ -164,6 +170,10 @@ def _start_leader(spark: Any, bootstrap: str, paths: _Paths) -> Any:
         .option("changelog", REPORT_CHANGELOG)
         .option("application.id", REPORT_APP)
         .option("checkpointLocation", str(paths.root / _LEADER_CHECKPOINT))
+        # Its store server commits, serves and announces the leader store (section 8).
+        .option("serve", "true")
+        .option("serveTokenFile", str(paths.token_file))
+        .option("announceIntervalMs", str(_ANNOUNCE_MS))
         .trigger(processingTime="1 second")
         # No .queryName(): Spark hands it to the sink as an option, which the sink refuses.
         .start(str(paths.leader_store))
@@ -176,6 +186,8 @@ def _start_follower(spark: Any, bootstrap: str, paths: _Paths, feed: FeedPrinter
         .option("kafka.bootstrap.servers", bootstrap)
         .option("changelog", REPORT_CHANGELOG)
         .options(**_STRING_LONG)
+        .option("serveTokenFile", str(paths.token_file))
+        .option("announceIntervalMs", str(_ANNOUNCE_MS))
         .load(str(paths.follower_store))
     )
     return (
@@ -195,6 +207,7 @@ def _describe(paths: _Paths) -> None:
     say("    .agg(<the latest total of each customer, summed>)")
     say(f'    .writeStream.outputMode("complete").format("{FORMAT}")')
     say(f'    .option("changelog", "{REPORT_CHANGELOG}").option("application.id", "{REPORT_APP}")')
+    say('    .option("serve", "true")   -- its store server commits, serves and announces it')
     say(f'    .start("{paths.leader_store}")')
     say("  its position: the sink merges each batch's source offsets from Spark's offset log,")
     say(f'  {{"{CHANGELOG}": {{"<partition>": <next offset>}}}}: how far into the app\'s')
@@ -345,6 +358,7 @@ def run_loop(
     paths = _Paths(workdir)
     banner("6. closing the loop: a Spark job leads a store of its own, another query follows it")
     _describe(paths)
+    write_token_file(paths.root)
     leader = _start_leader(spark, bootstrap, paths)
     try:
         feed = FeedPrinter("groups follower")
@@ -362,11 +376,30 @@ def run_loop(
             feed.wait_for_position(target, follower, leader)
             say()
             _compare(spark, paths, group_totals(expected_totals(3)), target, problems)
+
+            banner("8. one store, two replicas, one router: found through Kafka, with failover")
+            run_routing(
+                bootstrap,
+                REPORT_CHANGELOG,
+                category(ORDER_CUSTOMER),
+                paths.token_file,
+                lambda: _stop_leader(leader, paths),
+                problems,
+            )
         finally:
             stop_query(follower, [paths.follower_store], problems)
     finally:
+        _stop_leader(leader, paths)
         stop_query(leader, [paths.leader_store], problems)
     say("the leader and follower queries are stopped")
+
+
+def _stop_leader(leader: Any, paths: _Paths) -> None:
+    """Stop the leader query, then its sink's store server (which outlives the query)."""
+    from spark_statestore.connectors.spark.leader.remote import stop_sink_server
+
+    leader.stop()
+    stop_sink_server(str(paths.leader_store))
 
 
 def what_to_look_at(root: Path) -> None:
@@ -381,4 +414,9 @@ def what_to_look_at(root: Path) -> None:
         "- a read bounded by a record of the app's changelog (positionBound) is refused with "
         "NOT_UP_TO_BOUND until that record has gone through the leader into the follower; "
         "with positionBoundTimeoutMs it waits for it instead"
+    )
+    say(
+        f"- the leader's store server and the follower announce themselves on "
+        f"{REPORT_CHANGELOG}-replicas; a Router sent the key query to the leader, and to the "
+        "follower once the leader was gone (spark-statestore lag --changelog lists them)"
     )
