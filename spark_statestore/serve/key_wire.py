@@ -324,7 +324,7 @@ def _decode_one(
         raise BadRequestError(
             f"query_key reply: position index {index} of {len(positions)} positions"
         )
-    payload = reader.blob(size, "result")
+    payload = reader.blob(size, "result") if size else b""
     value = reason = message = None
     if outcome == _VALUE:
         value = payload
@@ -338,9 +338,11 @@ def _decode_one(
         raise BadRequestError(
             f"query_key reply: unknown outcome {outcome} (or a value where none belongs)"
         )
-    info = tuple(
-        reader.text(reader.u32("execution info length"), "execution info") for _ in range(lines)
-    )
+    info: tuple[str, ...] = ()
+    if lines:
+        info = tuple(
+            reader.text(reader.u32("execution info length"), "execution info") for _ in range(lines)
+        )
     return QueryResult(value, positions[index], info, reason, message)
 
 
