@@ -327,7 +327,7 @@ class StoreClient:
         if self._compact_keys and travels_compact(request):
             body = encode_key_query(request, int(wait_s * 1000))
             try:
-                raw_reply = self._call(ACTION_QUERY_KEY, body, timeout_s)
+                raw_reply = self._call_bytes(ACTION_QUERY_KEY, body, timeout_s)
             except UnknownActionError:
                 self._compact_keys = False
             else:
@@ -464,7 +464,7 @@ class StoreClient:
         self, name: str, body: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> dict[str, Any]:
         """Call action ``name`` with a JSON object and decode its JSON object reply."""
-        reply = self._call(name, encode_object(body), timeout_s)
+        reply = self._call_bytes(name, encode_object(body), timeout_s)
         try:
             return decode_object(reply, f"reply to action {name!r}")
         except BadRequestError as exc:
@@ -472,7 +472,7 @@ class StoreClient:
                 f"store server {self.location} sent a malformed reply: {exc}", self.location
             ) from exc
 
-    def _call(self, name: str, body: bytes, timeout_s: float | None = None) -> bytes:
+    def _call_bytes(self, name: str, body: bytes, timeout_s: float | None = None) -> bytes:
         """Call action ``name`` with ``body`` and return its one reply's bytes."""
         import pyarrow as pa
         import pyarrow.flight as flight
