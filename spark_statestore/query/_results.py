@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Generic, TypeVar, cast
 
@@ -67,7 +68,8 @@ class QueryResult(Generic[R]):
 
     def __post_init__(self) -> None:
         _check_position(self.position)
-        object.__setattr__(self, "execution_info", _check_info(self.execution_info))
+        if self.execution_info != ():  # (the common case needs no copy: () is checked)
+            object.__setattr__(self, "execution_info", _check_info(self.execution_info))
         if self.failure_reason is None:
             if self.failure_message is not None:
                 raise QueryError("a successful QueryResult cannot have a failure message")
@@ -182,6 +184,9 @@ def _check_info(lines: Iterable[str]) -> tuple[str, ...]:
     return info
 
 
+_partition_of_item = itemgetter(0)
+
+
 def _check_query_result(result: object, what: str) -> None:
     if not isinstance(result, QueryResult):
         raise QueryError(f"{what} must be a QueryResult, got {type(result).__name__}")
@@ -206,10 +211,11 @@ class StateQueryResult(Generic[R]):
     global_result: QueryResult[R] | None = None
 
     def __post_init__(self) -> None:
-        items = tuple(sorted(self.partition_items, key=lambda item: item[0]))
+        items = tuple(sorted(self.partition_items, key=_partition_of_item))
         for partition, result in items:
             _check_partition(partition)
-            _check_query_result(result, f"result of partition {partition}")
+            if not isinstance(result, QueryResult):  # (the message is built on failure only)
+                _check_query_result(result, f"result of partition {partition}")
         partitions = [p for p, _ in items]
         if len(set(partitions)) != len(partitions):
             raise QueryError(f"one result per partition, got partitions {partitions}")

@@ -37,13 +37,16 @@ from spark_statestore.serve.errors import (
     ServeError,
     ServerConfigError,
     ServerUnavailableError,
+    UnknownActionError,
     WrongStoreError,
     error_class_for,
 )
+from spark_statestore.serve.key_wire import decode_key_reply, encode_key_query, travels_compact
 from spark_statestore.serve.protocol import (
     ACTION_DESCRIBE,
     ACTION_PIN,
     ACTION_QUERY,
+    ACTION_QUERY_KEY,
     ACTION_RELEASE,
     ACTION_STATS,
     MAX_PIN_WAIT_S,
@@ -195,6 +198,9 @@ class StoreClient:
         self._lock = threading.Lock()
         self._client: Any = None
         self._closed = False
+        # False once the server answered that it has no query_key action (an older
+        # version): single-key queries then travel as JSON too.
+        self._compact_keys = True
 
     # -- actions --------------------------------------------------------------------------
     def pin(self, bound: PositionBound | None = None, *, wait_s: float = 0.0) -> PinnedSnapshotInfo:
@@ -317,17 +323,40 @@ class StoreClient:
         if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not wait_s >= 0:
             raise QueryError(f"wait_s must be a number of seconds >= 0, got {wait_s!r}")
         wait_s = min(float(wait_s), MAX_PIN_WAIT_S)
-        body = encode_query_body(request, int(wait_s * 1000))
-        reply = self._action(ACTION_QUERY, body, timeout_s=self.timeout_s + wait_s)
+        timeout_s = self.timeout_s + wait_s
+        if self._compact_keys and travels_compact(request):
+            body = encode_key_query(request, int(wait_s * 1000))
+            try:
+                raw_reply = self._call_bytes(ACTION_QUERY_KEY, body, timeout_s)
+            except UnknownActionError:
+                self._compact_keys = False
+            else:
+                try:
+                    store_id, answer = decode_key_reply(raw_reply)
+                except BadRequestError as exc:
+                    raise self._malformed_query_reply(exc) from exc
+                self._check_served(store_id)
+                return answer
+        reply = self._action(
+            ACTION_QUERY, encode_query_body(request, int(wait_s * 1000)), timeout_s=timeout_s
+        )
         try:
             served, raw = reply.get("store_id"), reply.get("result")
             if not isinstance(served, str) or not isinstance(raw, dict):
                 raise BadRequestError('expected {"store_id": str, "result": {...}}')
             result = decode_result(raw)
         except BadRequestError as exc:
-            raise ServeError(
-                f"store server {self.location} sent a malformed query reply: {exc}", self.location
-            ) from exc
+            raise self._malformed_query_reply(exc) from exc
+        self._check_served(served)
+        return result
+
+    def _malformed_query_reply(self, exc: BadRequestError) -> ServeError:
+        return ServeError(
+            f"store server {self.location} sent a malformed query reply: {exc}", self.location
+        )
+
+    def _check_served(self, served: str) -> None:
+        """Refuse a query answered by a server of another store than :attr:`store_id`."""
         if self.store_id is not None and served != self.store_id:
             raise WrongStoreError(
                 f"store server {self.location} serves store {served!r}, not store "
@@ -335,7 +364,6 @@ class StoreClient:
                 "connect again (it finds the store's real owner)",
                 self.location,
             )
-        return result
 
     def stats(self) -> dict[str, int]:
         """The server's cumulative scan counters (``rows_examined``, ``rows_returned``,
@@ -435,6 +463,17 @@ class StoreClient:
     def _action(
         self, name: str, body: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> dict[str, Any]:
+        """Call action ``name`` with a JSON object and decode its JSON object reply."""
+        reply = self._call_bytes(name, encode_object(body), timeout_s)
+        try:
+            return decode_object(reply, f"reply to action {name!r}")
+        except BadRequestError as exc:
+            raise ServeError(
+                f"store server {self.location} sent a malformed reply: {exc}", self.location
+            ) from exc
+
+    def _call_bytes(self, name: str, body: bytes, timeout_s: float | None = None) -> bytes:
+        """Call action ``name`` with ``body`` and return its one reply's bytes."""
         import pyarrow as pa
         import pyarrow.flight as flight
 
@@ -443,7 +482,7 @@ class StoreClient:
             timeout=timeout_s or self.timeout_s, headers=self._headers
         )
         try:
-            results = list(client.do_action(flight.Action(name, encode_object(body)), options))
+            results = list(client.do_action(flight.Action(name, body), options))
         except pa.ArrowException as exc:
             raise self._translate(exc) from exc
         if len(results) != 1:
@@ -452,12 +491,8 @@ class StoreClient:
                 "results instead of one; is it a spark-statestore server of this version?",
                 self.location,
             )
-        try:
-            return decode_object(results[0].body.to_pybytes(), f"reply to action {name!r}")
-        except BadRequestError as exc:
-            raise ServeError(
-                f"store server {self.location} sent a malformed reply: {exc}", self.location
-            ) from exc
+        reply: bytes = results[0].body.to_pybytes()
+        return reply
 
     def _flight(self) -> Any:
         with self._lock:

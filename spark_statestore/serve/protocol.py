@@ -1,13 +1,15 @@
 """The wire protocol of the store server: tickets, action bodies and results, errors.
 
-Everything is UTF-8 JSON. Shared by :mod:`~spark_statestore.serve.server` and
-:mod:`~spark_statestore.serve.client`, so both sides agree on one encoding.
+Everything is UTF-8 JSON but the ``query_key`` action's body and result (binary). Shared by
+:mod:`~spark_statestore.serve.server` and :mod:`~spark_statestore.serve.client`, so both sides
+agree on one encoding.
 
 Tickets (``do_get``)::
 
     {"snapshot_id": "<id>" | null, "scan": <ScanSpec.to_dict()>}
 
-Actions (``do_action``; the body is a JSON object, the result one JSON object)::
+Actions (``do_action``; the body is a JSON object, the result one JSON object, except
+``query_key``'s)::
 
     pin       {"position_bound": <position> (optional), "wait_ms": n (optional)}
                                    -> {"snapshot_id": "<id>", "metadata": <description>}
@@ -18,6 +20,8 @@ Actions (``do_action``; the body is a JSON object, the result one JSON object)::
     query     {"request": <StateQueryRequest>, "wait_ms": n}
                                    -> {"store_id": id, "result": <StateQueryResult>}
                                       (forms in :mod:`~spark_statestore.serve.query_wire`)
+    query_key a single-key query and its result in a compact binary form, not JSON
+              (:mod:`~spark_statestore.serve.key_wire`)
 
 A *position* is :meth:`~spark_statestore.position.Position.to_dict`'s form,
 ``{"topic": {"0": 42}}``. A *description* of a committed state
@@ -64,6 +68,7 @@ __all__ = [
     "ACTION_DESCRIBE",
     "ACTION_PIN",
     "ACTION_QUERY",
+    "ACTION_QUERY_KEY",
     "ACTION_RELEASE",
     "ACTION_STATS",
     "MAX_PIN_WAIT_S",
@@ -84,7 +89,15 @@ ACTION_RELEASE: Final = "release"
 ACTION_DESCRIBE: Final = "describe"
 ACTION_STATS: Final = "stats"
 ACTION_QUERY: Final = "query"
-ACTIONS: Final = (ACTION_PIN, ACTION_RELEASE, ACTION_DESCRIBE, ACTION_STATS, ACTION_QUERY)
+ACTION_QUERY_KEY: Final = "query_key"
+ACTIONS: Final = (
+    ACTION_PIN,
+    ACTION_RELEASE,
+    ACTION_DESCRIBE,
+    ACTION_STATS,
+    ACTION_QUERY,
+    ACTION_QUERY_KEY,
+)
 
 MAX_PIN_WAIT_S: Final = 600.0
 """The longest a ``pin`` or ``query`` waits for its position bound (a longer ``wait_ms`` waits

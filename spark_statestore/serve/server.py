@@ -40,11 +40,13 @@ from spark_statestore.serve.errors import (
     TooManyPinsError,
     UnknownActionError,
 )
+from spark_statestore.serve.key_wire import decode_key_query, encode_key_reply
 from spark_statestore.serve.pins import PinRegistry
 from spark_statestore.serve.protocol import (
     ACTION_DESCRIBE,
     ACTION_PIN,
     ACTION_QUERY,
+    ACTION_QUERY_KEY,
     ACTION_RELEASE,
     ACTION_STATS,
     ACTIONS,
@@ -66,7 +68,7 @@ from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, arrow_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_statestore.query import LagInfo, StateQueryRequest
+    from spark_statestore.query import LagInfo, StateQueryRequest, StateQueryResult
     from spark_statestore.serve.client import StoreClient
     from spark_statestore.store.manifest import StoreMetadata
     from spark_statestore.store.snapshot import Snapshot
@@ -85,6 +87,7 @@ _ACTION_DOCS = {
     ACTION_DESCRIBE: "The latest commit, lags and owner: {} -> {...}",
     ACTION_STATS: "Cumulative do_get counters: {} -> {rows_examined, rows_returned, requests}",
     ACTION_QUERY: "Run an IQv2 request on the store: {request, wait_ms} -> {store_id, result}",
+    ACTION_QUERY_KEY: "Run a single-key IQv2 request, in the compact binary form of key_wire",
 }
 
 
@@ -365,7 +368,7 @@ class StoreServer:
         return f"StoreServer({self.store.path!r}, {state})"
 
     # -- request handlers (called by the Flight service, on gRPC threads) -----------------
-    def _handle_action(self, name: str, body: bytes, client: str = "") -> dict[str, Any]:
+    def _handle_action(self, name: str, body: bytes, client: str = "") -> dict[str, Any] | bytes:
         self._pins.expire()
         self._check_size(len(body), f"body of action {name!r}")
         if name == ACTION_PIN:
@@ -379,9 +382,14 @@ class StoreServer:
                     f'action "release" needs {{"snapshot_id": "<id>"}}, got {data!r}'
                 )
             return {"released": self._pins.release(snapshot_id)}
+        if name == ACTION_QUERY_KEY:
+            request, wait_ms = decode_key_query(body)
+            result = self._query(request, min(wait_ms / 1000.0, MAX_PIN_WAIT_S), client=client)
+            return encode_key_reply(self.store.manifest.store_id, result)
         if name == ACTION_QUERY:
             request, wait_ms = decode_query_body(decode_object(body, f"body of action {name!r}"))
-            return self._query(request, min(wait_ms / 1000.0, MAX_PIN_WAIT_S), client=client)
+            result = self._query(request, min(wait_ms / 1000.0, MAX_PIN_WAIT_S), client=client)
+            return {"store_id": self.store.manifest.store_id, "result": encode_result(result)}
         if name == ACTION_DESCRIBE:
             return self._describe()
         if name == ACTION_STATS:
@@ -415,7 +423,7 @@ class StoreServer:
 
     def _query(
         self, request: StateQueryRequest, wait_s: float, *, client: str = ""
-    ) -> dict[str, Any]:
+    ) -> StateQueryResult[Any]:
         """Run ``request`` as :meth:`Store.query` does, after waiting up to ``wait_s`` for a
         commit whose position permits the request's bound on every partition it asks this
         store for (the partitions where the local answer checks the bound)."""
@@ -436,8 +444,7 @@ class StoreServer:
 
             if asked and not reached(store.metadata):
                 self._wait_for_commit(reached, wait_s, client)
-        result = store.query(request)
-        return {"store_id": store.manifest.store_id, "result": encode_result(result)}
+        return store.query(request)
 
     def _wait_for_commit(
         self, reached: Callable[[StoreMetadata], bool], wait_s: float, client: str
@@ -613,7 +620,9 @@ def _service_class() -> type:
                 result = self._server._handle_action(action.type, body, caller(context))
             except Exception as exc:
                 raise to_flight_error(self._server, exc) from exc
-            return [flight.Result(encode_object(result))]
+            # Every reply is a JSON object but query_key's, which is encoded already.
+            reply = result if isinstance(result, bytes) else encode_object(result)
+            return [flight.Result(reply)]
 
         def do_get(self, context: Any, ticket: Any) -> Any:
             try:

@@ -173,9 +173,9 @@ def _run(
         }
     elapsed_us = (time.perf_counter_ns() - started) // 1000
     results: dict[int, QueryResult[Any]] = {}
+    absent: QueryResult[Any] | None = None  # a key's other partitions share one (immutable)
     for partition in partitions:
         value = values[partition]
-        info: tuple[str, ...] = ()
         if request.execution_info_enabled:
             returned = len(value) if isinstance(value, list) else 0 if value is None else 1
             info = (
@@ -183,7 +183,13 @@ def _run(
                 f"{kind} over snapshot commit {snapshot.commit_seq}; examined {examined} "
                 f"rows, returned {returned}, in {elapsed_us} us",
             )
-        results[partition] = QueryResult.for_result(value, position, info)
+            results[partition] = QueryResult.for_result(value, position, info)
+        elif value is None:
+            if absent is None:
+                absent = QueryResult.for_result(None, position)
+            results[partition] = absent
+        else:
+            results[partition] = QueryResult.for_result(value, position)
     return results
 
 

@@ -59,6 +59,13 @@ from spark_statestore.query import (
     VersionedKeyQuery,
     VersionedRecord,
 )
+from spark_statestore.serve.key_wire import (
+    decode_key_query,
+    decode_key_reply,
+    encode_key_query,
+    encode_key_reply,
+    travels_compact,
+)
 from spark_statestore.serve.protocol import (
     DescribeReply,
     ScanTicket,
@@ -497,6 +504,49 @@ def _parse_flight(body: bytes) -> None:
         raise Refused("refused by every decoder")
 
 
+# Single-key queries in the compact binary form (the query_key action): bodies and replies.
+_KEY_POSITION = Position.from_map({"in": {0: 4, 1: 2**63 - 1}})
+_KEY_WIRE_CORPUS = [
+    *(encode_key_query(request, 250) for request in _QUERY_CORPUS if travels_compact(request)),
+    encode_key_query(
+        StateQueryRequest.in_store("s")
+        .with_query(KeyQuery.with_key(b""))
+        .with_partitions([2**31 - 1])
+    ),
+    encode_key_reply(
+        "store-1",
+        StateQueryResult.for_partitions(
+            {
+                0: QueryResult.for_result(b"v", _KEY_POSITION, ["info"]),
+                1: QueryResult.for_result(None, _KEY_POSITION),
+                2: QueryResult.for_result(None, _KEY_POSITION),
+                3: QueryResult.for_failure(FailureReason.NOT_UP_TO_BOUND, "behind \u00fc"),
+            }
+        ),
+    ),
+    encode_key_reply("s", StateQueryResult.for_global(QueryResult.for_result(b"g", _KEY_POSITION))),
+]
+_KEY_WIRE_PIECES = [*_BYTE_PIECES, b"{}", b'{"in":{"0":1}}', b"NOT_PRESENT", b"\x0bNOT_ACTIVE"]
+
+
+def _parse_key_wire(data: bytes) -> None:
+    refused = 0
+    try:
+        request, wait_ms = decode_key_query(data)
+    except StateStoreError:
+        refused += 1
+    else:
+        assert decode_key_query(encode_key_query(request, wait_ms)) == (request, wait_ms)
+    try:
+        reply = decode_key_reply(data)
+    except StateStoreError:
+        refused += 1
+    else:
+        assert decode_key_reply(encode_key_reply(*reply)) == reply
+    if refused == 2:
+        raise Refused("neither a query_key body nor a reply")
+
+
 _ANNOUNCEMENT_CORPUS = [
     make_announcement().to_bytes(),
     make_announcement(
@@ -578,6 +628,11 @@ TARGETS = [
         "sink commit actions",
         _mutated(_SINK_COMMIT_CORPUS, _SINK_COMMIT_PIECES, (b"[", b"]")),
         _parse_sink_commit,
+    ),
+    Target(
+        "compact key queries",
+        _mutated(_KEY_WIRE_CORPUS, _KEY_WIRE_PIECES),
+        _parse_key_wire,
     ),
     Target(
         "replica announcements",
