@@ -81,7 +81,7 @@ def run_demo(workdir: Path | None = None) -> int:
             say("the Kafka Streams app is stopped")
         say("the broker process is stopped")
 
-        banner("8. what to look at")
+        banner("9. what to look at")
         follow_part.what_to_look_at(root)
         loop_part.what_to_look_at(root)
         say(

@@ -191,7 +191,19 @@ def test_demo_runs_end_to_end_with_the_real_kafka_streams_app_and_cleans_up(
         assert "now waiting for the follower: positionBoundTimeoutMs 60000" in bounded
         assert re.search(r"answered \d+\.\d s after the write", bounded), bounded
         assert "bounded read OK: cust-04 went from 771 to 783" in bounded, bounded
-        assert "the leader and follower queries are stopped" in bounded
+
+        # Routing: the leader's store server and the follower are announced; the router's
+        # key query is answered by the leader, then, the leader stopped, by the follower.
+        routed = out.split("=== 8.")[1].split("=== 9.")[0]
+        roles = re.findall(
+            r"^\s+(follower|leader)\s+\d+\s+grpc\+tcp://\S+\s+0,1\s+0$", routed, re.M
+        )
+        assert roles == ["follower", "leader"], routed
+        answers = re.findall(r"^\s+total 783, partition \d, position (\{.+\})$", routed, re.M)
+        assert len(answers) == 2 and answers[0] == answers[1], routed
+        assert re.search(r"store 'groups-store' .*\n(.*\n)+.*store 'groups-follower-store'", routed)
+        assert "the same total at the same position, from either replica" in routed
+        assert "the leader and follower queries are stopped" in routed
         assert "the Kafka Streams app is stopped" in out
 
         # Every process it started is gone: the broker's ports are closed, no process runs
