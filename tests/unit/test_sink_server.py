@@ -1,0 +1,166 @@
+"""The sink's store server without Spark or Kafka: commits through its Flight action, who may
+commit or stop it, its lifetime, and starting it as a process from a commit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_statestore.connectors.spark.errors import SinkError
+from spark_statestore.connectors.spark.leader.remote import (
+    commit_through_server,
+    live_server,
+    stop_sink_server,
+)
+from spark_statestore.connectors.spark.leader.server import (
+    ACTION_COMMIT,
+    ACTION_STOP,
+    LeaderServer,
+    ProcessId,
+    batch_to_json,
+    read_server_record,
+)
+from spark_statestore.connectors.spark.options import SinkOptions, parse_sink_options
+from spark_statestore.serve.client import connect_to_owner
+from spark_statestore.serve.errors import AuthenticationError, BadRequestError
+from spark_statestore.sink.commit import BatchToCommit, CommitOutcome
+from spark_statestore.sink.staging import StagingArea, staged_schema
+from spark_statestore.store import Store
+
+
+def _options(path: Path, **extra: str) -> SinkOptions:
+    return parse_sink_options({"path": str(path), "serve": "true", **extra}, streaming=False)
+
+
+def _batch(path: Path, batch_id: int, rows: dict[bytes, bytes | None]) -> BatchToCommit:
+    schema = staged_schema()
+    columns = {
+        "key": list(rows),
+        "value": list(rows.values()),
+        **{f.name: [None] * len(rows) for f in schema if f.name not in ("key", "value")},
+    }
+    records = pa.RecordBatch.from_pydict(columns, schema=schema)
+    staged = StagingArea(path).stage("tour-app", batch_id, 0, 0, [records])
+    return BatchToCommit("tour-app", batch_id, [staged], None, False)
+
+
+def _content(path: Path) -> dict[bytes, bytes]:
+    with Store.open(path) as store, store.snapshot() as snapshot:
+        return dict(snapshot.items())
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LeaderServer]:
+    made = LeaderServer(_options(tmp_path / "store"))
+    yield made
+    made.close()
+
+
+def test_commits_through_the_server_are_exactly_once_and_visible_to_readers(
+    server: LeaderServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "store"
+    record = read_server_record(str(path))
+    assert record is not None and record.pid == os.getpid()
+    assert live_server(str(path)) == record
+    client = connect_to_owner(path)
+    assert client is not None
+    with client:
+        batch = _batch(path, 0, {b"a": b"1", b"b": b"2"})
+        body = {"secret": record.secret, "fingerprint": record.fingerprint, **batch_to_json(batch)}
+        assert client.call(ACTION_COMMIT, body)["outcome"] == CommitOutcome.COMMITTED.value
+        assert client.call(ACTION_COMMIT, body)["outcome"] == CommitOutcome.SKIPPED.value
+        # The read token lets a reader read, not commit or stop: the secret is the sink's.
+        for name, wrong in ((ACTION_COMMIT, {**body, "secret": "x" * 43}), (ACTION_STOP, {})):
+            with pytest.raises(AuthenticationError, match="takes commits only from its sink"):
+                client.call(name, wrong)
+        assert not server.stopped.is_set()
+        with pytest.raises(BadRequestError, match="runs with other options"):
+            client.call(ACTION_COMMIT, {**body, "fingerprint": "other"})
+        escaping = {**body, "batch_id": 1}
+        escaping["staged"] = [{**body["staged"][0], "name": "../../x/part-0.arrow"}]
+        with pytest.raises(BadRequestError, match="not a staged file's name"):
+            client.call(ACTION_COMMIT, escaping)
+    assert server.store.metadata.commit_record.batch_id == 0  # type: ignore[union-attr]
+    with server.store.snapshot() as snapshot:
+        assert dict(snapshot.items()) == {b"a": b"1", b"b": b"2"}
+
+
+def test_the_server_stops_on_its_action_or_when_the_watched_process_is_gone(
+    server: LeaderServer, tmp_path: Path
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    watched = ProcessId.of(child.pid)
+    assert watched is not None and watched.alive()
+    done = threading.Event()
+    runner = threading.Thread(target=lambda: (server.run(watched), done.set()))
+    runner.start()
+    assert not done.wait(1.0)  # it serves while the process lives
+    assert child.stdin is not None
+    child.stdin.close()
+    child.wait()
+    runner.join(30)
+    assert done.is_set() and not watched.alive()
+    server.close()
+    assert live_server(str(tmp_path / "store")) is None
+    assert read_server_record(str(tmp_path / "store")) is None
+    assert _content(tmp_path / "store") == {}  # the store is free again
+
+
+def test_a_commit_starts_the_server_process_and_a_plain_commit_takes_over(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store"
+    options = _options(path)
+    try:
+        outcome = commit_through_server(
+            options, _batch(path, 0, {b"k": b"v"}), streaming=False, raw_options=dict(options.raw)
+        )
+        assert outcome is CommitOutcome.COMMITTED
+        first = live_server(str(path))
+        assert first is not None and first.pid != os.getpid()
+        outcome = commit_through_server(
+            options, _batch(path, 1, {b"k": None}), streaming=False, raw_options=dict(options.raw)
+        )
+        assert outcome is CommitOutcome.COMMITTED and live_server(str(path)) == first
+        # Other options: the server is restarted with them.
+        other = _options(path, announce="false")
+        commit_through_server(
+            other, _batch(path, 2, {b"j": b"w"}), streaming=False, raw_options=dict(other.raw)
+        )
+        second = live_server(str(path))
+        assert second is not None and second.pid != first.pid
+    finally:
+        stopped = stop_sink_server(str(path))
+    assert stopped and live_server(str(path)) is None
+    assert _content(path) == {b"j": b"w"}
+
+
+def test_a_server_that_cannot_start_says_why_and_where_its_log_is(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    options = _options(path, servePort="1")  # a privileged port, taken or refused
+    if os.geteuid() == 0:
+        blocker = LeaderServer(_options(tmp_path / "other", servePort="0"))
+        port = int(blocker.location.rsplit(":", 1)[1])
+        options = _options(path, servePort=str(port))
+    else:
+        blocker = None
+    try:
+        with pytest.raises(SinkError, match=r"did not start: .*_sink_server\.log"):
+            commit_through_server(
+                options,
+                _batch(path, 0, {b"k": b"v"}),
+                streaming=False,
+                raw_options=dict(options.raw),
+            )
+    finally:
+        if blocker is not None:
+            blocker.close()
+    assert live_server(str(path)) is None
