@@ -78,7 +78,12 @@ def test_commits_through_the_server_are_exactly_once_and_visible_to_readers(
         assert client.call(ACTION_COMMIT, body)["outcome"] == CommitOutcome.COMMITTED.value
         assert client.call(ACTION_COMMIT, body)["outcome"] == CommitOutcome.SKIPPED.value
         # The read token lets a reader read, not commit or stop: the secret is the sink's.
-        for name, wrong in ((ACTION_COMMIT, {**body, "secret": "x" * 43}), (ACTION_STOP, {})):
+        refused = [
+            (ACTION_COMMIT, {**body, "secret": "x" * 43}),
+            (ACTION_COMMIT, {**body, "secret": "é" + record.secret[1:]}),  # not ASCII
+            (ACTION_STOP, {}),
+        ]
+        for name, wrong in refused:
             with pytest.raises(AuthenticationError, match="takes commits only from its sink"):
                 client.call(name, wrong)
         assert not server.stopped.is_set()

@@ -305,7 +305,9 @@ class LeaderServer:
         from spark_statestore.serve.errors import AuthenticationError
 
         secret = body.get("secret")
-        if not isinstance(secret, str) or not hmac.compare_digest(secret, self._secret):
+        if not isinstance(secret, str) or not hmac.compare_digest(
+            secret.encode("utf-8", "surrogatepass"), self._secret.encode()
+        ):
             raise AuthenticationError(
                 f"the sink's store server of {self.store.path} takes commits only from its "
                 f"sink (with the secret in {SERVER_FILE})",
