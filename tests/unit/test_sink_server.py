@@ -33,6 +33,7 @@ from spark_statestore.serve.errors import AuthenticationError, BadRequestError
 from spark_statestore.sink.commit import BatchToCommit, CommitOutcome
 from spark_statestore.sink.staging import StagingArea, staged_schema
 from spark_statestore.store import Store
+from spark_statestore.store.crash import CRASH_AT
 
 
 def _options(path: Path, **extra: str) -> SinkOptions:
@@ -146,6 +147,35 @@ def test_a_commit_starts_the_server_process_and_a_plain_commit_takes_over(
         stopped = stop_sink_server(str(path))
     assert stopped and live_server(str(path)) is None
     assert _content(path) == {b"j": b"w"}
+
+
+def test_a_server_killed_during_a_commit_is_replaced_and_the_batch_lands_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "store"
+    # A commit over 1 byte is applied in chunks under a redo marker, where the server dies.
+    options = _options(path, **{"uncommitted.max.bytes": "1"})
+    raw = dict(options.raw)
+    try:
+        commit_through_server(
+            options, _batch(path, 0, {b"a": b"1"}), streaming=False, raw_options=raw
+        )
+        first = live_server(str(path))
+        assert first is not None
+        stop_sink_server(str(path))
+        with monkeypatch.context() as patched:  # only the servers started here inherit it
+            patched.setenv(CRASH_AT, "redo.marked")
+            outcome = commit_through_server(
+                options, _batch(path, 1, {b"a": b"2", b"b": b"3"}), streaming=False, raw_options=raw
+            )
+        # The first server died at the marker; the second completed its commit on open.
+        assert outcome is CommitOutcome.SKIPPED
+        second = live_server(str(path))
+        assert second is not None and second.pid != first.pid
+    finally:
+        stop_sink_server(str(path))
+    assert _content(path) == {b"a": b"2", b"b": b"3"}
+    assert "went away during the commit of batch 1" in caplog.text
 
 
 def test_a_server_that_cannot_start_says_why_and_where_its_log_is(tmp_path: Path) -> None:

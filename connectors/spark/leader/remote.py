@@ -27,6 +27,7 @@ from spark_statestore.connectors.spark.leader.server import (
     ACTION_COMMIT,
     ACTION_STOP,
     LOG_FILE,
+    ProcessId,
     ServerRecord,
     batch_to_json,
     fingerprint,
@@ -72,35 +73,62 @@ def commit_through_server(
 ) -> CommitOutcome:
     """Commit ``batch`` through the store's server, starting it when none runs.
 
+    A server that dies during the call (its store lock is free again) is replaced once and
+    the batch sent again: the new server's open completes or discards the interrupted store
+    commit, and :func:`~spark_statestore.sink.commit.commit_batch` skips a batch the store
+    has or rolls it forward from the changelog, so the batch still lands exactly once.
+
     Raises
     ------
     SinkError
-        When the server cannot start, or fails or dies during the commit (Spark fails the
-        batch; the restarted query commits it again, exactly once).
+        When the server cannot start, refuses or fails the commit, or dies twice (Spark
+        fails the batch; the restarted query commits it again, exactly once).
     """
     from spark_statestore.errors import StateStoreError
+    from spark_statestore.serve.errors import ServerUnavailableError
     from spark_statestore.sink.commit import CommitOutcome
 
     path = os.path.abspath(options.path)
     wanted = fingerprint(options)
-    record = live_server(path)
-    if record is not None and record.fingerprint != wanted:
-        _log.info("the sink's store server of %s runs with other options: restarting it", path)
-        stop_sink_server(path)
-        record = None
-    if record is None:
-        record = _start(options, streaming=streaming, raw_options=raw_options)
-    body = {"secret": record.secret, "fingerprint": wanted, **batch_to_json(batch)}
-    try:
-        with _client(path, record, COMMIT_TIMEOUT_S) as client:
-            reply = client.call(ACTION_COMMIT, body)
-    except StateStoreError as exc:
+    driver = spark_jvm()
+    for attempt in (1, 2):
+        if driver is not None and not driver.alive():  # the application died meanwhile
+            raise SinkError(
+                f"batch {batch.batch_id} of query {batch.query_id}: the Spark driver (pid "
+                f"{driver.pid}) is gone; the restarted query commits the batch exactly once"
+            )
+        record = live_server(path)
+        if record is not None and record.fingerprint != wanted:
+            _log.info("the sink's store server of %s runs with other options: restarting", path)
+            stop_sink_server(path)
+            record = None
+        if record is None:
+            record = _start(options, driver, streaming=streaming, raw_options=raw_options)
+        body = {"secret": record.secret, "fingerprint": wanted, **batch_to_json(batch)}
+        try:
+            with _client(path, record, COMMIT_TIMEOUT_S) as client:
+                reply = client.call(ACTION_COMMIT, body)
+            return CommitOutcome(reply.get("outcome"))
+        except ServerUnavailableError as exc:
+            if attempt == 1 and live_server(path) != record:
+                _log.warning(
+                    "the sink's store server of %s (pid %d) went away during the commit of "
+                    "batch %d (%s): committing it again through a new one",
+                    path,
+                    record.pid,
+                    batch.batch_id,
+                    exc,
+                )
+                continue
+            failure: StateStoreError = exc
+        except StateStoreError as exc:
+            failure = exc
         raise SinkError(
             f"batch {batch.batch_id} of query {batch.query_id}: the sink's store server of "
-            f"{path} (pid {record.pid}) did not commit it: {exc}. Spark fails the batch; a "
-            f"restarted query commits it exactly once (see {os.path.join(path, LOG_FILE)})"
-        ) from exc
-    return CommitOutcome(reply.get("outcome"))
+            f"{path} (pid {record.pid}) did not commit it: {failure}. Spark fails the batch; "
+            f"a restarted query commits it exactly once (see {os.path.join(path, LOG_FILE)})"
+        ) from failure
+    raise AssertionError("unreachable")
 
 
 def stop_sink_server(path: str, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
@@ -140,19 +168,24 @@ def stop_sink_server(path: str, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
     return True
 
 
-def _start(options: SinkOptions, *, streaming: bool, raw_options: dict[str, str]) -> ServerRecord:
-    """Start a server for the store and wait for its handshake."""
+def _start(
+    options: SinkOptions,
+    driver: ProcessId | None,
+    *,
+    streaming: bool,
+    raw_options: dict[str, str],
+) -> ServerRecord:
+    """Start a server for the store, watching ``driver``, and wait for its handshake."""
     from spark_statestore.store.files import make_private_dir, open_private
 
     path = os.path.abspath(options.path)
     make_private_dir(path)
     log_path = os.path.join(path, LOG_FILE)
     log = open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    watch = spark_jvm()
     request = {
         "options": raw_options,
         "streaming": streaming,
-        "watch": None if watch is None else [watch.pid, watch.start],
+        "watch": None if driver is None else [driver.pid, driver.start],
     }
     try:
         process = subprocess.Popen(

@@ -404,6 +404,8 @@ def main() -> int:
         request = json.loads(sys.stdin.readline())
         options = parse_sink_options(request["options"], streaming=request["streaming"])
         watch = None if request.get("watch") is None else ProcessId(*request["watch"])
+        if watch is not None and not watch.alive():  # never outlive the driver, even briefly
+            raise ValueError(f"the Spark driver (pid {watch.pid}) is gone")
         server = LeaderServer(options)
     except (StateStoreError, ValueError, KeyError, TypeError, OSError) as exc:
         _log.error("cannot start: %s", exc)
