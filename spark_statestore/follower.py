@@ -113,6 +113,12 @@ class ChangelogSource(Protocol):
         that says so (history retention plus a day); None for any other changelog."""
         ...
 
+    def batch_progress(self) -> LeaderProgress | None:
+        """For a changelog a sink writes in batches (each record carrying its batch's
+        position, a batch spanning partitions): the latest batch's position and its end
+        offsets per partition; None for any other changelog."""
+        ...
+
     def assign(self, starts: Mapping[int, int]) -> None:
         """Start reading each partition at ``starts[partition]``."""
         ...
@@ -168,6 +174,11 @@ class Follower:
         leader commits its input offsets in the transactions that write the changelog, so
         every change those offsets caused is below the log ends read after them. Only for a
         follower of every partition.
+
+    A sink's changelog (``source.batch_progress()`` is not None, and no ``leader``) gets its
+    position the same way, from its batches: each of its records carries its whole batch's
+    position, so the store takes a batch's position only once it has applied the batch up
+    to its end offsets in every partition it holds, never from the headers of part of it.
     """
 
     def __init__(
@@ -232,6 +243,8 @@ class Follower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._leader = leader
+        # A sink's changelog: positions from whole batches, not from the records' headers.
+        self._batches = source.batch_progress() if leader is None else None
         self._pending: tuple[Position, dict[int, int]] | None = None
         self._sampled_at = float("-inf")
 
@@ -285,16 +298,18 @@ class Follower:
         :data:`LEADER_SAMPLE_INTERVAL_S`, only once the last one is reached), so a follower
         that lags keeps no backlog of samples and asks Kafka no more than it can use.
         """
-        if self._leader is None:
+        progress = self._leader or self._batches
+        if progress is None:
             return None
         now = time.monotonic()
         if self._pending is None and now - self._sampled_at >= LEADER_SAMPLE_INTERVAL_S:
             self._sampled_at = now
-            self._pending = self._leader.sample()
+            self._pending = progress.sample()
         if self._pending is None:
             return None
         position, ends = self._pending
-        if not all(applied.get(p, 0) >= end for p, end in ends.items()):
+        # A subset follower (only a sink's changelog) needs its own partitions of the batch.
+        if not all(applied.get(p, 0) >= end for p, end in ends.items() if p in self.partitions):
             return None
         self._pending = None
         current = self.store.metadata.position
@@ -320,7 +335,9 @@ class Follower:
                 kept = txn.put_versions(rows)
             else:
                 txn.put_all(rows, headers)
-            if polled.position is not None:
+            if self._batches is not None:
+                txn.mark_store_wide()  # its positions hold for every partition it holds
+            elif polled.position is not None:
                 txn.merge_position(polled.position)
             if derived is not None:
                 txn.merge_position(derived)

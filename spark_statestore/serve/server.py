@@ -62,6 +62,7 @@ from spark_statestore.serve.protocol import (
 from spark_statestore.serve.query_wire import decode_query_body, encode_result
 from spark_statestore.store.errors import InvalidScanError, StoreError
 from spark_statestore.store.manifest import Role
+from spark_statestore.store.queries import bound_permits
 from spark_statestore.store.scan import ScanSpec, ScanStats, scan_batches
 from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, arrow_schema
 
@@ -440,7 +441,7 @@ class StoreServer:
             asked = [p for p in (request.partitions or held) if p in held]
 
             def reached(metadata: StoreMetadata) -> bool:
-                return all(bound.permits(metadata.position, p) for p in asked)
+                return all(bound_permits(store, metadata, bound, p) for p in asked)
 
             if asked and not reached(store.metadata):
                 self._wait_for_commit(reached, wait_s, client)

@@ -104,9 +104,11 @@ class ChangelogPublisher(Protocol):
         query_id: str,
         batch_id: int,
         source_offsets: Any,
+        position: Position | None = None,
     ) -> dict[int, int]:
-        """Publish ``changes`` and the batch's progress in one transaction; returns the
-        end offsets (last record + 1) of the partitions written."""
+        """Publish ``changes`` and the batch's progress (with ``position``, the one its
+        records carry) in one transaction; returns the end offsets (last record + 1) of the
+        partitions written."""
         ...
 
     def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
@@ -272,6 +274,7 @@ def _publish_and_apply(
         query_id=batch.query_id,
         batch_id=batch.batch_id,
         source_offsets=batch.source_offsets,
+        position=header,
     )
     crash_point("sink.after_publish")
     # The sink is the changelog's only writer (fenced by its transactional id), so a

@@ -48,6 +48,7 @@ META_COMMIT: Final = b"m:commit"  # CommitRecord JSON (sink: query id, batch id,
 META_SEQ: Final = b"m:seq"  # number of commits so far, decimal ASCII
 META_REDO: Final = b"m:redo"  # redo marker JSON while a chunked commit is being applied
 META_STREAM_TIME: Final = b"m:stream_time"  # versioned: {"partition": observed stream time}
+META_STORE_WIDE: Final = b"m:store_wide"  # present: the position holds for every partition
 
 ENVELOPE_VERSION: Final = 0
 ENVELOPE_HEADERS_VERSION: Final = 1  # an envelope with the record's headers

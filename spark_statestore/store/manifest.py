@@ -236,12 +236,19 @@ class StoreMetadata:
         The last sink commit record, or None.
     commit_seq
         How many commits the store has had; identifies the committed state.
+    store_wide
+        The position holds for the whole store, every partition: a store partition is not
+        the input partition of the same number (a leader, our sink: its commits are atomic
+        across partitions; a follower of a sink's changelog, which takes positions from
+        whole batches). Otherwise (a follower of Kafka Streams' changelog) store partition
+        *n* holds input partition *n*, and an IQv2 bound applies per partition, by number.
     """
 
     position: Position
     changelog_offsets: Mapping[int, int]
     commit_record: CommitRecord | None
     commit_seq: int
+    store_wide: bool = False
 
 
 def encode_offsets(offsets: Mapping[int, int]) -> bytes:

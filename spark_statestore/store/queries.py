@@ -39,10 +39,12 @@ from spark_statestore.store.versions import (
 )
 
 if TYPE_CHECKING:
+    from spark_statestore.position import PositionBound
+    from spark_statestore.store.manifest import StoreMetadata
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.store import Store
 
-__all__ = ["execute"]
+__all__ = ["bound_permits", "execute", "is_store_wide"]
 
 
 class _BadQuery(StateStoreError, TypeError):
@@ -75,7 +77,9 @@ def execute(store: Store, request: StateQueryRequest) -> StateQueryResult[Any]:
         results: dict[int, QueryResult[Any]] = {}
         runnable = []
         held = store.partitions
+        store_wide = is_store_wide(store, snapshot.metadata)
         for partition in partitions:
+            by_partition = None if store_wide else partition
             if partition not in held:
                 results[partition] = QueryResult.for_failure(
                     FailureReason.NOT_PRESENT,
@@ -83,15 +87,34 @@ def execute(store: Store, request: StateQueryRequest) -> StateQueryResult[Any]:
                     f"{partition} is not here",
                     position,
                 )
-            elif not request.position_bound.permits(position, partition):
+            elif not request.position_bound.permits(position, by_partition):
                 results[partition] = QueryResult.not_up_to_bound(
-                    position, request.position_bound, partition
+                    position, request.position_bound, by_partition
                 )
             else:
                 runnable.append(partition)
         if runnable:
             results.update(_run(store, snapshot, request, runnable, started))
     return StateQueryResult.for_partitions(results)
+
+
+def is_store_wide(store: Store, metadata: StoreMetadata) -> bool:
+    """Whether an IQv2 position bound applies whole to each partition of ``store``.
+
+    Kafka Streams' rule, a bound's entries for partition *n* only, holds where store
+    partition *n* is input partition *n*: a follower of Kafka Streams' changelog. A leader's
+    position (our sink commits across partitions at once), or a follower's taken from a
+    sink's whole batches (``metadata.store_wide``), holds for the whole store: any partition
+    may hold a write of any input partition.
+    """
+    return store.role is Role.LEADER or metadata.store_wide
+
+
+def bound_permits(
+    store: Store, metadata: StoreMetadata, bound: PositionBound, partition: int
+) -> bool:
+    """Whether ``store`` at ``metadata`` may answer ``partition`` under ``bound``."""
+    return bound.permits(metadata.position, None if is_store_wide(store, metadata) else partition)
 
 
 def _run(

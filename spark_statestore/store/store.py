@@ -40,6 +40,7 @@ from spark_statestore.store.layout import (
     META_POSITION,
     META_REDO,
     META_SEQ,
+    META_STORE_WIDE,
 )
 from spark_statestore.store.manifest import (
     KEY_VALUE_FORMAT_VERSION,
@@ -657,4 +658,5 @@ def _read_metadata(db: plyvel.DB | plyvel.Snapshot, path: str) -> StoreMetadata:
         changelog_offsets=decode_offsets(db.get(META_OFFSETS), path),
         commit_record=None if raw_commit is None else CommitRecord.from_json(raw_commit, path),
         commit_seq=decode_seq(db.get(META_SEQ), path),
+        store_wide=db.get(META_STORE_WIDE) is not None,
     )

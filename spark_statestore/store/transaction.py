@@ -31,6 +31,7 @@ from spark_statestore.store.layout import (
     META_OFFSETS,
     META_POSITION,
     META_SEQ,
+    META_STORE_WIDE,
     META_STREAM_TIME,
     NO_VALUE,
     Headers,
@@ -102,6 +103,7 @@ class Transaction:
         self._sources: dict[tuple[str, int], int] = {}
         self._position = meta.position
         self._offsets = dict(meta.changelog_offsets)
+        self._store_wide = False
         self._offsets_changed = False
         self._commit_record: CommitRecord | None = None
         self._retention = store.manifest.history_retention_ms
@@ -439,6 +441,12 @@ class Transaction:
         self._offsets[partition] = next_offset
         self._offsets_changed = True
 
+    def mark_store_wide(self) -> None:
+        """Record that the store's position holds for every partition (see
+        :attr:`~spark_statestore.store.manifest.StoreMetadata.store_wide`); permanent."""
+        self._check_open()
+        self._store_wide = True
+
     def set_commit_record(self, record: CommitRecord) -> None:
         """Store ``record`` (the sink's query id, batch id, offsets) with this commit."""
         self._check_open()
@@ -545,7 +553,11 @@ class Transaction:
             metadata[META_COMMIT] = commit_record.to_json()
         if self._versions is not None:
             metadata[META_STREAM_TIME] = encode_stream_times(self._versions.stream_times)
-        new_meta = StoreMetadata(position, dict(self._offsets), commit_record, seq)
+        store_wide = self._meta.store_wide
+        if self._store_wide and not store_wide:
+            metadata[META_STORE_WIDE] = b"1"
+            store_wide = True
+        new_meta = StoreMetadata(position, dict(self._offsets), commit_record, seq, store_wide)
         try:
             if self._spill is None:
                 self._store._commit_batch(self._batch, metadata, new_meta)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -615,6 +616,11 @@ def test_progress_record_json_round_trip() -> None:
     assert '"changelog_end_offsets":{"0":5,"2":10}' in text
     assert ProgressRecord.from_json(text) == record
     assert ProgressRecord.from_json(text.encode()) == record
+    assert '"position"' not in text  # an older writer's record: no position
+    with_position = replace(record, position=Position.from_map({"in": {0: 41, 3: 7}}))
+    text = with_position.to_json()
+    assert '"position":{"in":{"0":41,"3":7}}' in text
+    assert ProgressRecord.from_json(text) == with_position
 
 
 @pytest.mark.parametrize(
@@ -648,6 +654,12 @@ def test_progress_record_json_round_trip() -> None:
             '{"version":1,"store_id":"s","query_id":"q","batch_id":1,'
             '"changelog_end_offsets":{},"written_at":"yesterday"}',
             "ISO-8601",
+        ),
+        (
+            '{"version":1,"store_id":"s","query_id":"q","batch_id":1,'
+            '"changelog_end_offsets":{},"written_at":"2026-01-01T00:00:00",'
+            '"position":{"in":{"0":-1}}}',
+            "bad position",
         ),
     ],
 )

@@ -358,3 +358,42 @@ def test_results_are_query_results(leader: Store) -> None:
     assert sorted(result.partition_results) == [0, 1, 2]
     assert all(isinstance(r, QueryResult) for r in result.partition_results.values())
     assert all(isinstance(row, tuple) for row in result.partition_results[0].result)
+
+
+# -- which entries of a bound apply to a partition --------------------------------------------
+# POSITION is {"in": {0: 10, 1: 4}}; the bound asks input partition 1 for offset 5, which no
+# store below has reached.
+_AHEAD_ON_INPUT_1 = PositionBound.at(Position.from_map({"in": {1: 5}}))
+
+
+def _answer_on_partition_0(store: Store) -> Any:
+    request = _request(KeyQuery.with_key(b"a")).with_position_bound(_AHEAD_ON_INPUT_1)
+    return store.query(request.with_partitions([0])).only_partition_result()
+
+
+def test_a_leader_applies_the_whole_bound_to_every_partition(leader: Store) -> None:
+    # Our sink writes an input record's change to its key's partition, any partition: a
+    # write of input partition 1 may be in store partition 0, so partition 0 must wait too.
+    # (It answered, by Kafka Streams' per-partition rule, before the leader was exempted.)
+    item = _answer_on_partition_0(leader)
+    assert item.failure_reason is FailureReason.NOT_UP_TO_BOUND
+    assert "the store is at position" in (item.failure_message or "")
+
+
+def test_a_follower_of_kafka_streams_applies_the_bound_per_partition(follower: Store) -> None:
+    # Kafka Streams' rule: store partition n holds input partition n, so only the bound's
+    # entries for partition n apply to it; partition 0 answers.
+    item = _answer_on_partition_0(follower)
+    assert item.is_success and item.result == b"A"
+
+
+def test_a_follower_of_a_sink_applies_the_whole_bound(follower: Store) -> None:
+    # A follower of a sink's changelog takes positions from whole batches and marks its
+    # store so: the bound applies to every partition, as on the leader, for good.
+    with follower.begin() as txn:
+        txn.mark_store_wide()
+    assert follower.metadata.store_wide
+    assert _answer_on_partition_0(follower).failure_reason is FailureReason.NOT_UP_TO_BOUND
+    with follower.begin() as txn:
+        txn.put(b"b", b"B", partition=1)
+    assert follower.metadata.store_wide  # kept by later commits

@@ -103,6 +103,7 @@ class KafkaChangelogSource:
         self._assigned: list[int] = []
         self._positions: dict[int, int] = {}
         self._fail_on_data_loss = fail_on_data_loss
+        self._batches: Any = None  # a KafkaBatchProgress, or False: not a sink's changelog
         self.lost_offsets: dict[int, int] = {}
         """``{partition: offsets skipped}`` because they were gone (``fail_on_data_loss``
         False)."""
@@ -120,6 +121,30 @@ class KafkaChangelogSource:
                 "kafka.bootstrap.servers"
             )
         return count
+
+    def batch_progress(self) -> Any:
+        """The progress of whole batches (a
+        :class:`~spark_statestore.connectors.kafka.follower.batches.KafkaBatchProgress`) when
+        the changelog is a sink's (its ``<changelog>-progress`` topic exists with one
+        partition), else None (Kafka Streams' changelogs have none). Made on the first call
+        and closed with the source."""
+        if self._batches is None:
+            from spark_statestore.connectors.kafka.follower.batches import KafkaBatchProgress
+            from spark_statestore.connectors.kafka.sink.progress import PROGRESS_SUFFIX
+
+            progress_topic = self._topic + PROGRESS_SUFFIX
+            with self._offsets_lock:
+                count = clients.partition_count(
+                    self._offsets_client, progress_topic, self._timeout_s
+                )
+            self._batches = (
+                KafkaBatchProgress(
+                    self._bootstrap, self._topic, config=self._user, timeout_s=self._timeout_s
+                )
+                if count == 1
+                else False
+            )
+        return self._batches or None
 
     def versioned_store_retention_ms(self) -> int | None:
         """The changelog's ``min.compaction.lag.ms`` when it is one day or more, which is how
@@ -264,6 +289,8 @@ class KafkaChangelogSource:
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
+        if self._batches:
+            self._batches.close()
         self._offsets_client.close()
 
 

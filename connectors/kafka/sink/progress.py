@@ -24,8 +24,16 @@ from confluent_kafka import Consumer, Message, Producer
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError, ProgressRecordError
 from spark_statestore.connectors.kafka.sink.ranges import read_ranges
+from spark_statestore.errors import InvalidPositionError
+from spark_statestore.position import Position
 
-__all__ = ["PROGRESS_SUFFIX", "ProgressRecord", "read_last_progress", "require_progress_topic"]
+__all__ = [
+    "PROGRESS_SUFFIX",
+    "ProgressRecord",
+    "parse_progress_message",
+    "read_last_progress",
+    "require_progress_topic",
+]
 
 PROGRESS_SUFFIX = "-progress"
 """The progress topic of changelog ``c`` is ``c + PROGRESS_SUFFIX``."""
@@ -67,6 +75,11 @@ class ProgressRecord:
         are absent. :meth:`ChangelogWriter.publish` fills this in.
     written_at
         ISO-8601 time the record was built.
+    position
+        The position the batch's changelog records carry in their ``c`` headers (the
+        store's position with the batch merged), or None (none, or an older writer). A
+        follower takes it once it has applied the batch up to ``changelog_end_offsets``
+        (:class:`~spark_statestore.connectors.kafka.follower.batches.KafkaBatchProgress`).
     """
 
     store_id: str
@@ -75,6 +88,7 @@ class ProgressRecord:
     source_offsets: Any = None
     changelog_end_offsets: Mapping[int, int] = field(default_factory=dict)
     written_at: str = field(default_factory=_utc_now)
+    position: Position | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.store_id, str) or not self.store_id:
@@ -107,10 +121,15 @@ class ProgressRecord:
 
     @classmethod
     def for_batch(
-        cls, store_id: str, query_id: str, batch_id: int, source_offsets: Any = None
+        cls,
+        store_id: str,
+        query_id: str,
+        batch_id: int,
+        source_offsets: Any = None,
+        position: Position | None = None,
     ) -> ProgressRecord:
         """The record of a batch about to be published (end offsets empty, time now)."""
-        return cls(store_id, query_id, batch_id, source_offsets)
+        return cls(store_id, query_id, batch_id, source_offsets, position=position)
 
     def to_json(self) -> str:
         """Compact JSON, with a format version (partitions as string keys, like Spark's
@@ -130,6 +149,8 @@ class ProgressRecord:
             "changelog_end_offsets": {str(p): o for p, o in self.changelog_end_offsets.items()},
             "written_at": self.written_at,
         }
+        if self.position is not None:
+            body["position"] = self.position.to_dict()
         try:
             return json.dumps(body, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -182,6 +203,12 @@ class ProgressRecord:
                     "not an int >= 0"
                 )
             ends[int(key)] = offset
+        position = None
+        if body.get("position") is not None:
+            try:
+                position = Position.from_json(json.dumps(body["position"]))
+            except (InvalidPositionError, TypeError, ValueError) as exc:
+                raise ProgressRecordError(f"progress record: bad position: {exc}") from exc
         return cls(
             body["store_id"],
             body["query_id"],
@@ -189,6 +216,7 @@ class ProgressRecord:
             body.get("source_offsets"),
             ends,
             body["written_at"],
+            position,
         )
 
 
@@ -268,14 +296,25 @@ def read_last_progress(
         consumer.close()
 
 
-def _parse_progress(message: Message, topic: str, store_id: str) -> ProgressRecord:
+def parse_progress_message(message: Message, topic: str) -> ProgressRecord:
+    """The progress record in ``message`` of ``topic``.
+
+    Raises
+    ------
+    ProgressRecordError
+        Naming the message's offset, when it holds no valid progress record.
+    """
     value = message.value()
     try:
         if value is None:
             raise ProgressRecordError("progress record has a null value")
-        record = ProgressRecord.from_json(value)
+        return ProgressRecord.from_json(value)
     except ProgressRecordError as exc:
         raise exc.at(topic, 0, message.offset()) from exc
+
+
+def _parse_progress(message: Message, topic: str, store_id: str) -> ProgressRecord:
+    record = parse_progress_message(message, topic)
     if record.store_id != store_id:
         raise ProgressRecordError(
             f"progress record keyed {store_id!r} names store {record.store_id!r}",

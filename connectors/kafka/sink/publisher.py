@@ -19,6 +19,7 @@ from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.connectors.kafka.sink.progress import ProgressRecord, read_last_progress
 from spark_statestore.connectors.kafka.sink.ranges import read_changelog_range
 from spark_statestore.connectors.kafka.sink.writer import ChangelogWriter, transactional_id_for
+from spark_statestore.position import Position
 from spark_statestore.sink.commit import Change, ChangelogRow, PublishedBatch
 
 __all__ = ["KafkaChangelogPublisher"]
@@ -107,8 +108,11 @@ class KafkaChangelogPublisher:
         query_id: str,
         batch_id: int,
         source_offsets: Any,
+        position: Position | None = None,
     ) -> dict[int, int]:
-        progress = ProgressRecord.for_batch(store_id, query_id, batch_id, source_offsets)
+        progress = ProgressRecord.for_batch(
+            store_id, query_id, batch_id, source_offsets, position=position
+        )
         return self._writer_for(store_id).publish(changes, progress=progress)
 
     def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
