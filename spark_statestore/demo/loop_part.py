@@ -259,8 +259,17 @@ def _compare(
 
     say()
     say(f"-- their positions: how far into {CHANGELOG} the totals are")
-    for name, store in (("leader", paths.leader_store), ("follower", paths.follower_store)):
-        create_view(spark, f"groups_{name}_position", store, view="position")
+    create_view(spark, "groups_leader_position", paths.leader_store, view="position")
+    # The follower's store takes a batch's position once it has applied the whole batch,
+    # which may be just after the feed delivered its changes: wait for it (a bounded read).
+    create_view(
+        spark,
+        "groups_follower_position",
+        paths.follower_store,
+        view="position",
+        positionBound=target.to_json(),
+        positionBoundTimeoutMs="60000",
+    )
     rows = run_sql(
         spark,
         "SELECT topic, partition, l.offset AS leader, f.offset AS follower "
