@@ -15,33 +15,42 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from spark_statestore.connectors.kafka import clients
-from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.errors import KafkaClientError, describe_error
 from spark_statestore.connectors.kafka.sink.progress import (
     PROGRESS_SUFFIX,
     parse_progress_message,
 )
-from spark_statestore.connectors.kafka.sink.ranges import read_ranges
 from spark_statestore.position import Position
 
 __all__ = ["KafkaBatchProgress"]
 
-_WINDOW = 16
-"""Offsets read back from the progress topic's end by the first step (a batch takes two:
-its record and its transaction marker)."""
+_WINDOW = 1024
+"""Offsets before the progress topic's end where the tail starts (a batch takes two, its
+record and its transaction marker; aborted attempts take more)."""
+_DRAIN = 1024
 
 
 class KafkaBatchProgress:
-    """The latest batch of a sink's changelog, from its progress topic.
+    """The latest batch of a sink's changelog, tailing its progress topic.
+
+    One consumer, assigned once near the topic's end, keeps fetching in the background;
+    :meth:`sample` takes what has arrived without waiting, so the follower thread never
+    blocks on it.
 
     Parameters
     ----------
     bootstrap_servers, changelog, config
         The changelog's cluster, topic and the user's ``kafka.*`` settings.
     timeout_s
-        How long one read of the progress topic may take.
+        How long finding the progress topic's end may take.
+
+    Raises
+    ------
+    KafkaClientError
+        The progress topic's end cannot be read.
     """
 
     def __init__(
@@ -54,45 +63,50 @@ class KafkaBatchProgress:
     ) -> None:
         self.topic = changelog + PROGRESS_SUFFIX
         self._timeout_s = timeout_s
-        self._consumer: Consumer | None = clients.consumer(
+        self._latest: tuple[Position, dict[int, int]] = (Position.empty(), {})
+        consumer = clients.consumer(
             bootstrap_servers,
             config,
             group="spark-statestore-progress",
             what=f"progress topic {self.topic!r}",
         )
+        try:
+            low, end = clients.watermarks(consumer, self.topic, 0, timeout_s)
+            consumer.assign([TopicPartition(self.topic, 0, max(low, end - _WINDOW))])
+        except BaseException:
+            consumer.close()
+            raise
+        self._consumer: Consumer | None = consumer
 
     def sample(self) -> tuple[Position, dict[int, int]]:
-        """``(position, ends)`` of the latest committed batch: its records' position (empty
-        when its writer recorded none) and its changelog partitions' end offsets; nothing
-        (empty, empty) before the first batch.
+        """``(position, ends)`` of the latest committed batch read so far: its records'
+        position (empty when its writer recorded none) and its changelog partitions' end
+        offsets; ``(empty, {})`` before any.
 
         Raises
         ------
         KafkaClientError
             The progress topic cannot be read.
         ProgressRecordError
-            Its latest record is malformed (the error names its offset).
+            A progress record is malformed (the error names its offset).
         """
         consumer = self._consumer
         if consumer is None:
             raise KafkaClientError(f"the reader of progress topic {self.topic!r} is closed")
-        low, end = clients.watermarks(consumer, self.topic, 0, self._timeout_s)
-        window = _WINDOW
-        while end > low:
-            start = max(low, end - window)
-            latest: Message | None = None
-            for message in read_ranges(
-                consumer,
-                self.topic,
-                {0: (start, end)},
-                fail_on_data_loss=False,  # older records are not needed
-                timeout_s=self._timeout_s,
-            ):
-                latest = message
-            if latest is not None:
-                return _sample_of(latest, self.topic)
-            end, window = start, window * 4
-        return Position.empty(), {}
+        for message in consumer.consume(_DRAIN, timeout=0):
+            error = message.error()
+            if error is None:
+                self._latest = _sample_of(message, self.topic)
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                # Older records were deleted (retention, compaction): restart at the start.
+                low, _ = clients.watermarks(consumer, self.topic, 0, self._timeout_s)
+                consumer.assign([TopicPartition(self.topic, 0, low)])
+            elif error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaClientError(
+                    f"reading progress topic {self.topic!r} failed: {describe_error(error)}",
+                    error.code(),
+                )
+        return self._latest
 
     def close(self) -> None:
         """Release the consumer (idempotent)."""
