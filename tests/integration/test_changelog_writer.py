@@ -509,6 +509,9 @@ def test_malformed_progress_record_in_the_topic_names_its_offset(
     bootstrap = kafka_broker.bootstrap_servers
     topic = make_changelog()
     make_writer(topic).publish([], progress=ProgressRecord.for_batch("s", "q", 0))
+    # Kafka writes a transaction's markers after commit_transaction() returns: wait for the
+    # commit marker (offset 1), or the records below could take its offset.
+    assert wait_until_settled(bootstrap, f"{topic}-progress") == {0: 2}
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(f"{topic}-progress", b"{truncated", b"s", partition=0)
     producer.produce(f"{topic}-progress", b"garbage of another store", b"other", partition=0)
