@@ -371,6 +371,7 @@ def _lookup(
     and its position: the live owner's, pinned, or a private checkpoint's."""
     from spark_statestore.connectors.spark.reader.local import RECHECK_MAX_S
     from spark_statestore.serve import connect_to_owner
+    from spark_statestore.store.errors import StoreNotFoundError
     from spark_statestore.store.scan import ScanSpec
 
     spec = ScanSpec.for_keys(keys)
@@ -392,6 +393,11 @@ def _lookup(
         except NotUpToBoundError:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                raise
+        except StoreNotFoundError:
+            # No store yet: it has not reached the rows' positions either.
+            remaining = deadline - time.monotonic()
+            if bound.is_unbounded() or remaining <= 0:
                 raise
             # No owner serves the store, so no commit wakes us: look again (through an
             # owner if one has started meanwhile).

@@ -63,11 +63,15 @@ def rechecks() -> Any:
     logger.setLevel(previous)
 
 
+@pytest.mark.parametrize("exists", [True, False], ids=["below-the-bound", "not-created-yet"])
 def test_planning_waits_for_the_commit_that_reaches_the_bound(
-    tmp_path: Path, rechecks: _Rechecks
+    tmp_path: Path, rechecks: _Rechecks, exists: bool
 ) -> None:
+    # A store that does not exist yet (a follower query just started, which creates it) has
+    # not reached the bound either: a bounded read waits for it as for a store behind.
     path = tmp_path / "store"
-    _commit(path, 1)
+    if exists:
+        _commit(path, 1)
     planned: list[Any] = []
     errors: list[BaseException] = []
 
@@ -79,7 +83,7 @@ def test_planning_waits_for_the_commit_that_reaches_the_bound(
 
     thread = threading.Thread(target=plan)
     thread.start()
-    assert rechecks.seen.wait(60), errors  # it found the store below the bound
+    assert rechecks.seen.wait(60), errors  # it found the store below the bound, or none
     seq = _commit(path, 5)
     thread.join(60)
     assert not thread.is_alive() and not errors, errors
@@ -93,3 +97,40 @@ def test_planning_gives_up_at_the_timeout(tmp_path: Path) -> None:
         _reader(path, 200).partitions()
     with pytest.raises(NotUpToBoundError, match="set positionBoundTimeoutMs to wait"):
         _reader(path, 0).partitions()
+
+
+def test_an_unbounded_read_of_a_missing_store_fails_at_once(tmp_path: Path) -> None:
+    from spark_statestore.store.errors import StoreNotFoundError
+
+    raw = {"path": str(tmp_path / "nothing")}
+    options = parse_reader_options(raw)
+    with pytest.raises(StoreNotFoundError, match="no store at"):
+        SnapshotReader(options, parse_ddl(reader_ddl(options))).partitions()
+    with pytest.raises(StoreNotFoundError, match="no store at"):
+        _reader(tmp_path / "nothing", 200).partitions()  # nor one that waited in vain
+
+
+def test_an_enrichment_lookup_waits_for_a_store_not_created_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # enrich's lookups without an owner wait as the reader's planning does: the store is
+    # created (by a commit reaching the rows' position) while the lookup waits to look again.
+    from types import SimpleNamespace
+
+    from spark_statestore.connectors.spark import enrich
+    from spark_statestore.position import PositionBound
+
+    path = tmp_path / "store"
+    plan = SimpleNamespace(local_path=str(path), wait_s=60.0, store=f"store {path}")
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:  # the lookup's wait before it looks again
+        pauses.append(seconds)
+        _commit(path, 5)
+
+    monkeypatch.setattr(enrich.time, "sleep", pause)
+    found, position = enrich._lookup(  # type: ignore[arg-type]
+        plan, [b"k5", b"absent"], PositionBound.from_json(BOUND)
+    )
+    assert len(pauses) == 1
+    assert found == {b"k5": b"v"} and position.to_map() == {"orders": {0: 5}}

@@ -35,6 +35,7 @@ from spark_statestore.connectors.spark.reader.local import (
 )
 from spark_statestore.connectors.spark.windows import WINDOWED
 from spark_statestore.position import Position
+from spark_statestore.store.errors import StoreNotFoundError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -132,6 +133,12 @@ class SnapshotReader(DataSourceReader):
             except NotUpToBoundError:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    raise
+            except StoreNotFoundError:
+                # No store yet (e.g. the follower query that creates it has just started):
+                # it has not reached the bound either, so a bounded read waits for it too.
+                remaining = deadline - time.monotonic()
+                if self._options.position_bound.is_unbounded() or remaining <= 0:
                     raise
             # No owner is serving the store, so no commit will wake us: check again soon,
             # through the owner if one has started meanwhile.
