@@ -158,7 +158,9 @@ def admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClie
     consumer-only ones left out: an AdminClient warns about each)."""
     from confluent_kafka.admin import AdminClient
 
-    settings = {"bootstrap.servers": bootstrap_servers, **(config or {})}
+    # librdkafka's info-level lines (level 6; e.g. an admin client destroyed with an event
+    # it did not serve) are noise to a user; notices, warnings and errors still show.
+    settings = {"bootstrap.servers": bootstrap_servers, "log_level": 5, **(config or {})}
     for name in _CONSUMER_ONLY:
         settings.pop(name, None)
     try:
