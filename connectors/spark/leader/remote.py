@@ -49,6 +49,9 @@ START_TIMEOUT_S = 300.0
 COMMIT_TIMEOUT_S = 24 * 3600.0
 """A commit's reply may take as long as the batch's commit: Spark waits for it anyway."""
 STOP_TIMEOUT_S = 60.0
+EXIT_WAIT_S = 5.0
+"""After a failed commit call, how long the server's exit is awaited before the failure is
+taken as the server's own answer."""
 
 
 def live_server(path: str) -> ServerRecord | None:
@@ -85,7 +88,6 @@ def commit_through_server(
         fails the batch; the restarted query commits it again, exactly once).
     """
     from spark_statestore.errors import StateStoreError
-    from spark_statestore.serve.errors import ServerUnavailableError
     from spark_statestore.sink.commit import CommitOutcome
 
     path = os.path.abspath(options.path)
@@ -109,8 +111,10 @@ def commit_through_server(
             with _client(path, record, COMMIT_TIMEOUT_S) as client:
                 reply = client.call(ACTION_COMMIT, body)
             return CommitOutcome(reply.get("outcome"))
-        except ServerUnavailableError as exc:
-            if attempt == 1 and live_server(path) != record:
+        except StateStoreError as exc:
+            # A server that died answers with whatever error its closed connection gave; one
+            # that lives gave a real answer (a refusal, a failed commit): that is final.
+            if attempt == 1 and _exited(record.pid, EXIT_WAIT_S):
                 _log.warning(
                     "the sink's store server of %s (pid %d) went away during the commit of "
                     "batch %d (%s): committing it again through a new one",
@@ -121,8 +125,6 @@ def commit_through_server(
                 )
                 continue
             failure: StateStoreError = exc
-        except StateStoreError as exc:
-            failure = exc
         raise SinkError(
             f"batch {batch.batch_id} of query {batch.query_id}: the sink's store server of "
             f"{path} (pid {record.pid}) did not commit it: {failure}. Spark fails the batch; "
@@ -216,6 +218,19 @@ def _start(
         f"the sink's store server of {path} did not start: {reply.get('error', reply)} "
         f"(its log: {log_path})"
     )
+
+
+def _exited(pid: int, timeout_s: float) -> bool:
+    """Whether process ``pid`` exits (or has) within ``timeout_s`` (a pidfd turns readable)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        return bool(ready)
+    finally:
+        os.close(fd)
 
 
 def _handshake(process: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any]:
