@@ -7,8 +7,6 @@ the session and the queries the demo built.
 
 from __future__ import annotations
 
-import os
-import select
 import threading
 import time
 from collections import Counter
@@ -30,7 +28,6 @@ __all__ = [
     "say",
     "stop_query",
     "table",
-    "wait_for_exit",
 ]
 
 FORMAT = "spark_statestore"
@@ -160,26 +157,13 @@ class FeedPrinter:
 
 
 # -- processes --------------------------------------------------------------------------------
-def wait_for_exit(pid: int, timeout_s: float) -> bool:
-    """Wait until process ``pid`` has exited (a pidfd turns readable then)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout_s)
-        return bool(ready)
-    finally:
-        os.close(fd)
-
-
 def stop_query(query: Any, stores: Sequence[Path], problems: list[str]) -> None:
     """Stop a streaming query and wait until the processes that owned its stores are gone.
 
     Spark ends a query's reader process (a follower store's owner) soon after ``stop()``,
     not during it; a sink's commit process owns its store only while it commits.
     """
-    from spark_statestore.store.ownership import read_owner
+    from spark_statestore.store.ownership import read_owner, wait_for_exit
 
     if query.exception() is not None:
         problems.append(f"query {query.name} failed: {query.exception()}")

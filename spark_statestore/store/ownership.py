@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from spark_statestore.store.errors import StoreLockedError
 from spark_statestore.store.files import open_private
 
-__all__ = ["OWNER_FILE", "OwnerInfo", "OwnerLock", "live_owner", "read_owner"]
+__all__ = ["OWNER_FILE", "OwnerInfo", "OwnerLock", "live_owner", "read_owner", "wait_for_exit"]
 
 OWNER_FILE = "_owner.json"
 LOCK_FILE = "_owner.lock"
@@ -228,3 +228,19 @@ class OwnerLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
+
+
+def wait_for_exit(pid: int, timeout_s: float) -> bool:
+    """Whether process ``pid`` (e.g. a store's owner) exits, or has, within ``timeout_s``: a
+    pidfd turns readable when it does."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        return bool(ready)
+    finally:
+        os.close(fd)

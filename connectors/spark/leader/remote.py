@@ -89,6 +89,7 @@ def commit_through_server(
     """
     from spark_statestore.errors import StateStoreError
     from spark_statestore.sink.commit import CommitOutcome
+    from spark_statestore.store.ownership import wait_for_exit
 
     path = os.path.abspath(options.path)
     wanted = fingerprint(options)
@@ -114,7 +115,7 @@ def commit_through_server(
         except StateStoreError as exc:
             # A server that died answers with whatever error its closed connection gave; one
             # that lives gave a real answer (a refusal, a failed commit): that is final.
-            if attempt == 1 and _exited(record.pid, EXIT_WAIT_S):
+            if attempt == 1 and wait_for_exit(record.pid, EXIT_WAIT_S):
                 _log.warning(
                     "the sink's store server of %s (pid %d) went away during the commit of "
                     "batch %d (%s): committing it again through a new one",
@@ -218,19 +219,6 @@ def _start(
         f"the sink's store server of {path} did not start: {reply.get('error', reply)} "
         f"(its log: {log_path})"
     )
-
-
-def _exited(pid: int, timeout_s: float) -> bool:
-    """Whether process ``pid`` exits (or has) within ``timeout_s`` (a pidfd turns readable)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout_s)
-        return bool(ready)
-    finally:
-        os.close(fd)
 
 
 def _handshake(process: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any]:
