@@ -18,7 +18,10 @@
    shows both stores agree; a read bounded by the app's next changelog write fails with
    NOT_UP_TO_BOUND until the follower has caught up with it
    (:mod:`~spark_statestore.demo.loop_part`).
-8. Say what to look at; every query, Spark, the Kafka Streams app and the broker are stopped
+8. Both stores are found through their announcements on the changelog's replicas topic, and
+   a router answers a key query from the leader, then, the leader stopped, from the follower
+   (:mod:`~spark_statestore.demo.route_part`).
+9. Say what to look at; every query, Spark, the Kafka Streams app and the broker are stopped
    (also on errors); exit 0.
 
 :mod:`~spark_statestore.demo.output` is what the parts share (the output, SQL on stores, the

@@ -15,6 +15,8 @@ query has stopped, with the broker, the Kafka Streams app and Spark still up:
    has gone through the leader and its changelog into the follower; the same read with
    ``positionBoundTimeoutMs`` waits on the follower query's store server for the commit that
    reaches the bound, and answers with the new group total.
+8. While both queries run, :func:`~spark_statestore.demo.route_part.run_routing` routes a
+   key query over the two stores, found through their announcements.
 
 Why complete mode through ``writeStream`` (and not ``foreachBatch`` with the batch writer):
 the sink reads each batch's source offsets from Spark's offset log, where the Kafka source
@@ -362,7 +364,7 @@ def _read_your_writes(
 def run_loop(
     spark: Any, bootstrap: str, app: PhaseRunner, workdir: Path, problems: list[str]
 ) -> None:
-    """Sections 6 and 7 of the demo (see the module docstring); appends what went wrong to
+    """Sections 6 to 8 of the demo (see the module docstring); appends what went wrong to
     ``problems`` and stops both queries (and waits for their stores' owners to exit)."""
     paths = _Paths(workdir)
     banner("6. closing the loop: a Spark job leads a store of its own, another query follows it")

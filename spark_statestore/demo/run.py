@@ -77,7 +77,7 @@ def run_demo(workdir: Path | None = None) -> int:
                 banner("3. a Spark follower query materializes the changelog into a local store")
                 with _spark_session(root) as spark:
                     follow_part.run_follow_part(spark, bootstrap, shop, first, root, problems)
-                    loop_part.run_loop(spark, bootstrap, shop, root, problems)  # 6 and 7
+                    loop_part.run_loop(spark, bootstrap, shop, root, problems)  # 6 to 8
             say("the Kafka Streams app is stopped")
         say("the broker process is stopped")
 
