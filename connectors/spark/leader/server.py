@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
     from spark_statestore.connectors.spark.options import SinkOptions
-    from spark_statestore.connectors.spark.serve_options import ServeSettings
     from spark_statestore.query import LagInfo
     from spark_statestore.sink.commit import BatchToCommit
 
@@ -227,7 +226,7 @@ class LeaderServer:
             changelog_publisher,
             open_leader_store,
         )
-        from spark_statestore.connectors.spark.serve_options import ServeSettings
+        from spark_statestore.connectors.spark.serve_options import ServeSettings, read_tls_files
         from spark_statestore.serve import StoreServer
         from spark_statestore.serve.auth import new_token, read_token_file
         from spark_statestore.store.files import write_private_json
@@ -258,7 +257,7 @@ class LeaderServer:
                 host=self.settings.host,
                 port=self.settings.port,
                 lag_provider=self._lags,
-                tls_certificates=_tls_files(self.settings),
+                tls_certificates=read_tls_files(self.settings.tls_cert, self.settings.tls_key),
                 token=read_token_file(self.settings.token_file, "'serveTokenFile'")
                 if self.settings.token_file is not None
                 else None,
@@ -281,11 +280,8 @@ class LeaderServer:
         from spark_statestore.query import LagInfo
 
         offsets = self.store.metadata.changelog_offsets
-        return {p: LagInfo(offsets.get(p, 0), offsets.get(p, 0)) for p in range(self._count)}
-
-    @property
-    def _count(self) -> int:
-        return self.store.manifest.partitions
+        count = self.store.manifest.partitions
+        return {p: LagInfo(offsets.get(p, 0), offsets.get(p, 0)) for p in range(count)}
 
     def _announce(self) -> ReplicaAnnouncer | None:
         from spark_statestore.connectors.kafka.discovery import announce_store
@@ -377,12 +373,6 @@ class LeaderServer:
             if record is not None and record.pid == os.getpid():
                 os.unlink(os.path.join(self.store.path, SERVER_FILE))
             self.store.close()
-
-
-def _tls_files(settings: ServeSettings) -> tuple[bytes, bytes] | None:
-    from spark_statestore.connectors.spark.serve_options import read_tls_files
-
-    return read_tls_files(settings.tls_cert, settings.tls_key)
 
 
 def main() -> int:
