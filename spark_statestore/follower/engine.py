@@ -17,9 +17,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from spark_statestore.changelog.versioned import check_versioned
 from spark_statestore.errors import FollowerError
@@ -27,18 +26,10 @@ from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 
 if TYPE_CHECKING:
+    from spark_statestore.follower.protocols import ChangelogSource, LeaderProgress, PollResult
     from spark_statestore.store import Store
-    from spark_statestore.store.layout import Headers
 
-__all__ = [
-    "LEADER_SAMPLE_INTERVAL_S",
-    "ChangelogSource",
-    "Follower",
-    "FollowerState",
-    "LeaderProgress",
-    "PollResult",
-    "Row",
-]
+__all__ = ["LEADER_SAMPLE_INTERVAL_S", "Follower", "FollowerState"]
 
 _log = logging.getLogger(__name__)
 
@@ -54,98 +45,6 @@ class FollowerState(str, Enum):
     RUNNING = "running"
     STOPPED = "stopped"
     FAILED = "failed"
-
-
-Row = tuple[bytes, "bytes | None", int, int, int]
-"""One changelog record as the store applies it: key, value (None: delete), partition,
-offset, timestamp (epoch ms, -1 unknown)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PollResult:
-    """What one poll of a :class:`ChangelogSource` returned.
-
-    Parameters
-    ----------
-    rows
-        Committed records as :data:`Row` tuples, in offset order per partition.
-    positions
-        ``{partition: next offset}`` the source has read up to after these records; it can
-        be past the last record's offset + 1 (transaction markers take offsets too).
-    position
-        The merge of the rows' ``c``-header positions (None when none had one).
-    without_position
-        Rows without a position (no ``v`` header, or a version this reader ignores).
-    skipped_positions
-        Rows whose malformed position headers were skipped (the source was asked to).
-    headers
-        ``{row index: headers}`` of the rows whose record has headers besides the ``v``/``c``
-        position headers (those others, in record order): the store keeps them with the
-        row (Kafka Streams 4.3 header-aware stores log their headers this way).
-    """
-
-    rows: Sequence[Row]
-    positions: Mapping[int, int]
-    position: Position | None = None
-    without_position: int = 0
-    skipped_positions: int = 0
-    headers: Mapping[int, Headers] = field(default_factory=dict)
-
-
-class ChangelogSource(Protocol):
-    """A changelog as the follower reads it (implemented by the Kafka connector)."""
-
-    @property
-    def topic(self) -> str:
-        """The changelog topic."""
-        ...
-
-    def partition_count(self) -> int:
-        """How many partitions the changelog has."""
-        ...
-
-    def end_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
-        """``{partition: next offset after the last committed record}`` (the LSO)."""
-        ...
-
-    def versioned_store_retention_ms(self) -> int | None:
-        """When the changelog is a Kafka Streams versioned store's, the ``min.compaction.lag.ms``
-        that says so (history retention plus a day); None for any other changelog."""
-        ...
-
-    def batch_progress(self) -> LeaderProgress | None:
-        """For a changelog a sink writes in batches (each record carrying its batch's
-        position, a batch spanning partitions): the latest batch's position and its end
-        offsets per partition; None for any other changelog."""
-        ...
-
-    def assign(self, starts: Mapping[int, int]) -> None:
-        """Start reading each partition at ``starts[partition]``."""
-        ...
-
-    def poll(self, max_records: int, timeout_s: float, *, fill: bool = True) -> PollResult:
-        """Up to ``max_records`` committed records, waiting at most ``timeout_s``.
-
-        ``fill``: wait (up to ``timeout_s``) for a whole ``max_records`` chunk, as a restore
-        wants; otherwise return as soon as anything has arrived, with what has, as a caught-up
-        follower wants (each change visible without waiting for more).
-        """
-        ...
-
-    def close(self) -> None:
-        """Release the source's resources."""
-        ...
-
-
-class LeaderProgress(Protocol):
-    """How far an exactly-once leader has committed, for a changelog without position
-    headers (implemented by the Kafka connector)."""
-
-    def sample(self) -> tuple[Position, dict[int, int]]:
-        """``(position, log_ends)``: the leader's committed input position (per input
-        partition, the offset of the last record whose processing it committed), then, read
-        after it, the changelog's log end offsets (open transactions included)."""
-        ...
 
 
 class Follower:
