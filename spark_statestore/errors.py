@@ -20,7 +20,9 @@ __all__ = [
     "FollowerError",
     "InvalidPositionError",
     "OptionError",
+    "PositionUnavailableError",
     "StateStoreError",
+    "TopologyError",
     "closest_hint",
 ]
 
@@ -42,6 +44,17 @@ class InvalidPositionError(StateStoreError, ValueError):
 
 class FollowerError(StateStoreError):
     """The follower cannot go on (its store, its changelog, or a record is unusable)."""
+
+
+class PositionUnavailableError(FollowerError):
+    """A follower cannot tell which rule gives its store's position (e.g. whether its
+    changelog is a sink's: the progress topic cannot be described). It goes on applying
+    records but grants no position until it can tell."""
+
+
+class TopologyError(FollowerError, ValueError):
+    """A Kafka Streams topology description cannot be read, or does not say what a
+    follower needs (the store's sub-topology and the internal topics upstream of it)."""
 
 
 def closest_hint(given: str, valid: Iterable[str], *, noun: str) -> str:

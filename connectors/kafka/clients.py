@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 from spark_statestore.connectors.kafka.errors import (
     KafkaClientError,
     client_error,
+    describe_error,
     is_transient,
     kafka_error_of,
 )
@@ -139,7 +140,8 @@ def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -
     Raises
     ------
     KafkaClientError
-        The cluster's metadata cannot be read.
+        The cluster's metadata cannot be read, or the topic's carries another error than
+        "unknown topic" (not authorized to describe it, say): whether it exists is unknown.
     """
     try:
         metadata = client.list_topics(topic, timeout=timeout_s)
@@ -148,9 +150,16 @@ def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -
             exc, f"cannot read the metadata of topic {topic!r}", "; check kafka.bootstrap.servers"
         ) from exc
     info = metadata.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
+    if info is None:
         return None
-    return len(info.partitions)
+    if info.error is not None:
+        if info.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return None
+        raise KafkaClientError(
+            f"cannot describe topic {topic!r}: {describe_error(info.error)}",
+            info.error.code(),
+        )
+    return len(info.partitions) or None
 
 
 def admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClient:

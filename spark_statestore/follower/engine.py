@@ -21,7 +21,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from spark_statestore.changelog.versioned import check_versioned
-from spark_statestore.errors import FollowerError
+from spark_statestore.errors import FollowerError, PositionUnavailableError
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 
@@ -29,12 +29,18 @@ if TYPE_CHECKING:
     from spark_statestore.follower.protocols import ChangelogSource, LeaderProgress, PollResult
     from spark_statestore.store import Store
 
-__all__ = ["LEADER_SAMPLE_INTERVAL_S", "Follower", "FollowerState"]
+__all__ = ["LEADER_SAMPLE_INTERVAL_S", "MAX_PENDING_SAMPLES", "Follower", "FollowerState"]
 
 _log = logging.getLogger(__name__)
 
 LEADER_SAMPLE_INTERVAL_S = 0.05
-"""How often a follower with a ``leader`` asks it how far it has committed."""
+"""How often a follower with a ``leader`` asks it how far it has committed (and, once
+RUNNING, the longest a poll waits, so a completed sample is granted without waiting for the
+next record)."""
+MAX_PENDING_SAMPLES = 16
+"""Samples a follower keeps while it has not reached their log ends."""
+UNDECIDED_RETRY_S = 1.0
+"""How often a follower asks again whether its changelog is a sink's, while it cannot tell."""
 
 
 class FollowerState(str, Enum):
@@ -143,8 +149,13 @@ class Follower:
         self._thread: threading.Thread | None = None
         self._leader = leader
         # A sink's changelog: positions from whole batches, not from the records' headers.
-        self._batches = source.batch_progress() if leader is None else None
-        self._pending: tuple[Position, dict[int, int]] | None = None
+        self._batches: LeaderProgress | None = None
+        # Why it is not known yet whether the changelog is a sink's (then no header counts).
+        self._undecided: str | None = None
+        self._decide_at = float("-inf")
+        if leader is None:
+            self._decide_batches()
+        self._pending: list[tuple[Position, dict[int, int]]] = []
         self._sampled_at = float("-inf")
 
     # -- driving --------------------------------------------------------------------------
@@ -157,6 +168,7 @@ class Follower:
         self.restore_targets = self.source.end_offsets(self.partitions)
         self.end_offsets = dict(self.restore_targets)
         self.source.assign(starts)
+        self._mark_store_wide()
         self.state = FollowerState.RESTORING
         _log.info(
             "following %s into %s from %s up to %s",
@@ -173,10 +185,14 @@ class Follower:
             self.start_restore()
         if self.state not in (FollowerState.RESTORING, FollowerState.RUNNING):
             raise FollowerError(f"follower of {self.source.topic!r} is {self.state.value}")
+        if self._undecided is not None and time.monotonic() >= self._decide_at:
+            self._decide_batches()
+            self._mark_store_wide()
+        waiting = self.poll_timeout_s
+        if self.state is FollowerState.RUNNING and (self._leader or self._batches) is not None:
+            waiting = min(waiting, LEADER_SAMPLE_INTERVAL_S)
         polled = self.source.poll(
-            self.chunk_records,
-            self.poll_timeout_s,
-            fill=self.state is FollowerState.RESTORING,
+            self.chunk_records, waiting, fill=self.state is FollowerState.RESTORING
         )
         current = self.store.metadata.changelog_offsets
         moved = {
@@ -189,30 +205,69 @@ class Follower:
             return 0
         return self._commit(polled, moved, derived)
 
-    def _leader_position(self, applied: Mapping[int, int]) -> Position | None:
-        """The leader's sampled position once ``applied`` has reached the log ends sampled
-        with it (None before that, when the store already has it, or without a leader).
+    def _decide_batches(self) -> None:
+        """Ask the source whether the changelog is a sink's; until it can say, no position
+        header counts (a sink's batch spans partitions, so a header of part of it would grant
+        the whole batch early) and bounded reads wait, naming why."""
+        try:
+            self._batches = self.source.batch_progress()
+        except PositionUnavailableError as exc:
+            self._undecided = str(exc)
+            self._decide_at = time.monotonic() + UNDECIDED_RETRY_S
+            self.store.position_note = self._undecided
+            _log.warning("%s", exc)
+            return
+        self._undecided = None
+        self.store.position_note = None
 
-        One sample is pending at a time (a new one is taken, at most every
-        :data:`LEADER_SAMPLE_INTERVAL_S`, only once the last one is reached), so a follower
-        that lags keeps no backlog of samples and asks Kafka no more than it can use.
+    def _mark_store_wide(self) -> None:
+        """A leader's group or a sink's batches give positions for the whole store: any
+        partition may hold the effect of any input partition (a repartition, a batch), so a
+        bound applies whole to every partition from the start, before any position is
+        granted (Kafka Streams' per-partition rule would answer partitions the bound does not
+        name at once)."""
+        if (self._leader is not None or self._batches is not None) and not (
+            self.store.metadata.store_wide
+        ):
+            with self.store.begin() as txn:
+                txn.mark_store_wide()
+                txn.commit()
+
+    def _leader_position(self, applied: Mapping[int, int]) -> Position | None:
+        """The newest sampled position whose log ends ``applied`` has reached (merged with
+        the older ones it supersedes); None before that, when the store already has it, or
+        without a leader.
+
+        The progress is asked at most every :data:`LEADER_SAMPLE_INTERVAL_S`; samples wait
+        here until the store reaches their ends (at most :data:`MAX_PENDING_SAMPLES`: when
+        the follower lags, the oldest and the newest are kept, the ones between dropped).
         """
         progress = self._leader or self._batches
         if progress is None:
             return None
         now = time.monotonic()
-        if self._pending is None and now - self._sampled_at >= LEADER_SAMPLE_INTERVAL_S:
+        if now - self._sampled_at >= LEADER_SAMPLE_INTERVAL_S:
             self._sampled_at = now
-            self._pending = progress.sample()
-        if self._pending is None:
+            sampled = progress.sample()
+            self.store.position_note = progress.note()
+            if sampled is not None and (not self._pending or self._pending[-1] != sampled):
+                self._pending.append(sampled)
+                if len(self._pending) > MAX_PENDING_SAMPLES:
+                    del self._pending[-2]
+        reached = [
+            i
+            for i, (_, ends) in enumerate(self._pending)
+            # A subset follower (only a sink's changelog) needs its own partitions of a batch.
+            if all(applied.get(p, 0) >= end for p, end in ends.items() if p in self.partitions)
+        ]
+        if not reached:
             return None
-        position, ends = self._pending
-        # A subset follower (only a sink's changelog) needs its own partitions of the batch.
-        if not all(applied.get(p, 0) >= end for p, end in ends.items() if p in self.partitions):
-            return None
-        self._pending = None
+        granted = Position.empty()
+        for position, _ in self._pending[: reached[-1] + 1]:
+            granted = granted.merge(position)
+        del self._pending[: reached[-1] + 1]
         current = self.store.metadata.position
-        return None if current.merge(position) == current else position
+        return None if current.merge(granted) == current else granted
 
     def _commit(
         self, polled: PollResult, moved: Mapping[int, int], derived: Position | None = None
@@ -236,7 +291,7 @@ class Follower:
                 txn.put_all(rows, headers)
             if self._batches is not None:
                 txn.mark_store_wide()  # its positions hold for every partition it holds
-            elif polled.position is not None:
+            elif polled.position is not None and self._undecided is None:
                 txn.merge_position(polled.position)
             if derived is not None:
                 txn.merge_position(derived)

@@ -101,11 +101,17 @@ class ChangelogSource(Protocol):
 
 
 class LeaderProgress(Protocol):
-    """How far an exactly-once leader has committed, for a changelog without position
-    headers (implemented by the Kafka connector)."""
+    """How far a leader has committed, granted as a store position once the follower has
+    applied the changelog up to given ends (implemented by the Kafka connector: an
+    exactly-once Kafka Streams leader's group, a sink's batches)."""
 
-    def sample(self) -> tuple[Position, dict[int, int]]:
-        """``(position, log_ends)``: the leader's committed input position (per input
-        partition, the offset of the last record whose processing it committed), then, read
-        after it, the changelog's log end offsets (open transactions included)."""
+    def sample(self) -> tuple[Position, dict[int, int]] | None:
+        """``(position, log_ends)`` completed since the last call, or None: the position
+        holds for a store that has applied every partition up to ``log_ends``. Never
+        blocks on Kafka for long (the follower's thread calls it between polls)."""
+        ...
+
+    def note(self) -> str | None:
+        """Why the leader's position may not be advancing (something that cannot be read,
+        a wait that has lasted), for the store's NOT_UP_TO_BOUND answers; None if nothing."""
         ...

@@ -114,12 +114,17 @@ class QueryResult(Generic[R]):
 
     @classmethod
     def not_up_to_bound(
-        cls, seen: Position, bound: PositionBound, partition: int | None = None
+        cls,
+        seen: Position,
+        bound: PositionBound,
+        partition: int | None = None,
+        note: str | None = None,
     ) -> QueryResult[R]:
         """The failure of a store whose position ``seen`` does not satisfy ``bound``.
 
         The message shows both positions as offsets JSON; the result's position is ``seen``.
-        ``partition`` names the store partition that was checked (None: the whole store).
+        ``partition`` names the store partition that was checked (None: the whole store);
+        ``note`` says why the store's position may not be advancing, when it is known.
         """
         if partition is not None:
             _check_partition(partition)
@@ -129,7 +134,9 @@ class QueryResult(Generic[R]):
         return cls.for_failure(
             FailureReason.NOT_UP_TO_BOUND,
             f"{where} is at position {_check_position(seen).to_json()}, not yet up to the "
-            f"bound {bound.to_json() or 'unbounded'}; retry later or query another replica",
+            f"bound {bound.to_json() or 'unbounded'}; "
+            + (f"{note}; " if note else "")
+            + "retry later or query another replica",
             seen,
         )
 

@@ -89,7 +89,7 @@ def execute(store: Store, request: StateQueryRequest) -> StateQueryResult[Any]:
                 )
             elif not request.position_bound.permits(position, by_partition):
                 results[partition] = QueryResult.not_up_to_bound(
-                    position, request.position_bound, by_partition
+                    position, request.position_bound, by_partition, store.position_note
                 )
             else:
                 runnable.append(partition)

@@ -111,6 +111,10 @@ class Store:
         self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
         self._unsynced = False  # a sync=False writer: make everything durable on close
         self._metadata = _read_metadata(db, path)
+        self.position_note: str | None = None
+        """Why this store's position may not be advancing, set by the process that feeds it
+        (a follower whose leader's progress cannot be read, say); NOT_UP_TO_BOUND answers
+        carry it. Not persisted: the position on disk is always a true lower bound."""
 
     # -- opening --------------------------------------------------------------------------
     @classmethod

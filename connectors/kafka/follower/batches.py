@@ -63,7 +63,6 @@ class KafkaBatchProgress:
     ) -> None:
         self.topic = changelog + PROGRESS_SUFFIX
         self._timeout_s = timeout_s
-        self._latest: tuple[Position, dict[int, int]] = (Position.empty(), {})
         consumer = clients.consumer(
             bootstrap_servers,
             config,
@@ -78,10 +77,10 @@ class KafkaBatchProgress:
             raise
         self._consumer: Consumer | None = consumer
 
-    def sample(self) -> tuple[Position, dict[int, int]]:
-        """``(position, ends)`` of the latest committed batch read so far: its records'
-        position (empty when its writer recorded none) and its changelog partitions' end
-        offsets; ``(empty, {})`` before any.
+    def sample(self) -> tuple[Position, dict[int, int]] | None:
+        """``(position, ends)`` of the latest committed batch read since the last call: its
+        records' position (empty when its writer recorded none) and its changelog
+        partitions' end offsets; None when no batch has arrived since.
 
         Raises
         ------
@@ -93,10 +92,11 @@ class KafkaBatchProgress:
         consumer = self._consumer
         if consumer is None:
             raise KafkaClientError(f"the reader of progress topic {self.topic!r} is closed")
+        latest = None
         for message in consumer.consume(_DRAIN, timeout=0):
             error = message.error()
             if error is None:
-                self._latest = _sample_of(message, self.topic)
+                latest = _sample_of(message, self.topic)
             elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                 # Older records were deleted (retention, compaction): restart at the start.
                 low, _ = clients.watermarks(consumer, self.topic, 0, self._timeout_s)
@@ -106,7 +106,12 @@ class KafkaBatchProgress:
                     f"reading progress topic {self.topic!r} failed: {describe_error(error)}",
                     error.code(),
                 )
-        return self._latest
+        return latest
+
+    def note(self) -> str | None:
+        """Nothing: a progress topic that cannot be read fails the follower (see
+        :meth:`sample`)."""
+        return None
 
     def close(self) -> None:
         """Release the consumer (idempotent)."""

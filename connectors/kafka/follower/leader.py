@@ -1,12 +1,18 @@
 """A leader's progress from Kafka, for changelogs without position headers (DESIGN §5).
 
 Kafka Streams writes position headers only with a private setting on. For a leader that runs
-exactly-once, a follower still learns a lower bound of its position: the leader's consumer
-group (its ``application.id``) commits its input offsets in the same transactions that write
-its changelog. :meth:`KafkaLeaderProgress.sample` reads the group's committed offsets
-(stable ones only: a pending transactional commit is waited for) and then the changelog's
-log end offsets; once the follower has applied every changelog partition up to those ends,
-every input record before the committed offsets is reflected in its store.
+exactly-once, a follower still learns a lower bound of its position from the leader's
+consumer group (its ``application.id``): :class:`KafkaLeaderProgress` reads, in rounds, the
+group's committed offsets (stable ones only), the log ends of the app's internal topics and
+the changelog's, and feeds them to a :class:`~spark_statestore.follower.leader.LeaderChain`,
+which grants an input offset only once everything it caused has gone through every internal
+topic (repartition, foreign-key subscription topics) into the changelog. The rounds run on
+their own thread, so the follower never waits on Kafka's admin requests.
+
+Which internal topics count: the topics named as the app's internal topics that exist
+(``<application.id>-...-repartition`` and ``...-topic``), waited through in as many levels
+as there are such topics; or, narrower, the internal topics upstream of the store in the
+app's topology description (``topology``), or the ones the user names (``upstream_topics``).
 
 This holds only for an exactly-once leader. An at-least-once leader commits its offsets
 apart from its changelog writes (before them, after a crash), so nothing follows from them.
@@ -14,27 +20,54 @@ apart from its changelog writes (before them, after a crash), so nothing follows
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from spark_statestore.connectors.kafka import clients
-from spark_statestore.connectors.kafka.errors import client_error
+from spark_statestore.connectors.kafka.errors import KafkaClientError, client_error
+from spark_statestore.errors import TopologyError
+from spark_statestore.follower.leader import LeaderChain, Observation, internal_topic_of
+from spark_statestore.follower.topology import parse_topology
 from spark_statestore.position import Position
 
 __all__ = ["KafkaLeaderProgress"]
 
+_log = logging.getLogger(__name__)
+
+_ROUND_S = 0.05
+"""How often a round reads the group's offsets and the log ends."""
+_RETRY_S = 1.0
+"""How long to wait before another round after a failed one."""
+_STUCK_ROUNDS = 3
+"""Rounds a partition's committed offset must stay short of its target, unchanged, before the
+probe looks at what lies between (only markers or aborted records: reached)."""
+_PROBE_S = 0.2
+_SLOW_NOTE_S = 10.0
+"""How long the oldest sample may wait before the progress says what it waits on."""
+
 
 class KafkaLeaderProgress:
-    """Samples an exactly-once leader's committed input offsets, then its changelog's ends.
+    """An exactly-once leader's committed input offsets, granted through its internal topics.
 
     Parameters
     ----------
     bootstrap_servers
         The Kafka cluster.
     application_id
-        The leader's ``application.id``: its consumer group.
+        The leader's ``application.id``: its consumer group, and its internal topics' prefix.
     changelog
         The changelog the follower reads.
     partitions
@@ -43,6 +76,19 @@ class KafkaLeaderProgress:
         The user's ``kafka.*`` settings.
     timeout_s
         How long one Kafka request may take.
+    topology
+        The text of the app's ``Topology.describe()``: only the internal topics upstream of
+        the store (named by ``changelog``, ``<application_id>-<store>-changelog``) are waited
+        through, level by level.
+    upstream_topics
+        The internal topics between the app's input topics and the store, as Kafka names
+        them (empty: none, the store reads the input topics directly). Exclusive with
+        ``topology``.
+
+    Raises
+    ------
+    TopologyError
+        ``topology`` cannot be read or does not have the store.
     """
 
     def __init__(
@@ -54,48 +100,272 @@ class KafkaLeaderProgress:
         *,
         config: Mapping[str, Any] | None = None,
         timeout_s: float = 30.0,
+        topology: str | None = None,
+        upstream_topics: Collection[str] | None = None,
     ) -> None:
+        if topology is not None and upstream_topics is not None:
+            raise ValueError("give the leader's topology or its upstream topics, not both")
         self.application_id = application_id
         self._changelog = changelog
         self._partitions = range(partitions)
         self._timeout_s = timeout_s
-        self._admin = clients.admin(bootstrap_servers, config)
-        self._log_ends = clients.consumer(
-            bootstrap_servers,
-            config,
-            group=f"spark-statestore-leader-{application_id}",
-            what=f"changelog {changelog!r}",
-            read_committed=False,
+        self._bootstrap = bootstrap_servers
+        self._config = dict(config or {})
+        # Internal topics as the topology describes them (without the app's prefix), or as
+        # the user names them; None: every internal topic of the app that exists.
+        self._described: frozenset[str] | None = None
+        self._named: frozenset[str] | None = None
+        if topology is not None:
+            store = _store_of(application_id, changelog)
+            self._described = parse_topology(topology).upstream(store).internal
+        elif upstream_topics is not None:
+            self._named = frozenset(upstream_topics)
+        rounds = None
+        if self._described is not None:
+            rounds = len(self._described)
+        elif self._named is not None:
+            rounds = len(self._named)
+        self._internal_names: set[str] = set()
+        self._chain = LeaderChain(
+            rounds=rounds, is_input=lambda topic: topic not in self._internal_names
         )
+        self._admin = clients.admin(bootstrap_servers, config)
+        self._probe: Any = None
+        self._stuck: dict[tuple[str, int], tuple[int, int]] = {}
+        self._drained: set[tuple[tuple[str, int], int, int]] = set()
+        self._lock = threading.Lock()
+        self._ready: tuple[Position, dict[int, int]] | None = None
+        self._note: str | None = None
+        self._started_waiting: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    def sample(self) -> tuple[Position, dict[int, int]]:
-        """``(committed position, changelog log ends)``, read in that order.
+    # -- LeaderProgress -------------------------------------------------------------------
+    def sample(self) -> tuple[Position, dict[int, int]] | None:
+        """The newest completed sample since the last call: ``(input position, changelog
+        log ends)``, or None. Starts the rounds on the first call."""
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(
+                target=self._run, name=f"leader-{self.application_id}", daemon=True
+            )
+            self._thread.start()
+        with self._lock:
+            ready, self._ready = self._ready, None
+        return ready
+
+    def note(self) -> str | None:
+        """Why the leader's position may not be advancing (a read that fails, or a wait
+        that has lasted), None when rounds complete normally."""
+        with self._lock:
+            return self._note
+
+    def close(self) -> None:
+        """Stop the rounds and release the clients."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(self._timeout_s)
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            probe.close()
+
+    # -- rounds ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                completed = self.run_round()
+            except KafkaClientError as exc:
+                self._set_note(str(exc))
+                _log.warning("leader %s: %s", self.application_id, exc)
+                self._stop.wait(_RETRY_S)
+                continue
+            except Exception as exc:  # kept alive: the follower goes on, bounds are refused
+                self._set_note(f"reading the leader's progress failed: {exc!r}")
+                _log.exception("leader %s: a round failed", self.application_id)
+                self._stop.wait(_RETRY_S)
+                continue
+            if completed is not None:
+                with self._lock:
+                    self._ready = completed
+            self._stop.wait(_ROUND_S)
+
+    def run_round(self) -> tuple[Position, dict[int, int]] | None:
+        """One round: committed offsets, then the internal topics' and the changelog's log
+        ends; returns a sample completed by it, if any.
 
         Raises
         ------
         KafkaClientError
-            The group's offsets or the changelog's ends cannot be read.
+            Something could not be read (the round did nothing).
         """
+        committed = self._committed()
+        internal = self._internal_partitions()
+        ends = self._log_ends([*internal, *((self._changelog, p) for p in self._partitions)])
+        observed = Observation(
+            committed=committed,
+            internal=internal,
+            ends={tp: ends[tp] for tp in internal if tp in ends},
+            changelog_ends={p: ends[(self._changelog, p)] for p in self._partitions},
+        )
+        self._track_stuck(committed, observed.ends)
+        completed = self._chain.observe(observed, self._is_drained)
+        self._note_wait(completed is not None)
+        return completed
+
+    def _committed(self) -> dict[tuple[str, int], int]:
         request = ConsumerGroupTopicPartitions(self.application_id)
         try:
             futures = self._admin.list_consumer_group_offsets(
                 [request], require_stable=True, request_timeout=self._timeout_s
             )
-            committed = futures[self.application_id].result(timeout=self._timeout_s)
+            result = futures[self.application_id].result(timeout=self._timeout_s)
         except KafkaException as exc:
             raise client_error(
                 exc, f"cannot read the committed offsets of the leader {self.application_id!r}"
             ) from exc
-        offsets: dict[str, dict[int, int]] = {}
-        for tp in committed.topic_partitions or ():
-            if tp.error is None and tp.offset > 0:
-                offsets.setdefault(tp.topic, {})[tp.partition] = tp.offset - 1
-        ends = {
-            p: clients.watermarks(self._log_ends, self._changelog, p, self._timeout_s)[1]
-            for p in self._partitions
+        return {
+            (tp.topic, tp.partition): tp.offset
+            for tp in result.topic_partitions or ()
+            if tp.error is None and tp.offset >= 0
         }
-        return Position.from_map(offsets), ends
 
-    def close(self) -> None:
-        """Release the clients."""
-        self._log_ends.close()
+    def _internal_partitions(self) -> list[tuple[str, int]]:
+        try:
+            metadata = self._admin.list_topics(timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise client_error(exc, "cannot list the cluster's topics") from exc
+        counts = {
+            name: len(info.partitions)
+            for name, info in metadata.topics.items()
+            if info.error is None and info.partitions
+        }
+        names: set[str] = set()
+        if self._described is not None:
+            for name in self._described:
+                prefixed = f"{self.application_id}-{name}"
+                if prefixed in counts:
+                    names.add(prefixed)
+                elif name in counts:
+                    names.add(name)
+                else:
+                    raise KafkaClientError(
+                        f"internal topic {name!r} of the leader's topology (Kafka names it "
+                        f"{prefixed!r}) does not exist; is the app running this topology?"
+                    )
+        elif self._named is not None:
+            for name in self._named:
+                if name not in counts:
+                    raise KafkaClientError(
+                        f"upstream topic {name!r} of the leader {self.application_id!r} does "
+                        "not exist; check leaderUpstreamTopics"
+                    )
+                names.add(name)
+        else:
+            names = {n for n in counts if internal_topic_of(self.application_id, n)}
+        self._internal_names = names
+        return [(name, p) for name in sorted(names) for p in range(counts[name])]
+
+    def _log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if not partitions:
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(t, p): latest for t, p in partitions}
+        try:
+            futures = self._admin.list_offsets(
+                request,
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=self._timeout_s,
+            )
+            return {
+                (tp.topic, tp.partition): future.result(timeout=self._timeout_s).offset
+                for tp, future in futures.items()
+            }
+        except KafkaException as exc:
+            raise client_error(
+                exc, "cannot read the log end offsets of the leader's topics"
+            ) from exc
+
+    # -- partitions whose committed offset stops short of the log end ----------------------
+    def _track_stuck(
+        self, committed: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]
+    ) -> None:
+        for tp, end in ends.items():
+            have = committed.get(tp, 0)
+            if have >= end:
+                self._stuck.pop(tp, None)
+                continue
+            before = self._stuck.get(tp)
+            self._stuck[tp] = (have, before[1] + 1 if before and before[0] == have else 1)
+
+    def _is_drained(self, tp: tuple[str, int], start: int, end: int) -> bool:
+        """Whether ``[start, end)`` of ``tp`` holds no committed record: asked only of a
+        partition whose committed offset has stood still for a few rounds (an idle one, whose
+        last transaction's marker lies past it); answered once per range."""
+        if (tp, start, end) in self._drained:
+            return True
+        stuck = self._stuck.get(tp)
+        if stuck is None or stuck[0] != start or stuck[1] < _STUCK_ROUNDS:
+            return False
+        if self._probe is None:
+            self._probe = clients.consumer(
+                self._bootstrap,
+                self._config,
+                group=f"spark-statestore-leader-{self.application_id}",
+                what=f"internal topic {tp[0]!r} of the leader {self.application_id!r}",
+                defaults={"auto.offset.reset": "earliest"},
+            )
+        probe = self._probe
+        probe.assign([TopicPartition(tp[0], tp[1], start)])
+        deadline = time.monotonic() + _PROBE_S
+        try:
+            while time.monotonic() < deadline:
+                for message in probe.consume(64, timeout=0.05):
+                    error = message.error()
+                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        return False
+                    if error is None and message.offset() < end:
+                        return False  # a record the group has not processed yet
+                (position,) = probe.position([TopicPartition(tp[0], tp[1])])
+                if position.offset >= end:
+                    self._drained.add((tp, start, end))
+                    return True
+            return False
+        except KafkaException as exc:
+            raise client_error(exc, f"cannot read {tp[0]}-{tp[1]}") from exc
+        finally:
+            with contextlib.suppress(KafkaException):
+                probe.unassign()
+
+    def _note_wait(self, completed: bool) -> None:
+        waiting = self._chain.waiting_on
+        now = time.monotonic()
+        if completed or waiting is None:
+            self._started_waiting = None
+            self._set_note(None)
+            return
+        if self._started_waiting is None:
+            self._started_waiting = now
+        if now - self._started_waiting < _SLOW_NOTE_S:
+            self._set_note(None)
+        else:
+            (topic, partition), end, have = waiting
+            self._set_note(
+                f"the leader {self.application_id!r} has not committed {topic}-{partition} "
+                f"up to {end} for {now - self._started_waiting:.0f} s (committed: "
+                f"{'none' if have is None else have}); reads bounded by its input offsets "
+                "wait for it"
+            )
+
+    def _set_note(self, note: str | None) -> None:
+        with self._lock:
+            self._note = note
+
+
+def _store_of(application_id: str, changelog: str) -> str:
+    prefix, suffix = f"{application_id}-", "-changelog"
+    if not (changelog.startswith(prefix) and changelog.endswith(suffix)):
+        raise TopologyError(
+            f"changelog {changelog!r} is not named <application.id>-<store>-changelog for "
+            f"the leader {application_id!r}: the store in its topology cannot be found"
+        )
+    return changelog[len(prefix) : -len(suffix)]

@@ -19,6 +19,7 @@ from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
 from spark_statestore.connectors.kafka.tail import message_to_record
+from spark_statestore.errors import PositionUnavailableError
 from spark_statestore.follower import PollResult, Row
 from spark_statestore.query import LagInfo
 
@@ -127,16 +128,30 @@ class KafkaChangelogSource:
         :class:`~spark_statestore.connectors.kafka.follower.batches.KafkaBatchProgress`) when
         the changelog is a sink's (its ``<changelog>-progress`` topic exists with one
         partition), else None (Kafka Streams' changelogs have none). Made on the first call
-        and closed with the source."""
+        and closed with the source.
+
+        Raises
+        ------
+        PositionUnavailableError
+            The progress topic cannot be described (not authorized, say): whether it exists
+            is unknown.
+        """
         if self._batches is None:
             from spark_statestore.connectors.kafka.follower.batches import KafkaBatchProgress
             from spark_statestore.connectors.kafka.sink.progress import PROGRESS_SUFFIX
 
             progress_topic = self._topic + PROGRESS_SUFFIX
-            with self._offsets_lock:
-                count = clients.partition_count(
-                    self._offsets_client, progress_topic, self._timeout_s
-                )
+            try:
+                with self._offsets_lock:
+                    count = clients.partition_count(
+                        self._offsets_client, progress_topic, self._timeout_s
+                    )
+            except KafkaClientError as exc:
+                raise PositionUnavailableError(
+                    f"cannot tell whether changelog {self._topic!r} is a sink's ({exc}): its "
+                    f"store grants no position until it can, so reads bounded by a position "
+                    f"wait; let this client describe {progress_topic!r}"
+                ) from exc
             self._batches = (
                 KafkaBatchProgress(
                     self._bootstrap, self._topic, config=self._user, timeout_s=self._timeout_s
