@@ -207,6 +207,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "the exactly-once leader's application.id: the store's position comes from its "
         "committed offsets (for changelogs without position headers)",
     ),
+    OptionSpec(
+        "leaderTopology",
+        str,
+        _SOURCE,
+        "the text of the leader's Topology.describe(): wait only through the internal "
+        "topics upstream of the store (with leaderApplicationId)",
+    ),
+    OptionSpec(
+        "leaderUpstreamTopics",
+        str,
+        _SOURCE,
+        "the internal topics between the leader's input topics and the store, "
+        "comma-separated (with leaderApplicationId)",
+    ),
     OptionSpec("partitions", str, _DECODERS, "a subset of changelog partitions, e.g. 0,2,5-7"),
     OptionSpec("keyPrefix", str, _DECODERS, "only keys starting with this (UTF-8, or hex:...)"),
     OptionSpec(

@@ -42,7 +42,8 @@ from spark_statestore.connectors.spark.starting_offsets import (
     parse_starting_offsets,
 )
 from spark_statestore.connectors.spark.windows import WINDOWED, check_window_size
-from spark_statestore.errors import InvalidPositionError, OptionError
+from spark_statestore.errors import InvalidPositionError, OptionError, TopologyError
+from spark_statestore.follower.topology import parse_topology, store_of_changelog
 from spark_statestore.partition_spec import parse_partitions
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
@@ -109,6 +110,10 @@ class SourceOptions:
     the server starts, so the token itself never travels in Spark's plan."""
     leader_application_id: str | None = None
     """The exactly-once leader whose committed offsets give the store's position."""
+    leader_topology: str | None = None
+    """The text of the leader's ``Topology.describe()`` (checked: it has the store)."""
+    leader_upstream_topics: tuple[str, ...] | None = None
+    """The internal topics between the leader's input topics and the store."""
     window_size_ms: int | None = None
     """``storeType`` window: the window size, for the ``window_end`` column (None: no column)."""
     history_retention_ms: int | None = None
@@ -239,6 +244,17 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
             "option 'leaderApplicationId' needs a follower of every partition: the leader's "
             "committed offsets cover them all; remove 'partitions'"
         )
+    topology = options.text("leaderTopology")
+    upstream_text = options.text("leaderUpstreamTopics")
+    upstream = None
+    if upstream_text is not None:
+        upstream = tuple(t.strip() for t in upstream_text.split(",") if t.strip())
+        if not upstream:
+            raise OptionError(
+                "option 'leaderUpstreamTopics' is empty: name the internal topics, or give "
+                "'leaderTopology' for a store that reads its input topics directly"
+            )
+    _check_leader_upstream(leader, changelog, topology, upstream)
     store_type = options.choice("storeType", StoreType)
     retention = options.integer("historyRetentionMs")
     if retention is not None and store_type is not StoreType.VERSIONED:
@@ -267,11 +283,43 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         serve_tls_key=serve.tls_key,
         serve_token_file=serve.token_file,
         leader_application_id=leader,
+        leader_topology=topology,
+        leader_upstream_topics=upstream,
         window_size_ms=check_window_size(options.integer("windowSizeMs"), store_type, False),
         history_retention_ms=retention,
         announce=serve.announce,
         announce_interval_ms=serve.announce_interval_ms,
     )
+
+
+def _check_leader_upstream(
+    leader: str | None,
+    changelog: str,
+    topology: str | None,
+    upstream: tuple[str, ...] | None,
+) -> None:
+    """Refuse ``leaderTopology``/``leaderUpstreamTopics`` without a leader, together, or a
+    topology that does not have the changelog's store (read here, so the query fails at
+    start, not on its driver's follower thread)."""
+    given = [
+        n
+        for n, v in (("leaderTopology", topology), ("leaderUpstreamTopics", upstream))
+        if v is not None
+    ]
+    if given and leader is None:
+        raise OptionError(
+            f"option {given[0]!r} narrows what the leader's committed offsets wait for: set "
+            "'leaderApplicationId' too, or drop it"
+        )
+    if len(given) == 2:
+        raise OptionError(
+            "options 'leaderTopology' and 'leaderUpstreamTopics' say the same thing: give one"
+        )
+    if topology is not None and leader is not None:
+        try:
+            parse_topology(topology).upstream(store_of_changelog(leader, changelog))
+        except TopologyError as exc:
+            raise OptionError(f"option 'leaderTopology': {exc}") from exc
 
 
 def parse_as_of(text: str) -> int:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType, MappingProxyType
 from typing import Any, Literal, TextIO
 
@@ -28,8 +29,9 @@ from spark_statestore.cli.progress import ProgressLine, format_count, format_lag
 from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
-from spark_statestore.errors import FollowerError, OptionError, StateStoreError
+from spark_statestore.errors import FollowerError, OptionError, StateStoreError, TopologyError
 from spark_statestore.follower import Follower, FollowerState
+from spark_statestore.follower.topology import parse_topology, store_of_changelog
 from spark_statestore.partition_spec import format_partitions, parse_partitions
 from spark_statestore.store import Role, Store, StoreSpec
 
@@ -73,6 +75,11 @@ class FollowOptions:
         The exactly-once leader's ``application.id`` (``--leader-application-id``): the
         store's position comes from its committed consumer-group offsets (DESIGN §5), for
         changelogs without position headers. None: positions come from headers only.
+    leader_topology
+        The text of the leader's ``Topology.describe()`` (``--leader-topology FILE``).
+    leader_upstream_topics
+        The internal topics between the leader's input topics and the store
+        (``--leader-upstream-topics``).
     """
 
     bootstrap_servers: str
@@ -84,6 +91,8 @@ class FollowOptions:
     kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     progress: ProgressMode = "auto"
     leader_application_id: str | None = None
+    leader_topology: str | None = None
+    leader_upstream_topics: tuple[str, ...] | None = None
 
     @classmethod
     def from_cli(
@@ -98,6 +107,8 @@ class FollowOptions:
         kafka: Sequence[str] = (),
         progress: bool | None = None,
         leader_application_id: str | None = None,
+        leader_topology: str | None = None,
+        leader_upstream_topics: str | None = None,
     ) -> FollowOptions:
         """Build the options from the command's flags.
 
@@ -111,6 +122,10 @@ class FollowOptions:
             True for ``--progress``, False for ``--no-progress``, None for neither.
         leader_application_id
             The ``--leader-application-id`` text, or None.
+        leader_topology
+            The ``--leader-topology`` file, or None.
+        leader_upstream_topics
+            The ``--leader-upstream-topics`` text, or None.
 
         Raises
         ------
@@ -118,7 +133,9 @@ class FollowOptions:
             For an empty topic, bootstrap servers or path, a bad ``--partitions`` list, a
             ``--chunk-records`` below 1, a malformed ``--kafka`` setting, or a
             ``--leader-application-id`` that is not a Kafka group id or comes with
-            ``--partitions``; the message names the flag.
+            ``--partitions``, ``--leader-topology`` or ``--leader-upstream-topics``
+            without a leader, or a topology file that cannot be read or lacks the store;
+            the message names the flag.
         """
         for flag, value in (
             ("--bootstrap-servers", bootstrap_servers),
@@ -132,6 +149,17 @@ class FollowOptions:
         mode: ProgressMode = "auto" if progress is None else ("live" if progress else "off")
         if leader_application_id is not None:
             _check_leader(leader_application_id, partitions)
+        topology = _leader_topology(leader_application_id, changelog, leader_topology)
+        upstream = None
+        if leader_upstream_topics is not None:
+            if leader_application_id is None:
+                raise OptionError("option --leader-upstream-topics needs --leader-application-id")
+            upstream = tuple(t.strip() for t in leader_upstream_topics.split(",") if t.strip())
+            if not upstream:
+                raise OptionError(
+                    "option --leader-upstream-topics is empty: name the internal topics, or "
+                    "give --leader-topology for a store that reads its input topics directly"
+                )
         return cls(
             bootstrap_servers=bootstrap_servers,
             changelog=changelog,
@@ -144,7 +172,26 @@ class FollowOptions:
             kafka_config=MappingProxyType(parse_kafka_settings(kafka)),
             progress=mode,
             leader_application_id=leader_application_id,
+            leader_topology=topology,
+            leader_upstream_topics=upstream,
         )
+
+
+def _leader_topology(application_id: str | None, changelog: str, file: str | None) -> str | None:
+    """The text of ``--leader-topology FILE``, checked to have the changelog's store."""
+    if file is None:
+        return None
+    if application_id is None:
+        raise OptionError("option --leader-topology needs --leader-application-id")
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OptionError(f"option --leader-topology: cannot read {file}: {exc}") from exc
+    try:
+        parse_topology(text).upstream(store_of_changelog(application_id, changelog))
+    except TopologyError as exc:
+        raise OptionError(f"option --leader-topology {file}: {exc}") from exc
+    return text
 
 
 def _check_leader(application_id: str, partitions: str | None) -> None:
@@ -282,6 +329,8 @@ def _open_follower(options: FollowOptions) -> Iterator[Follower]:
                 topic,
                 count,
                 config=dict(options.kafka_config),
+                topology=options.leader_topology,
+                upstream_topics=options.leader_upstream_topics,
             )
             stack.callback(leader.close)
         follower = Follower(store, source, partitions=options.partitions, leader=leader, **kwargs)

@@ -155,6 +155,8 @@ def _cmd_follow(args: argparse.Namespace) -> int:
         kafka=args.kafka,
         progress=args.progress,
         leader_application_id=args.leader_application_id,
+        leader_topology=args.leader_topology,
+        leader_upstream_topics=args.leader_upstream_topics,
     )
     return run_follow(options)
 
@@ -306,6 +308,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the application.id of the exactly-once leader writing the changelog: the "
         "store's position comes from its committed offsets (for changelogs without "
         "position headers); not with --partitions",
+    )
+    upstream = follow.add_mutually_exclusive_group()
+    upstream.add_argument(
+        "--leader-topology",
+        metavar="FILE",
+        help="a file holding the text of the leader's Topology.describe(): only the internal "
+        "topics upstream of the store are waited through (with --leader-application-id)",
+    )
+    upstream.add_argument(
+        "--leader-upstream-topics",
+        metavar="TOPICS",
+        help="the internal topics between the leader's input topics and the store, "
+        "comma-separated (with --leader-application-id)",
     )
     shown = follow.add_mutually_exclusive_group()
     shown.add_argument(

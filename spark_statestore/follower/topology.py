@@ -34,7 +34,13 @@ from dataclasses import dataclass, field
 
 from spark_statestore.errors import TopologyError
 
-__all__ = ["StreamsTopology", "SubTopology", "Upstream", "parse_topology"]
+__all__ = [
+    "StreamsTopology",
+    "SubTopology",
+    "Upstream",
+    "parse_topology",
+    "store_of_changelog",
+]
 
 _SUBTOPOLOGY = re.compile(r"Sub-topology: (\d+)( for global store \(will not generate tasks\))?")
 _SOURCE = re.compile(r"Source: (\S+) \((?:topics: \[(.*)\]|topicPattern: (.*))\)")
@@ -246,3 +252,24 @@ def _bad_line(number: int, raw: str, why: str) -> TopologyError:
         f"line {number} of the topology description is not Kafka Streams' format ({why}): "
         f"{shown!r}; pass the text of Topology.describe().toString() unchanged"
     )
+
+
+def store_of_changelog(application_id: str, changelog: str) -> str:
+    """The store whose changelog ``changelog`` is: ``<application_id>-<store>-changelog``.
+
+    Raises
+    ------
+    TopologyError
+        ``changelog`` is not named so.
+    """
+    prefix, suffix = f"{application_id}-", "-changelog"
+    if not (
+        changelog.startswith(prefix)
+        and changelog.endswith(suffix)
+        and len(changelog) > len(prefix) + len(suffix)
+    ):
+        raise TopologyError(
+            f"changelog {changelog!r} is not named <application.id>-<store>-changelog for "
+            f"the leader {application_id!r}: its store cannot be found in the topology"
+        )
+    return changelog[len(prefix) : -len(suffix)]

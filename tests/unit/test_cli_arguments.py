@@ -109,6 +109,44 @@ def test_follow_takes_a_leader_application_id_and_refuses_it_with_partitions() -
 # -- serve, inspect, lag, query ------------------------------------------------------------------
 
 
+def test_follow_takes_the_leaders_topology_file_or_upstream_topics(tmp_path: Path) -> None:
+    from spark_statestore.cli.follow import FollowOptions
+    from spark_statestore.errors import OptionError
+
+    described = tmp_path / "topology.txt"
+    text = (Path(__file__).parent / "topologies" / "regroup.txt").read_text()
+    described.write_text(text)
+    args = build_parser().parse_args(
+        [*FOLLOW, "--leader-application-id", "app", "--leader-topology", str(described)]
+    )
+    assert args.leader_topology == str(described)
+    common = {"bootstrap_servers": "b:9092", "path": "/s", "leader_application_id": "app"}
+    options = FollowOptions.from_cli(
+        changelog="app-regroup-changelog", leader_topology=str(described), **common
+    )
+    assert options.leader_topology == text
+    options = FollowOptions.from_cli(
+        changelog="app-regroup-changelog", leader_upstream_topics="a, b", **common
+    )
+    assert options.leader_upstream_topics == ("a", "b")
+    with pytest.raises(OptionError, match=r"--leader-topology .*no store 'totals2'"):
+        FollowOptions.from_cli(
+            changelog="app-totals2-changelog", leader_topology=str(described), **common
+        )
+    with pytest.raises(OptionError, match=r"--leader-topology: cannot read"):
+        FollowOptions.from_cli(
+            changelog="app-regroup-changelog", leader_topology=str(tmp_path / "no"), **common
+        )
+    with pytest.raises(OptionError, match=r"--leader-upstream-topics needs"):
+        FollowOptions.from_cli(
+            bootstrap_servers="b:9092", path="/s", changelog="c", leader_upstream_topics="a"
+        )
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(
+            [*FOLLOW, "--leader-topology", "f", "--leader-upstream-topics", "a"]
+        )
+
+
 def test_query_needs_exactly_one_of_key_range_prefix_all(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -390,6 +391,33 @@ def test_leader_application_id_is_a_kafka_name_for_a_whole_follower() -> None:
         source(leaderApplicationId="orders app")
     with pytest.raises(OptionError, match=r"leaderApplicationId.*every partition"):
         source(leaderApplicationId="orders-app", partitions="0")
+
+
+REGROUP_TOPOLOGY = (Path(__file__).parent / "topologies" / "regroup.txt").read_text()
+
+
+def test_the_leaders_topology_or_upstream_topics_narrow_its_wait() -> None:
+    options = source(
+        leaderApplicationId="app", leaderTopology=REGROUP_TOPOLOGY.replace("regroup]", "s]")
+    )
+    assert options.leader_topology is not None
+    options = source(leaderApplicationId="app", leaderUpstreamTopics=" app-a-repartition, app-b ")
+    assert options.leader_upstream_topics == ("app-a-repartition", "app-b")
+    with pytest.raises(OptionError, match=r"leaderUpstreamTopics.*empty"):
+        source(leaderApplicationId="app", leaderUpstreamTopics=" , ")
+    with pytest.raises(OptionError, match=r"'leaderTopology' narrows.*set 'leaderApplicationId'"):
+        source(leaderTopology=REGROUP_TOPOLOGY)
+    with pytest.raises(OptionError, match=r"'leaderUpstreamTopics' narrows"):
+        source(leaderUpstreamTopics="x")
+    with pytest.raises(OptionError, match=r"say the same thing"):
+        source(leaderApplicationId="app", leaderTopology=REGROUP_TOPOLOGY, leaderUpstreamTopics="x")
+    # The changelog app-s-changelog is store 's': the description must have it.
+    with pytest.raises(OptionError, match=r"'leaderTopology': the topology has no store 's'"):
+        source(leaderApplicationId="app", leaderTopology=REGROUP_TOPOLOGY)
+    with pytest.raises(OptionError, match=r"'leaderTopology': line 1 "):
+        source(leaderApplicationId="app", leaderTopology="not a topology")
+    with pytest.raises(OptionError, match=r"not named <application.id>-<store>-changelog"):
+        source(leaderApplicationId="other", leaderTopology=REGROUP_TOPOLOGY)
 
 
 @pytest.mark.parametrize(

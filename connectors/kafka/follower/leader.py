@@ -38,9 +38,8 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError, client_error
-from spark_statestore.errors import TopologyError
 from spark_statestore.follower.leader import LeaderChain, Observation, internal_topic_of
-from spark_statestore.follower.topology import parse_topology
+from spark_statestore.follower.topology import parse_topology, store_of_changelog
 from spark_statestore.position import Position
 
 __all__ = ["KafkaLeaderProgress"]
@@ -116,7 +115,7 @@ class KafkaLeaderProgress:
         self._described: frozenset[str] | None = None
         self._named: frozenset[str] | None = None
         if topology is not None:
-            store = _store_of(application_id, changelog)
+            store = store_of_changelog(application_id, changelog)
             self._described = parse_topology(topology).upstream(store).internal
         elif upstream_topics is not None:
             self._named = frozenset(upstream_topics)
@@ -359,13 +358,3 @@ class KafkaLeaderProgress:
     def _set_note(self, note: str | None) -> None:
         with self._lock:
             self._note = note
-
-
-def _store_of(application_id: str, changelog: str) -> str:
-    prefix, suffix = f"{application_id}-", "-changelog"
-    if not (changelog.startswith(prefix) and changelog.endswith(suffix)):
-        raise TopologyError(
-            f"changelog {changelog!r} is not named <application.id>-<store>-changelog for "
-            f"the leader {application_id!r}: the store in its topology cannot be found"
-        )
-    return changelog[len(prefix) : -len(suffix)]

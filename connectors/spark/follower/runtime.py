@@ -90,6 +90,8 @@ class FollowerRuntime:
                     options.changelog,
                     count,
                     config=options.kafka,
+                    topology=options.leader_topology,
+                    upstream_topics=options.leader_upstream_topics,
                 )
                 closers.append(leader.close)
             self.leader = leader
