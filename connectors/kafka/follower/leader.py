@@ -28,6 +28,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from confluent_kafka import (
+    ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
@@ -37,7 +38,12 @@ from confluent_kafka import (
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from spark_statestore.connectors.kafka import clients
-from spark_statestore.connectors.kafka.errors import KafkaClientError, client_error
+from spark_statestore.connectors.kafka.errors import (
+    KafkaClientError,
+    client_error,
+    is_transient,
+    kafka_error_of,
+)
 from spark_statestore.follower.leader import LeaderChain, Observation, internal_topic_of
 from spark_statestore.follower.topology import parse_topology, store_of_changelog
 from spark_statestore.position import Position
@@ -54,6 +60,11 @@ _STUCK_ROUNDS = 3
 """Rounds a partition's committed offset must stay short of its target, unchanged, before the
 probe looks at what lies between (only markers or aborted records: reached)."""
 _PROBE_S = 0.2
+_COORDINATOR_ERRORS = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
 _SLOW_NOTE_S = 10.0
 """How long the oldest sample may wait before the progress says what it waits on."""
 
@@ -212,16 +223,39 @@ class KafkaLeaderProgress:
         return completed
 
     def _committed(self) -> dict[tuple[str, int], int]:
-        request = ConsumerGroupTopicPartitions(self.application_id)
-        try:
-            futures = self._admin.list_consumer_group_offsets(
-                [request], require_stable=True, request_timeout=self._timeout_s
-            )
-            result = futures[self.application_id].result(timeout=self._timeout_s)
-        except KafkaException as exc:
-            raise client_error(
-                exc, f"cannot read the committed offsets of the leader {self.application_id!r}"
-            ) from exc
+        """The group's stable committed offsets; transient errors (a coordinator loading or
+        moving) are retried within the timeout."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                return self._read_committed()
+            except KafkaException as exc:
+                error = kafka_error_of(exc)
+                transient = error is not None and (
+                    is_transient(error) or error.code() in _COORDINATOR_ERRORS
+                )
+                if not transient or time.monotonic() >= deadline:
+                    raise client_error(
+                        exc,
+                        f"cannot read the committed offsets of the leader {self.application_id!r}",
+                    ) from exc
+            if self._stop.wait(0.1):
+                raise KafkaClientError(f"the progress of leader {self.application_id!r} stopped")
+
+    def _read_committed(self) -> dict[tuple[str, int], int]:
+        # confluent-kafka 2.16 crashes the process (SIGSEGV) listing all the offsets of a
+        # group that does not exist; a group that has never committed has none anyway.
+        described = self._admin.describe_consumer_groups(
+            [self.application_id], request_timeout=self._timeout_s
+        )[self.application_id].result(timeout=self._timeout_s)
+        if described.state == ConsumerGroupState.DEAD:
+            return {}
+        futures = self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(self.application_id)],
+            require_stable=True,
+            request_timeout=self._timeout_s,
+        )
+        result = futures[self.application_id].result(timeout=self._timeout_s)
         return {
             (tp.topic, tp.partition): tp.offset
             for tp in result.topic_partitions or ()
