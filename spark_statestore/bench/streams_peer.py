@@ -265,10 +265,13 @@ class StreamsPeer:
         )
         deadline = time.monotonic() + RESTORE_DEADLINE_S
         pause = threading.Event()  # never set: a bounded pause between samples
+        committed = Position.empty()
         while True:
-            committed, ends = progress.sample()
-            if committed.dominates(wanted):
-                return dict(ends)
+            sampled = progress.sample()
+            if sampled is not None:
+                committed, ends = sampled
+                if committed.dominates(wanted):
+                    return dict(ends)
             if time.monotonic() > deadline:
                 raise BenchError(
                     f"bench suite {SUITE}: the Kafka Streams app did not process every "
