@@ -22,8 +22,14 @@ order whose total another application keeps) is enriched with a state that inclu
 write, waiting for it up to ``position_timeout_ms``. ``lookup_position_column`` records the
 snapshot's position in each row, so the value can be checked against it. Through the router
 each key's replica checks the bound's entries for the key's partition only, as Kafka
-Streams does (store partition *n* holds input partition *n*), and the position recorded is
-the merge of the answers' positions.
+Streams does (store partition *n* holds input partition *n*), or the whole bound where its
+position holds store-wide (a leader, a follower of a sink's changelog), and the position
+recorded is the merge of the answers' positions. The task checks every answer's position
+against the bound again (the replica's client and the router do): a replica that answers
+success under a bound it has not reached is passed over and its value never used; with no
+replica left that has reached the bound, the lookup fails with NOT_UP_TO_BOUND. Through the
+store's owner, the task checks the pinned snapshot's position against the whole bound
+itself before reading.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 The replicas announce themselves on ``<changelog>-replicas``
 (:class:`~spark_statestore.connectors.kafka.discovery.ReplicaRegistry`); the
 :class:`~spark_statestore.discovery.Router` asks, per partition, the leader first, then the
-least lagging follower within ``--max-lag``, failing over on errors, and checks each answer
-against ``--position-bound`` on the replica that gives it. Keys become IQv2 ``KeyQuery``
+least lagging follower within ``--max-lag``, failing over on errors; each answer is checked
+against ``--position-bound`` by the replica that gives it and again here, by the router and
+the replica's client (a replica that answers a bound it has not reached is failed over
+too). Keys become IQv2 ``KeyQuery``
 requests (one per key, to the key's partition), a range a ``RangeQuery``, a prefix a
 ``PrefixQuery``, ``--all`` a ``RawScanQuery``; scans are merged in key order. IQv2 answers
 carry keys and values only: the rows' partition, offset and timestamp are unknown (``-``).

@@ -18,12 +18,19 @@ changelog need not share a name.
 
 A partition whose replica fails (it does not answer, the call times out, or it answers
 NOT_UP_TO_BOUND, NOT_ACTIVE, NOT_PRESENT or STORE_EXCEPTION) is asked of its next candidate.
-When none qualifies or all fail, its result is a failure that says why (NOT_PRESENT: no live
-replica holds it; NOT_ACTIVE: the request needs the leader and none is live;
-NOT_UP_TO_BOUND: the replicas are behind the bound or ``max_lag``; otherwise the last
-replica's failure), naming the replicas tried and the lags seen. Every answer the router
-passes on is a replica's own, so it carries that replica's position and was checked against
-the bound by that replica.
+So is one whose replica answers it as a success at a position that has not reached the
+request's bound: the router checks every answer's position against the bound itself (the
+whole bound for a leader, whose position holds store-wide; the bound's entries for the
+answer's partition for a follower, which a follower's honest answer satisfies by either
+rule), and a :class:`~spark_statestore.serve.StoreClient` checks it before, by the rule the
+server says its store applied. Such an answer is refused (logged, naming the replica, its
+location, the answer's position and the bound), never passed on. When none qualifies or all
+fail, the partition's result is a failure that says why (NOT_PRESENT: no live replica holds
+it; NOT_ACTIVE: the request needs the leader and none is live; NOT_UP_TO_BOUND: the replicas
+are behind the bound or ``max_lag``, or answered under a bound they had not reached;
+otherwise the last replica's failure), naming the replicas tried, the lags seen and each
+replica's failure. Every answer the router passes on is a replica's own, so it carries that
+replica's position, checked against the bound by that replica and by the router.
 """
 
 from __future__ import annotations
@@ -131,6 +138,7 @@ class Router:
         candidates = {p: self._candidates(view, request, p, key) for p in partitions}
         tried: dict[int, list[str]] = {p: [] for p in partitions}
         last: dict[int, QueryResult[Any]] = {}
+        failures: dict[int, list[str]] = {p: [] for p in partitions}  # every replica's, in order
         errors: dict[int, str] = {}  # the last replica that did not answer, and why
         pending = [p for p in partitions if candidates[p]]
         while pending:
@@ -151,6 +159,7 @@ class Router:
                     tried[partition].append(_describe(replica, partition))
                     if isinstance(answers, str):
                         errors[partition] = answers
+                        failures[partition].append(answers)
                     answer = None if isinstance(answers, str) else answers.get(partition)
                     if answer is not None and (
                         answer.is_success or answer.failure_reason not in _RETRIED
@@ -159,6 +168,9 @@ class Router:
                         continue
                     if answer is not None:
                         last[partition] = answer
+                        failures[partition].append(
+                            f"{_describe(replica, partition)}: {answer.failure_message}"
+                        )
                     if candidates[partition]:
                         retry.append(partition)
             pending = retry
@@ -171,6 +183,7 @@ class Router:
                     key,
                     tried[partition],
                     last.get(partition),
+                    failures[partition],
                     errors.get(partition),
                 )
         return StateQueryResult.for_partitions(results)
@@ -233,7 +246,7 @@ class Router:
                     if not asked:
                         return lagging
                     request = request.with_partitions(asked)
-            answer = client.query(request, wait_s=wait_s)
+            answer = self._checked(replica, request, client.query(request, wait_s=wait_s))
         except (ServeError, OSError, TimeoutError) as exc:
             _log.warning(
                 "replica %s at %s of %s did not answer: %s",
@@ -245,6 +258,22 @@ class Router:
             self._drop(slot)
             return f"{replica.role.value} {replica.replica_id[:8]} at {replica.location}: {exc}"
         return {**dict(answer.partition_results), **lagging}
+
+    def _checked(
+        self, replica: ReplicaAnnouncement, request: StateQueryRequest, answer: Any
+    ) -> StateQueryResult[Any]:
+        """``answer`` with every success refused whose position has not reached the
+        request's bound: by the whole bound for a leader (a leader's position holds
+        store-wide), else by its entries for the answer's partition, which every honest
+        answer satisfies whichever rule its store applied (a store-wide follower's answers
+        are checked by the whole bound in its client, as its server says)."""
+        checked: StateQueryResult[Any] = answer.checked_against(
+            request.position_bound,
+            store_wide=replica.role is Role.LEADER,
+            answered_by=f"{replica.role.value} {replica.replica_id} of {replica.changelog} at "
+            f"{replica.location}",
+        )
+        return checked
 
     def _too_far_behind(
         self, replica: ReplicaAnnouncement, lags: Any, request: StateQueryRequest
@@ -289,6 +318,7 @@ class Router:
         key: bytes | None,
         tried: list[str],
         last: QueryResult[Any] | None,
+        failures: list[str],
         error: str | None,
     ) -> QueryResult[Any]:
         holders = [
@@ -310,7 +340,7 @@ class Router:
             )
         elif last is not None:
             reason = last.failure_reason or FailureReason.STORE_EXCEPTION
-            why = f"no replica could answer for partition {partition}: {last.failure_message}"
+            why = f"no replica could answer for partition {partition}: {'; '.join(failures)}"
         elif not tried:
             reason = FailureReason.NOT_UP_TO_BOUND
             why = f"every replica of partition {partition} lags by more than max_lag={self.max_lag}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from operator import itemgetter
@@ -17,6 +18,8 @@ from spark_statestore.query._errors import (
 )
 
 R = TypeVar("R")
+
+_log = logging.getLogger(__name__)
 
 
 # -- results -------------------------------------------------------------------------------
@@ -194,6 +197,37 @@ def _check_info(lines: Iterable[str]) -> tuple[str, ...]:
 _partition_of_item = itemgetter(0)
 
 
+def _checked(
+    result: QueryResult[R],
+    bound: PositionBound,
+    partition: int | None,
+    store_wide: bool,
+    answered_by: str,
+) -> QueryResult[R]:
+    """``result``, or the NOT_UP_TO_BOUND failure that refuses it (see
+    :meth:`StateQueryResult.checked_against`); ``partition`` None: a global store's."""
+    if result.failure_reason is not None:
+        return result
+    by_partition = None if store_wide or partition is None else partition
+    if bound.permits(result.position, by_partition):
+        return result
+    if by_partition is None:
+        where = "the global store" if partition is None else f"partition {partition}"
+        rule = "every entry of the bound applies: the store's position holds store-wide"
+    else:
+        where = f"partition {partition}"
+        rule = f"the bound's entries for partition {partition} apply"
+    refused: QueryResult[R] = QueryResult.for_failure(
+        FailureReason.NOT_UP_TO_BOUND,
+        f"{answered_by} answered {where} as a success at position "
+        f"{result.position.to_json()}, which has not reached the bound {bound.to_json()} "
+        f"({rule}); the answer is refused: retry later or query another replica",
+        result.position,
+    )
+    _log.warning("%s", refused.failure_message)
+    return refused
+
+
 def _check_query_result(result: object, what: str) -> None:
     if not isinstance(result, QueryResult):
         raise QueryError(f"{what} must be a QueryResult, got {type(result).__name__}")
@@ -269,6 +303,50 @@ class StateQueryResult(Generic[R]):
                 f"({{{described}}}); restrict the request with with_partitions([n])"
             )
         return self.partition_items[0][1]
+
+    def checked_against(
+        self, bound: PositionBound, *, store_wide: bool, answered_by: str
+    ) -> StateQueryResult[R]:
+        """This answer as the one who asked may use it: each success whose position does not
+        satisfy ``bound`` becomes a ``NOT_UP_TO_BOUND`` failure, with that position, saying
+        who answered it and why it is refused (and logged as a warning).
+
+        A store checks its own answers against the request's bound; an answer from another
+        process is checked again by whoever asked, so that a store that answers a bound it
+        has not reached (a bug, or a server that lies) never makes a bounded query succeed.
+
+        Parameters
+        ----------
+        bound
+            The request's position bound.
+        store_wide
+            Whether the answering store's position holds for each of its partitions
+            (``spark_statestore.store.queries.is_store_wide``: a leader store, a follower of
+            a sink's changelog): then every entry of the bound applies to every partition.
+            False applies Kafka Streams' rule, the bound's entries for the result's
+            partition only: an answer a store checked by either rule satisfies it.
+        answered_by
+            Who answered, for the message (a server's location and store id, a replica).
+
+        Returns
+        -------
+        StateQueryResult
+            ``self`` when nothing is refused (always for an unbounded request).
+        """
+        if bound.position is None:
+            return self
+        items = []
+        refused = False
+        for partition, result in self.partition_items:
+            checked = _checked(result, bound, partition, store_wide, answered_by)
+            refused = refused or checked is not result
+            items.append((partition, checked))
+        global_result = self.global_result
+        if global_result is not None:
+            checked = _checked(global_result, bound, None, True, answered_by)
+            refused = refused or checked is not global_result
+            global_result = checked
+        return StateQueryResult(tuple(items), global_result) if refused else self
 
     @property
     def position(self) -> Position:

@@ -201,6 +201,9 @@ class StoreClient:
         # False once the server answered that it has no query_key action (an older
         # version): single-key queries then travel as JSON too.
         self._compact_keys = True
+        # Whether the server's query_key replies say the bound rule (flag 16): None until
+        # it answered one, False once it refused the flag (an older version).
+        self._compact_rule: bool | None = None
 
     # -- actions --------------------------------------------------------------------------
     def pin(self, bound: PositionBound | None = None, *, wait_s: float = 0.0) -> PinnedSnapshotInfo:
@@ -305,6 +308,13 @@ class StoreClient:
             for a commit that satisfies the bound on every partition asked, then answers
             either way (``NOT_UP_TO_BOUND`` on partitions still behind). 0: answer at once.
 
+        Every successful answer's position is checked here against the request's bound, by
+        the rule the server says its store applied (the whole bound for a store-wide
+        position, else the bound's entries for the answer's partition; a server of an older
+        version says none, and its answers are checked by the latter): a success that has not
+        reached the bound is returned as ``NOT_UP_TO_BOUND`` (and logged, as a warning), never
+        as a success, whatever the server answered.
+
         Raises
         ------
         QueryError
@@ -325,30 +335,68 @@ class StoreClient:
         wait_s = min(float(wait_s), MAX_PIN_WAIT_S)
         timeout_s = self.timeout_s + wait_s
         if self._compact_keys and travels_compact(request):
-            body = encode_key_query(request, int(wait_s * 1000))
-            try:
-                raw_reply = self._call_bytes(ACTION_QUERY_KEY, body, timeout_s)
-            except UnknownActionError:
-                self._compact_keys = False
-            else:
-                try:
-                    store_id, answer = decode_key_reply(raw_reply)
-                except BadRequestError as exc:
-                    raise self._malformed_query_reply(exc) from exc
+            compact = self._query_compact(request, int(wait_s * 1000), timeout_s)
+            if compact is not None:
+                store_id, answer, store_wide = compact
                 self._check_served(store_id)
-                return answer
+                return self._checked(request, answer, store_id, store_wide)
         reply = self._action(
             ACTION_QUERY, encode_query_body(request, int(wait_s * 1000)), timeout_s=timeout_s
         )
         try:
             served, raw = reply.get("store_id"), reply.get("result")
+            wide = reply.get("store_wide")
             if not isinstance(served, str) or not isinstance(raw, dict):
                 raise BadRequestError('expected {"store_id": str, "result": {...}}')
+            if wide is not None and not isinstance(wide, bool):
+                raise BadRequestError(f"store_wide must be true or false, got {wide!r}")
             result = decode_result(raw)
         except BadRequestError as exc:
             raise self._malformed_query_reply(exc) from exc
         self._check_served(served)
-        return result
+        return self._checked(request, result, served, wide)
+
+    def _query_compact(
+        self, request: StateQueryRequest, wait_ms: int, timeout_s: float
+    ) -> tuple[str, StateQueryResult[Any], bool | None] | None:
+        """``(store id, result, store_wide)`` of a ``query_key`` call, or None when the
+        server has no such action (an older version: ask with JSON)."""
+        with_rule = self._compact_rule is not False
+        body = encode_key_query(request, wait_ms, with_rule=with_rule)
+        try:
+            raw_reply = self._call_bytes(ACTION_QUERY_KEY, body, timeout_s)
+        except UnknownActionError:
+            self._compact_keys = False
+            return None
+        except BadRequestError:
+            if not with_rule or self._compact_rule is not None:
+                raise
+            # A server older than the bound rule flag refuses it as unknown: ask again
+            # without it. A request refused for another reason is refused again, and raised.
+            body = encode_key_query(request, wait_ms, with_rule=False)
+            raw_reply = self._call_bytes(ACTION_QUERY_KEY, body, timeout_s)
+            self._compact_rule = False
+        else:
+            self._compact_rule = with_rule
+        try:
+            return decode_key_reply(raw_reply)
+        except BadRequestError as exc:
+            raise self._malformed_query_reply(exc) from exc
+
+    def _checked(
+        self,
+        request: StateQueryRequest,
+        result: StateQueryResult[Any],
+        served: str,
+        store_wide: bool | None,
+    ) -> StateQueryResult[Any]:
+        """``result`` with every success refused whose position has not reached the
+        request's bound, by the rule the server said (None: the per-partition rule)."""
+        return result.checked_against(
+            request.position_bound,
+            store_wide=bool(store_wide),
+            answered_by=f"store server {self.location} (store {served})",
+        )
 
     def _malformed_query_reply(self, exc: BadRequestError) -> ServeError:
         return ServeError(

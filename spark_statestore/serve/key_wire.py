@@ -13,7 +13,8 @@ Body of ``query_key`` (integers big-endian, unsigned)::
 
     u8  version (1)
     u8  query type: 0 KeyQuery, 1 RawKeyQuery
-    u8  flags: 1 active only, 2 execution info, 4 partitions follow, 8 position bound follows
+    u8  flags: 1 active only, 2 execution info, 4 partitions follow, 8 position bound follows,
+        16 the reply says the bound rule (a reply of version 2)
     u64 wait_ms (<= 2**63 - 1)
     u16 length + UTF-8 store name
     u32 length + key bytes
@@ -22,8 +23,11 @@ Body of ``query_key`` (integers big-endian, unsigned)::
 
 Reply::
 
-    u8  version (1)
+    u8  version (1; 2 when the request had flag 16)
     u16 length + UTF-8 store id
+    [u8 the rule its answers were checked against the bound by: 1 store-wide (every entry
+        of the bound applies to every partition), 0 the bound's entries for the result's
+        partition]                                                                 version 2
     u16 count + count x (u32 length + offsets JSON): the distinct positions of the results
     u32 count + count x (u32 partition + <result>), partitions ascending
     u8  1 when a global <result> follows, else 0
@@ -33,6 +37,11 @@ Reply::
     outcome 0: a success without a value (None), empty payload; 1: a success, the payload
                is the value; 2: a failure, the payload is u8 length + ASCII
                FailureReason value, then the UTF-8 message
+
+The asker checks each answer's position against the request's bound by that rule
+(:meth:`~spark_statestore.query.StateQueryResult.checked_against`). An older client never sets
+flag 16, so it never gets a reply of version 2; an older server refuses the flag as unknown
+(a ``BadRequestError``), and the client asks again without it (its replies then say no rule).
 
 Decoding is strict: a wrong version, unknown flag or outcome, a field cut short, bytes left
 over, text that is not UTF-8 or a position that is not offsets JSON is a
@@ -61,6 +70,7 @@ from spark_statestore.serve.errors import BadRequestError
 
 __all__ = [
     "KEY_WIRE_VERSION",
+    "RULE_REPLY_VERSION",
     "decode_key_query",
     "decode_key_reply",
     "encode_key_query",
@@ -69,12 +79,14 @@ __all__ = [
 ]
 
 KEY_WIRE_VERSION: Final = 1
-"""The version byte that opens a ``query_key`` body and reply."""
+"""The version byte that opens a ``query_key`` body and a reply without the bound rule."""
+RULE_REPLY_VERSION: Final = 2
+"""The version byte of a reply that says the bound rule (to a request with flag 16)."""
 
 _INT32_MAX: Final = 2**31 - 1
 _INT64_MAX: Final = 2**63 - 1
-_ACTIVE_ONLY, _EXECUTION_INFO, _PARTITIONS, _BOUND = 1, 2, 4, 8
-_FLAGS: Final = _ACTIVE_ONLY | _EXECUTION_INFO | _PARTITIONS | _BOUND
+_ACTIVE_ONLY, _EXECUTION_INFO, _PARTITIONS, _BOUND, _RULE = 1, 2, 4, 8, 16
+_FLAGS: Final = _ACTIVE_ONLY | _EXECUTION_INFO | _PARTITIONS | _BOUND | _RULE
 _QUERY_TYPES: Final = (KeyQuery, RawKeyQuery)
 _NO_VALUE, _VALUE, _FAILURE = 0, 1, 2
 _REASONS: Final = {reason.value.encode("ascii"): reason for reason in FailureReason}
@@ -107,9 +119,12 @@ def travels_compact(request: object) -> bool:
 
 
 # -- requests -------------------------------------------------------------------------------
-def encode_key_query(request: StateQueryRequest, wait_ms: int = 0) -> bytes:
+def encode_key_query(
+    request: StateQueryRequest, wait_ms: int = 0, *, with_rule: bool = True
+) -> bytes:
     """The ``query_key`` body of ``request`` (see :func:`travels_compact`), waiting up to
-    ``wait_ms`` for its bound.
+    ``wait_ms`` for its bound; ``with_rule``: asking for the bound rule in the reply (flag
+    16; a server older than it refuses it).
 
     Raises
     ------
@@ -122,8 +137,10 @@ def encode_key_query(request: StateQueryRequest, wait_ms: int = 0) -> bytes:
             f"{type(request).__name__}"
         )
     query: Any = request.query
-    flags = (_ACTIVE_ONLY if request.active_only else 0) | (
-        _EXECUTION_INFO if request.execution_info_enabled else 0
+    flags = (
+        (_ACTIVE_ONLY if request.active_only else 0)
+        | (_EXECUTION_INFO if request.execution_info_enabled else 0)
+        | (_RULE if with_rule else 0)
     )
     store = request.store_name.encode()
     key: bytes = query.key
@@ -156,8 +173,9 @@ def encode_key_query(request: StateQueryRequest, wait_ms: int = 0) -> bytes:
     )
 
 
-def decode_key_query(body: bytes) -> tuple[StateQueryRequest, int]:
-    """``(request, wait_ms)`` from a ``query_key`` body.
+def decode_key_query(body: bytes) -> tuple[StateQueryRequest, int, bool]:
+    """``(request, wait_ms, with_rule)`` from a ``query_key`` body; ``with_rule``: the reply
+    is to say the bound rule (:func:`encode_key_reply`).
 
     Raises
     ------
@@ -209,12 +227,15 @@ def decode_key_query(body: bytes) -> tuple[StateQueryRequest, int]:
         )
     except StateStoreError as exc:  # QueryError: e.g. an empty store name
         raise BadRequestError(f'action "query_key": malformed request: {exc}') from exc
-    return request, wait_ms
+    return request, wait_ms, bool(flags & _RULE)
 
 
 # -- replies --------------------------------------------------------------------------------
-def encode_key_reply(store_id: str, result: StateQueryResult[Any]) -> bytes:
-    """The ``query_key`` reply: ``result`` of the store ``store_id``.
+def encode_key_reply(
+    store_id: str, result: StateQueryResult[Any], store_wide: bool | None = None
+) -> bytes:
+    """The ``query_key`` reply: ``result`` of the store ``store_id``, and, unless None (to a
+    request without flag 16), whether its answers were checked store-wide.
 
     Raises
     ------
@@ -232,7 +253,11 @@ def encode_key_reply(store_id: str, result: StateQueryResult[Any]) -> bytes:
         parts.append(b"\x01")
         _encode_one(result.global_result, _GLOBAL_HEAD, (), indexes, texts, parts)
     ident = store_id.encode()
-    head = [_U8_U16.pack(KEY_WIRE_VERSION, len(ident)), ident, _U16.pack(len(texts))]
+    if store_wide is None:
+        head = [_U8_U16.pack(KEY_WIRE_VERSION, len(ident)), ident]
+    else:
+        head = [_U8_U16.pack(RULE_REPLY_VERSION, len(ident)), ident, _U8.pack(store_wide)]
+    head.append(_U16.pack(len(texts)))
     for text in texts:
         head += (_U32.pack(len(text)), text)
     head.append(_U32.pack(len(result.partition_items)))
@@ -271,8 +296,9 @@ def _encode_one(
         parts += (_U32.pack(len(data)), data)
 
 
-def decode_key_reply(reply: bytes) -> tuple[str, StateQueryResult[Any]]:
-    """``(store id, result)`` from a ``query_key`` reply.
+def decode_key_reply(reply: bytes) -> tuple[str, StateQueryResult[Any], bool | None]:
+    """``(store id, result, store_wide)`` from a ``query_key`` reply; ``store_wide`` is None
+    in a reply of version 1 (which says no bound rule).
 
     Raises
     ------
@@ -281,11 +307,18 @@ def decode_key_reply(reply: bytes) -> tuple[str, StateQueryResult[Any]]:
     """
     reader = _Reader(reply, 0, "query_key reply")
     version = reader.u8("version")
-    if version != KEY_WIRE_VERSION:
+    if version not in (KEY_WIRE_VERSION, RULE_REPLY_VERSION):
         raise BadRequestError(
-            f"query_key reply: version {version}; this client reads version {KEY_WIRE_VERSION}"
+            f"query_key reply: version {version}; this client reads versions "
+            f"{KEY_WIRE_VERSION} and {RULE_REPLY_VERSION}"
         )
     store_id = reader.text(reader.u16("store id length"), "store id")
+    store_wide = None
+    if version == RULE_REPLY_VERSION:
+        rule = reader.u8("bound rule")
+        if rule > 1:
+            raise BadRequestError(f"query_key reply: bound rule {rule}; expected 0 or 1")
+        store_wide = rule == 1
     positions = [
         _position(reader.blob(reader.u32("position length"), "position"), "query_key reply")
         for _ in range(reader.u16("position count"))
@@ -312,7 +345,7 @@ def decode_key_reply(reply: bytes) -> tuple[str, StateQueryResult[Any]]:
         raise BadRequestError(f"query_key reply: global flag {flag}; expected 0 or 1")
     reader.end()
     try:
-        return store_id, StateQueryResult(tuple(items), global_result)
+        return store_id, StateQueryResult(tuple(items), global_result), store_wide
     except StateStoreError as exc:  # QueryError: a partition given twice
         raise BadRequestError(f"malformed query_key reply: {exc}") from exc
 

@@ -18,7 +18,8 @@ Actions (``do_action``; the body is a JSON object, the result one JSON object, e
                                                        "location": ...}
     stats     {}                   -> {"rows_examined": n, "rows_returned": n, "requests": n}
     query     {"request": <StateQueryRequest>, "wait_ms": n}
-                                   -> {"store_id": id, "result": <StateQueryResult>}
+                                   -> {"store_id": id, "store_wide": bool,
+                                       "result": <StateQueryResult>}
                                       (forms in :mod:`~spark_statestore.serve.query_wire`)
     query_key a single-key query and its result in a compact binary form, not JSON
               (:mod:`~spark_statestore.serve.key_wire`)

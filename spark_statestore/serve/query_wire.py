@@ -34,9 +34,14 @@ The store holds serialized keys and answers a key of any other type with a
 "repr": text}`` and are rebuilt on the server as stand-ins with that type name and ``repr``,
 so the server's store words the same failure as a local one would.
 
-Reply (``store_id`` lets a client check that the server serves the store it meant)::
+Reply (``store_id`` lets a client check that the server serves the store it meant;
+``store_wide`` says by which rule the store checked its answers against the bound, so that
+the client checks them by the same one: true, every entry of the bound applies to every
+partition; false, the bound's entries for the result's partition only. An older server sends
+no ``store_wide``, and an older client ignores it)::
 
-    {"store_id": id, "result": {"partitions": [[p, <result>], ...], "global": <result> | null}}
+    {"store_id": id, "store_wide": bool,
+     "result": {"partitions": [[p, <result>], ...], "global": <result> | null}}
     <result> = {"value": <value>, "position": <position>, "execution_info": [text, ...],
                 "failure": null | {"reason": FailureReason value, "message": text}}
     <value>  = null | {"bytes": base64} | {"pairs": [[key base64, value base64], ...]}

@@ -62,7 +62,7 @@ from spark_statestore.serve.protocol import (
 from spark_statestore.serve.query_wire import decode_query_body, encode_result
 from spark_statestore.store.errors import InvalidScanError, StoreError
 from spark_statestore.store.manifest import Role
-from spark_statestore.store.queries import bound_permits
+from spark_statestore.store.queries import bound_permits, is_store_wide
 from spark_statestore.store.scan import ScanSpec, ScanStats, scan_batches
 from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, arrow_schema
 
@@ -384,13 +384,23 @@ class StoreServer:
                 )
             return {"released": self._pins.release(snapshot_id)}
         if name == ACTION_QUERY_KEY:
-            request, wait_ms = decode_key_query(body)
-            result = self._query(request, min(wait_ms / 1000.0, MAX_PIN_WAIT_S), client=client)
-            return encode_key_reply(self.store.manifest.store_id, result)
+            request, wait_ms, with_rule = decode_key_query(body)
+            result, store_wide = self._query(
+                request, min(wait_ms / 1000.0, MAX_PIN_WAIT_S), client=client
+            )
+            return encode_key_reply(
+                self.store.manifest.store_id, result, store_wide if with_rule else None
+            )
         if name == ACTION_QUERY:
             request, wait_ms = decode_query_body(decode_object(body, f"body of action {name!r}"))
-            result = self._query(request, min(wait_ms / 1000.0, MAX_PIN_WAIT_S), client=client)
-            return {"store_id": self.store.manifest.store_id, "result": encode_result(result)}
+            result, store_wide = self._query(
+                request, min(wait_ms / 1000.0, MAX_PIN_WAIT_S), client=client
+            )
+            return {
+                "store_id": self.store.manifest.store_id,
+                "store_wide": store_wide,
+                "result": encode_result(result),
+            }
         if name == ACTION_DESCRIBE:
             return self._describe()
         if name == ACTION_STATS:
@@ -424,10 +434,14 @@ class StoreServer:
 
     def _query(
         self, request: StateQueryRequest, wait_s: float, *, client: str = ""
-    ) -> StateQueryResult[Any]:
+    ) -> tuple[StateQueryResult[Any], bool]:
         """Run ``request`` as :meth:`Store.query` does, after waiting up to ``wait_s`` for a
         commit whose position permits the request's bound on every partition it asks this
-        store for (the partitions where the local answer checks the bound)."""
+        store for (the partitions where the local answer checks the bound).
+
+        Returns the result and whether the store checked it against the bound store-wide
+        (:func:`~spark_statestore.store.queries.is_store_wide`), for the client to check it
+        by the same rule."""
         store = self.store
         bound = request.position_bound
         waits = (
@@ -445,7 +459,11 @@ class StoreServer:
 
             if asked and not reached(store.metadata):
                 self._wait_for_commit(reached, wait_s, client)
-        return store.query(request)
+        before = is_store_wide(store, store.metadata)
+        result = store.query(request)
+        # The rule is that of the snapshot the query took, a commit between these two: when
+        # they differ the stricter is told, so the client never checks more loosely.
+        return result, before or is_store_wide(store, store.metadata)
 
     def _wait_for_commit(
         self, reached: Callable[[StoreMetadata], bool], wait_s: float, client: str

@@ -3,6 +3,7 @@ up on the executors in batches, through the store's live owner or from the store
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 from collections.abc import Callable
@@ -19,18 +20,33 @@ from spark_statestore.errors import OptionError
 from spark_statestore.position import Position
 from spark_statestore.serve import StoreServer, connect_to_owner
 from spark_statestore.store import Role, Store, StoreSpec
+from tests.misbehaving import UnboundedStore
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
 
 
-def make_prices(path: Path, changelog: str | None = None) -> Path:
-    """A leader store of item-00..item-49, priced 10 * i, at position orders 0:49."""
-    spec = StoreSpec(Role.LEADER, changelog, PARTITIONS)
+def make_prices(
+    path: Path,
+    changelog: str | None = None,
+    *,
+    role: Role = Role.LEADER,
+    items: int = 50,
+    price: int = 10,
+) -> Path:
+    """A store of item-00..item-<items - 1>, priced ``price`` * i, at position orders
+    0:<items - 1> (a leader store by default)."""
+    spec = StoreSpec(role, changelog, PARTITIONS)
     with Store.open(path, spec) as store, store.begin() as txn:
-        for i in range(50):
-            txn.put(f"item-{i:02d}".encode(), struct.pack(">q", i * 10), source=("orders", 0, i))
+        for i in range(items):
+            key = f"item-{i:02d}".encode()
+            txn.put(
+                key,
+                struct.pack(">q", i * price),
+                partition=partition_for_key(key, PARTITIONS),
+                source=("orders", 0, i),
+            )
     return path
 
 
@@ -165,6 +181,59 @@ def test_rows_get_their_values_from_a_changelogs_replicas_through_the_router(
                 routed(df, "wrong").collect()
         finally:
             announcer.close()
+
+
+def test_a_replica_that_answers_a_bound_it_has_not_reached_is_never_used(
+    spark: Any, tmp_path: Path, kafka_broker: Any, make_topic: Callable[..., str]
+) -> None:
+    """enrich(changelog=...) with two replicas announced: a leader (asked first) whose store
+    says success under the rows' bound, which it has not reached, with prices of its own,
+    and an honest follower that has reached it. Every row gets the follower's price; with
+    the follower gone, the lookups fail NOT_UP_TO_BOUND naming the leader."""
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = make_topic(PARTITIONS, suffix="-changelog")
+    make_prices(tmp_path / "liar", changelog, items=41, price=1)  # orders 0:40, wrong prices
+    make_prices(tmp_path / "follower", changelog, role=Role.FOLLOWER)  # orders 0:49
+    (tmp_path / "token").write_text("the-replicas-shared-token\n")
+    items = [f"item-{i:02d}" for i in range(0, 40, 3)]
+    df = spark.createDataFrame(
+        [(k, '{"orders": {"0": 45}}') for k in items], "item STRING, pos STRING"
+    )
+
+    def routed() -> list[tuple[Any, ...]]:
+        enriched = spark_statestore.enrich(
+            df,
+            changelog=changelog,
+            bootstrap_servers=bootstrap,
+            token_file=str(tmp_path / "token"),
+            key_column="item",
+            value_column="price",
+            key_format="string",
+            value_format="long",
+            position_column="pos",
+        )
+        return _rows(enriched.select("item", "price"))
+
+    with contextlib.ExitStack() as stack:
+        announcers = {}
+        for name, store_class in (("liar", UnboundedStore), ("follower", Store)):
+            store = stack.enter_context(store_class.open(tmp_path / name, purpose="enrich test"))
+            server = stack.enter_context(StoreServer(store, token="the-replicas-shared-token"))
+            announcement = ReplicaAnnouncement.of_store(
+                store, location=server.location, ttl_ms=60_000
+            )
+            announcer = ReplicaAnnouncer(
+                bootstrap, announcement, lambda store=store: (store.metadata.position, {})
+            )
+            announcer.start()
+            stack.callback(announcer.close)
+            announcers[name] = (announcer, store.manifest.store_id)
+        assert routed() == [(k, int(k[5:]) * 10) for k in items]  # the follower's prices
+        follower, _ = announcers["follower"]
+        follower.close()  # a tombstone: the follower is gone
+        _, liar = announcers["liar"]
+        with pytest.raises(Exception, match=f"NOT_UP_TO_BOUND: the replicas of .*{liar}"):
+            routed()
 
 
 @pytest.mark.parametrize(

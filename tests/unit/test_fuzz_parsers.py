@@ -525,6 +525,9 @@ _KEY_WIRE_CORPUS = [
         ),
     ),
     encode_key_reply("s", StateQueryResult.for_global(QueryResult.for_result(b"g", _KEY_POSITION))),
+    encode_key_reply(
+        "s", StateQueryResult.for_partitions({0: QueryResult.for_result(b"v", _KEY_POSITION)}), True
+    ),
 ]
 _KEY_WIRE_PIECES = [*_BYTE_PIECES, b"{}", b'{"in":{"0":1}}', b"NOT_PRESENT", b"\x0bNOT_ACTIVE"]
 
@@ -532,11 +535,12 @@ _KEY_WIRE_PIECES = [*_BYTE_PIECES, b"{}", b'{"in":{"0":1}}', b"NOT_PRESENT", b"\
 def _parse_key_wire(data: bytes) -> None:
     refused = 0
     try:
-        request, wait_ms = decode_key_query(data)
+        request, wait_ms, with_rule = decode_key_query(data)
     except StateStoreError:
         refused += 1
     else:
-        assert decode_key_query(encode_key_query(request, wait_ms)) == (request, wait_ms)
+        again = encode_key_query(request, wait_ms, with_rule=with_rule)
+        assert decode_key_query(again) == (request, wait_ms, with_rule)
     try:
         reply = decode_key_reply(data)
     except StateStoreError:

@@ -453,6 +453,43 @@ def test_state_query_result_validation() -> None:
         StateQueryResult.for_global(b"v")  # type: ignore[arg-type]
 
 
+def test_an_asker_refuses_successes_whose_position_the_bound_does_not_permit() -> None:
+    seen = Position.from_map({"in": {0: 5, 1: 3}})
+    behind = QueryResult.for_failure(FailureReason.NOT_UP_TO_BOUND, "behind", seen)
+    answer = StateQueryResult.for_partitions(
+        {0: QueryResult.for_result(b"a", seen), 1: QueryResult.for_result(b"b", seen), 2: behind}
+    )
+    unreached = PositionBound.at(Position.from_map({"in": {1: 9}}))
+    who = "server grpc+tcp://h:1 (store s)"
+    assert answer.checked_against(PositionBound.unbounded(), store_wide=True, answered_by=who) is (
+        answer
+    )
+    reached = PositionBound.at(Position.from_map({"in": {0: 5, 1: 3}}))
+    assert answer.checked_against(reached, store_wide=True, answered_by=who) is answer
+    # Kafka Streams' rule: partition 1's entries apply to partition 1 only.
+    by_partition = answer.checked_against(unreached, store_wide=False, answered_by=who)
+    assert by_partition.partition_results[0] is answer.partition_results[0]
+    assert by_partition.partition_results[2] is behind  # failures pass as they are
+    refused = by_partition.partition_results[1]
+    assert refused.failure_reason is FailureReason.NOT_UP_TO_BOUND
+    assert refused.position == seen and refused.value is None
+    assert refused.failure_message == (
+        f"{who} answered partition 1 as a success at position "
+        '{"in":{"0":5,"1":3}}, which has not reached the bound {"in":{"1":9}} (the bound\'s '
+        "entries for partition 1 apply); the answer is refused: retry later or query another "
+        "replica"
+    )
+    # A store-wide position: every entry of the bound applies to every partition.
+    whole = answer.checked_against(unreached, store_wide=True, answered_by=who)
+    assert {p for p, r in whole.partition_results.items() if r.is_failure} == {0, 1, 2}
+    assert "position holds store-wide" in (whole.partition_results[0].failure_message or "")
+    global_answer = StateQueryResult.for_global(QueryResult.for_result(b"g", seen))
+    checked = global_answer.checked_against(unreached, store_wide=False, answered_by=who)
+    assert checked.global_result is not None
+    assert checked.global_result.failure_reason is FailureReason.NOT_UP_TO_BOUND
+    assert "answered the global store" in (checked.global_result.failure_message or "")
+
+
 def test_state_query_result_is_frozen() -> None:
     result = StateQueryResult.for_partitions({0: QueryResult.for_result(1, P1)})
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -26,17 +26,20 @@ from spark_statestore.query import (
 )
 from spark_statestore.serve import StoreServer
 from spark_statestore.store import Role, Store, StoreSpec
+from tests.misbehaving import OlderServer, UnboundedStore
 
 TOPIC = "prices-changelog"
 PARTITIONS = 3
 KEYS = [b"k%03d" % i for i in range(60)]
 
 
-def _fill(store: Store, upto: int) -> None:
-    """Keys 0..upto-1 with their changelog partitions; position: input offset upto-1."""
+def _fill(store: Store, upto: int, value: bytes = b"v") -> None:
+    """Keys 0..upto-1 (valued ``value + key``) with their changelog partitions; position:
+    input offset upto-1."""
     with store.begin() as txn:
         rows = [
-            (k, b"v" + k, partition_for_key(k, PARTITIONS), i, 0) for i, k in enumerate(KEYS[:upto])
+            (k, value + k, partition_for_key(k, PARTITIONS), i, 0)
+            for i, k in enumerate(KEYS[:upto])
         ]
         txn.put_all(rows)
         txn.merge_position(Position.from_map({"orders": dict.fromkeys(range(3), upto - 1)}))
@@ -46,39 +49,52 @@ class Cluster:
     """A leader and two followers (one of partitions 0 and 1 only), each served."""
 
     def __init__(self, root: Path, stack: contextlib.ExitStack) -> None:
+        self.root = root
+        self.stack = stack
         self.paths: dict[str, str] = {}
         self.servers: dict[str, StoreServer] = {}
         self.announced: dict[str, ReplicaAnnouncement] = {}
         self.live_lag: dict[str, int] = {}  # what each follower's server says its lag is now
-        now = int(time.time() * 1000)
-        for name, role, held, upto, lag in [
-            ("leader", Role.LEADER, None, 60, 0),
-            ("full", Role.FOLLOWER, None, 60, 0),
-            ("part", Role.FOLLOWER, (0, 1), 40, 9),  # behind: 20 keys and lag 9
-        ]:
-            spec = StoreSpec(role, TOPIC, PARTITIONS, held_partitions=held)
-            store = stack.enter_context(Store.open(root / name, spec, purpose=name))
-            _fill(store, upto)
-            self.live_lag[name] = lag
+        self.add("leader", Role.LEADER, upto=60)
+        self.add("full", Role.FOLLOWER, upto=60)
+        self.add("part", Role.FOLLOWER, held=(0, 1), upto=40, lag=9)  # behind: 20 keys, lag 9
 
-            def lags(name: str = name, holds: tuple[int, ...] = store.manifest.holds) -> Any:
-                return {p: LagInfo(100, 100 + self.live_lag[name]) for p in holds}
+    def add(
+        self,
+        name: str,
+        role: Role,
+        *,
+        upto: int,
+        held: tuple[int, ...] | None = None,
+        lag: int = 0,
+        value: bytes = b"v",
+        store_class: type[Store] = Store,
+        server_class: type[StoreServer] = StoreServer,
+    ) -> None:
+        """Serve and announce one more replica: keys 0..upto-1 valued ``value + key``."""
+        spec = StoreSpec(role, TOPIC, PARTITIONS, held_partitions=held)
+        store = self.stack.enter_context(store_class.open(self.root / name, spec, purpose=name))
+        _fill(store, upto, value)
+        self.live_lag[name] = lag
 
-            server = StoreServer(store, lag_provider=None if role is Role.LEADER else lags)
-            location = server.start()
-            stack.callback(server.close)
-            lags = (
-                {}
-                if role is Role.LEADER
-                else {p: LagInfo(100, 100 + lag) for p in store.manifest.holds}
-            )
-            announcement = ReplicaAnnouncement.of_store(store, location=location, ttl_ms=60_000)
-            announcement = announcement.with_heartbeat(
-                now, position=store.metadata.position, lags=lags
-            )
-            self.paths[name] = str(root / name)
-            self.servers[name] = server
-            self.announced[name] = announcement
+        def lags(name: str = name, holds: tuple[int, ...] = store.manifest.holds) -> Any:
+            return {p: LagInfo(100, 100 + self.live_lag[name]) for p in holds}
+
+        server = server_class(store, lag_provider=None if role is Role.LEADER else lags)
+        location = server.start()
+        self.stack.callback(server.close)
+        announced_lags = (
+            {}
+            if role is Role.LEADER
+            else {p: LagInfo(100, 100 + lag) for p in store.manifest.holds}
+        )
+        announcement = ReplicaAnnouncement.of_store(store, location=location, ttl_ms=60_000)
+        announcement = announcement.with_heartbeat(
+            int(time.time() * 1000), position=store.metadata.position, lags=announced_lags
+        )
+        self.paths[name] = str(self.root / name)
+        self.servers[name] = server
+        self.announced[name] = announcement
 
     def router(self, **options: Any) -> Router:
         by_id = {a.replica_id: name for name, a in self.announced.items()}
@@ -208,3 +224,96 @@ def test_a_follower_is_asked_its_lag_before_its_answer_is_used(cluster: Cluster)
     (answer,) = router.query(_request(KeyQuery.with_key(key))).partition_results.values()
     assert answer.failure_reason is FailureReason.NOT_UP_TO_BOUND
     assert "lags by 11" in answer.failure_message and "max_lag=10" in answer.failure_message
+
+
+def _key_in(partition: int, upto: int = 40) -> bytes:
+    return next(k for k in KEYS[:upto] if partition_for_key(k, PARTITIONS) == partition)
+
+
+def test_a_replica_that_answers_a_bound_it_has_not_reached_is_passed_over(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The replica "liar" (lag 0, so asked before "full") says success under a bound it has
+    not reached, with values of its own: the router refuses its answer and uses the honest
+    replica's; with no honest replica left the result is NOT_UP_TO_BOUND, naming the liar,
+    its location, its answer's position and the bound."""
+    cluster.add("liar", Role.FOLLOWER, upto=40, value=b"lie", store_class=UnboundedStore)
+    cluster.stop("leader")
+    cluster.announce_lag("full", 5)
+    key = _key_in(2)  # "part" does not hold partition 2: the liar and "full" do
+    bound = PositionBound.at(Position.from_map({"orders": {2: 59}}))
+    router = cluster.router()
+    result = router.query(_request(KeyQuery.with_key(key)).with_position_bound(bound))
+    assert _value(result) == b"v" + key  # "full"'s, at the bound
+    assert result.partition_results[2].position.to_map()["orders"][2] == 59
+    liar = cluster.announced["liar"]
+    assert f"(store {liar.replica_id}) answered partition 2 as a success" in caplog.text
+    cluster.stop("full")
+    result = router.query(_request(KeyQuery.with_key(key)).with_position_bound(bound))
+    answer = result.partition_results[2]
+    assert answer.failure_reason is FailureReason.NOT_UP_TO_BOUND
+    assert answer.value is None
+    message = answer.failure_message or ""
+    for named in (
+        liar.replica_id,
+        str(liar.location),
+        '{"orders":{"0":39,"1":39,"2":39}}',
+        bound.to_json() or "",
+    ):
+        assert named in message
+    assert message.count("asked:") == 1
+
+
+def test_a_leader_is_held_to_the_whole_bound_by_the_router(cluster: Cluster) -> None:
+    """A leader's position holds for its whole store (any partition may hold any input
+    partition's write), and its announcement says it is the leader: the router checks its
+    answers against every entry of the bound even when its server, of an older version,
+    does not say by which rule its store answered (its client then checks the answer's
+    partition's entries only)."""
+    cluster.stop("leader")
+    del cluster.announced["leader"]
+    cluster.add(
+        "old",
+        Role.LEADER,
+        upto=40,
+        value=b"lie",
+        store_class=UnboundedStore,
+        server_class=OlderServer,
+    )
+    key = _key_in(0)
+    bound = PositionBound.at(Position.from_map({"orders": {1: 59}}))  # another partition's
+    result = cluster.router().query(_request(KeyQuery.with_key(key)).with_position_bound(bound))
+    assert _value(result) == b"v" + key  # "full"'s: a follower checks its own partition's
+    cluster.stop("full")
+    cluster.stop("part")
+    result = cluster.router().query(_request(KeyQuery.with_key(key)).with_position_bound(bound))
+    answer = result.partition_results[0]
+    assert answer.failure_reason is FailureReason.NOT_UP_TO_BOUND
+    old = cluster.announced["old"]
+    message = answer.failure_message or ""
+    assert f"leader {old.replica_id} of {TOPIC} at {old.location} answered partition 0" in message
+    assert '{"orders":{"0":39,"1":39,"2":39}}' in message and (bound.to_json() or "") in message
+
+
+def test_enrichment_lookups_never_use_a_refused_answer(cluster: Cluster) -> None:
+    """``enrich(changelog=...)`` looks keys up through a router (its routed lookup, as each
+    executor task runs it): a liar's values are never used; the honest replica's are, and
+    with no honest replica left the lookup fails NOT_UP_TO_BOUND, naming the liar."""
+    from spark_statestore.connectors.spark.errors import NotUpToBoundError
+    from spark_statestore.connectors.spark.reader import routed
+    from spark_statestore.serve.auth import ServeCredentials
+
+    cluster.add("liar", Role.FOLLOWER, upto=40, value=b"lie", store_class=UnboundedStore)
+    cluster.stop("leader")
+    cluster.announce_lag("full", 5)
+    keys = [k for k in KEYS[:40] if partition_for_key(k, PARTITIONS) == 2]
+    bound = PositionBound.at(Position.from_map({"orders": {2: 59}}))
+    route = routed.ReplicaRoute(TOPIC, "unused:9092", ServeCredentials("unused-token-0123"))
+    liar = cluster.announced["liar"]
+    with cluster.router() as router:
+        found, position = routed._lookup(router, route, keys, bound, 0.0)
+        assert found == {k: b"v" + k for k in keys}  # "full"'s values, none of the liar's
+        assert position.to_map()["orders"][2] == 59
+        cluster.stop("full")
+        with pytest.raises(NotUpToBoundError, match=f"NOT_UP_TO_BOUND: .*{liar.replica_id}"):
+            routed._lookup(router, route, keys, bound, 0.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow.flight as flight
@@ -33,6 +34,7 @@ from spark_statestore.serve import (
 )
 from spark_statestore.serve.key_wire import (
     KEY_WIRE_VERSION,
+    RULE_REPLY_VERSION,
     decode_key_query,
     decode_key_reply,
     encode_key_query,
@@ -40,7 +42,8 @@ from spark_statestore.serve.key_wire import (
     travels_compact,
 )
 from spark_statestore.serve.protocol import ACTION_QUERY_KEY
-from spark_statestore.store import Role, Store
+from spark_statestore.store import Role, Store, StoreSpec
+from tests.misbehaving import OlderServer, UnboundedStore
 
 NAME = "orders"
 
@@ -87,16 +90,23 @@ _state_results = st.one_of(
 )
 
 
-@given(key_requests())
-def test_every_key_request_decodes_to_itself(case: tuple[StateQueryRequest, int]) -> None:
+@given(key_requests(), st.booleans())
+def test_every_key_request_decodes_to_itself(
+    case: tuple[StateQueryRequest, int], with_rule: bool
+) -> None:
     request, wait_ms = case
     assert travels_compact(request)
-    assert decode_key_query(encode_key_query(request, wait_ms)) == (request, wait_ms)
+    body = encode_key_query(request, wait_ms, with_rule=with_rule)
+    assert decode_key_query(body) == (request, wait_ms, with_rule)
 
 
-@given(st.text(min_size=1, max_size=10), _state_results)
-def test_every_key_result_decodes_to_itself(store_id: str, result: StateQueryResult[Any]) -> None:
-    assert decode_key_reply(encode_key_reply(store_id, result)) == (store_id, result)
+@given(st.text(min_size=1, max_size=10), _state_results, st.sampled_from([None, False, True]))
+def test_every_key_result_decodes_to_itself(
+    store_id: str, result: StateQueryResult[Any], store_wide: bool | None
+) -> None:
+    reply = encode_key_reply(store_id, result, store_wide)
+    assert reply[0] == (KEY_WIRE_VERSION if store_wide is None else RULE_REPLY_VERSION)
+    assert decode_key_reply(reply) == (store_id, result, store_wide)
 
 
 def test_only_bytes_keys_of_key_queries_travel_compact() -> None:
@@ -147,7 +157,7 @@ def test_malformed_bodies_are_refused_naming_the_field() -> None:
         (b"", "too short"),
         (_body(version=2), "version 2"),
         (_body(kind=2), "unknown query type"),
-        (_body(flags=16), "unknown flags"),
+        (_body(flags=32), "unknown flags"),
         (_body(wait_ms=2**63), "beyond int64"),
         (_body(store=b""), "malformed request"),
         (_body(store=b"\xff"), "not UTF-8"),
@@ -167,9 +177,14 @@ def test_malformed_bodies_are_refused_naming_the_field() -> None:
 
 
 def _reply(
-    results: bytes, *, positions: tuple[bytes, ...] = (b"{}",), end: bytes = b"\x00"
+    results: bytes,
+    *,
+    positions: tuple[bytes, ...] = (b"{}",),
+    end: bytes = b"\x00",
+    rule: bytes = b"",
 ) -> bytes:
-    head = struct.pack(">BH", KEY_WIRE_VERSION, 2) + b"id" + struct.pack(">H", len(positions))
+    version = RULE_REPLY_VERSION if rule else KEY_WIRE_VERSION
+    head = struct.pack(">BH", version, 2) + b"id" + rule + struct.pack(">H", len(positions))
     for text in positions:
         head += struct.pack(">I", len(text)) + text
     return head + results + end
@@ -188,8 +203,12 @@ def test_malformed_replies_are_refused_naming_the_field() -> None:
             {3: QueryResult.for_failure(FailureReason.NOT_PRESENT, "gone ü")}
         )
     )
+    assert decode_key_reply(good)[2] is None  # a reply of version 1 says no rule
+    ruled = _reply(struct.pack(">I", 1) + _one(0, 0, 1, b"v"), rule=b"\x01")
+    assert decode_key_reply(ruled)[1:] == (decode_key_reply(good)[1], True)
     for reply, match in [
-        (b"\x02" + good[1:], "version 2"),
+        (b"\x03" + good[1:], "version 3"),
+        (_reply(struct.pack(">I", 1) + _one(0, 0, 1, b"v"), rule=b"\x02"), "bound rule 2"),
         (good[:-1], "global flag"),
         (good + b"\x00", "after the end"),
         (good[:-1] + b"\x02", "global flag 2"),
@@ -237,6 +256,37 @@ def test_a_client_falls_back_to_json_where_the_server_has_no_query_key(
             request = StateQueryRequest.in_store(NAME).with_query(KeyQuery.with_key(key))
             assert client.query(request) == store.query(request)
     assert asked == [ACTION_QUERY_KEY, "query", "query", "query"]  # asked once
+
+
+def test_a_client_asks_an_older_server_again_without_the_bound_rule(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server older than the bound rule in replies refuses the flag asking for it: the
+    client asks again without it, once, and checks that server's answers by the bound's
+    entries for each answer's partition (all an answer from an unknown rule is held to),
+    in the compact and the JSON form."""
+    spec = StoreSpec(Role.FOLLOWER, "orders-changelog", 2, NAME)
+    with UnboundedStore.open(tmp_path / "old", spec, purpose="unit test") as store:
+        with store.begin() as txn:
+            txn.put(b"a", b"A", partition=0, source=("in", 0, 5))
+            txn.put(b"b", b"B", partition=1, source=("in", 1, 3))
+        bound = PositionBound.at(Position.from_map({"in": {1: 9}}))  # partition 1: not reached
+        with OlderServer(store) as server, StoreClient(server.location, token=server.token) as c:
+            for key in (b"a", b"b"):
+                request = StateQueryRequest.in_store(NAME).with_query(KeyQuery.with_key(key))
+                assert c.query(request) == store.query(request)
+                answer = c.query(request.with_position_bound(bound))
+                assert answer.partition_results[0].is_success
+                refused = answer.partition_results[1]
+                assert refused.failure_reason is FailureReason.NOT_UP_TO_BOUND
+                assert "answered partition 1 as a success" in (refused.failure_message or "")
+            scan = StateQueryRequest.in_store(NAME).with_query(RangeQuery.with_no_bounds())
+            answer = c.query(scan.with_position_bound(bound))  # JSON: no store_wide in the reply
+            assert answer.partition_results[0].result == [(b"a", b"A")]
+            assert answer.partition_results[1].failure_reason is FailureReason.NOT_UP_TO_BOUND
+        compact = [flagged for name, flagged in server.asked if name == ACTION_QUERY_KEY]
+        assert compact == [True, False, False, False, False]  # refused once, then asked without
+    assert "answered partition 1 as a success" in caplog.text
 
 
 def test_query_key_over_flight_refuses_a_malformed_body(

@@ -57,6 +57,7 @@ from spark_statestore.serve.query_wire import (
     encode_result,
 )
 from spark_statestore.store import Role, Store, StoreSpec
+from tests.misbehaving import UnboundedStore
 
 MakeStore = Callable[..., Store]
 NAME = "orders"
@@ -377,6 +378,55 @@ def test_a_bound_not_reached_in_time_answers_not_up_to_bound(
     assert answer == store.query(request)
     assert answer.partition_results[0].failure_reason is FailureReason.NOT_UP_TO_BOUND
     assert answer.partition_results[1].result is None  # the bound does not apply there
+
+
+@pytest.mark.parametrize(
+    ("role", "store_wide"),
+    [(Role.LEADER, True), (Role.FOLLOWER, False), (Role.FOLLOWER, True)],
+    ids=["leader", "follower", "follower-of-a-sink"],
+)
+def test_the_client_refuses_a_success_its_bound_does_not_permit(
+    tmp_path: Path, role: Role, store_wide: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server whose store says success under a bound it has not reached: the client
+    refuses exactly the answers an honest store refuses (NOT_UP_TO_BOUND), by the rule the
+    server says its store applies: the bound's entries for the answer's partition on a
+    follower of Kafka Streams' changelog, the whole bound on a leader and on a follower of
+    a sink's changelog, whose role alone does not tell."""
+    spec = StoreSpec(role, "orders-changelog", 2, NAME)
+    with UnboundedStore.open(tmp_path / "liar", spec, purpose="unit test") as store:
+        with store.begin() as txn:
+            txn.put(b"a", b"A", partition=0, source=("in", 0, 5))
+            txn.put(b"b", b"B", partition=1, source=("in", 1, 3))
+            if store_wide and role is Role.FOLLOWER:
+                txn.mark_store_wide()
+        bound = PositionBound.at(Position.from_map({"in": {0: 9}}))  # partition 0: not reached
+        refused = {0, 1} if store_wide else {0}
+        with StoreServer(store) as server, spark_statestore.connect(store.path) as client:
+            for query in (KeyQuery.with_key(b"b"), RangeQuery.with_no_bounds()):  # compact, JSON
+                request = _request(query).with_position_bound(bound)
+                lie = store.query(request)
+                assert all(r.is_success for r in lie.partition_results.values())  # the lie
+                honest = store.honest_query(request)
+                answer = client.query(request)
+                failed = {p for p, r in answer.partition_results.items() if r.is_failure}
+                assert failed == refused
+                assert failed == {p for p, r in honest.partition_results.items() if r.is_failure}
+                for partition in refused:
+                    item = answer.partition_results[partition]
+                    assert item.failure_reason is FailureReason.NOT_UP_TO_BOUND
+                    assert item.position == store.metadata.position
+                    message = item.failure_message or ""
+                    for named in (
+                        server.location,
+                        store.manifest.store_id,
+                        store.metadata.position.to_json(),
+                        bound.to_json() or "",
+                    ):
+                        assert named in message
+                for partition in {0, 1} - refused:  # the bound has no entry for partition 1
+                    assert answer.partition_results[partition] == lie.partition_results[partition]
+    assert f"(store {store.manifest.store_id}) answered partition 0 as a success" in caplog.text
 
 
 def test_lags_position_and_wrong_store(

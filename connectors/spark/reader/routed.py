@@ -91,8 +91,11 @@ def _lookup(
     router: Any, route: ReplicaRoute, keys: list[bytes], bound: PositionBound, wait_s: float
 ) -> tuple[dict[bytes, bytes], Position]:
     """Each key's ``KeyQuery``, answered by a replica of its partition that has reached
-    ``bound`` there (Kafka Streams' rule: the bound's entries for that partition), all
-    within ``wait_s``."""
+    ``bound`` there (Kafka Streams' rule: the bound's entries for that partition; the whole
+    bound where the replica's position holds store-wide), all within ``wait_s``. The router
+    and the replicas' clients check each answer's position against ``bound`` again: an
+    answer from a replica that has not reached it is never used (the next replica is asked,
+    and with none left the lookup fails NOT_UP_TO_BOUND)."""
     from spark_statestore.query import FailureReason, KeyQuery, StateQueryRequest
 
     deadline = time.monotonic() + wait_s
