@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.connectors.spark.follower.leader_options import leader_options
 from spark_statestore.connectors.spark.option_table import (
     DecodeMode,
     OptionReader,
@@ -42,8 +43,7 @@ from spark_statestore.connectors.spark.starting_offsets import (
     parse_starting_offsets,
 )
 from spark_statestore.connectors.spark.windows import WINDOWED, check_window_size
-from spark_statestore.errors import InvalidPositionError, OptionError, TopologyError
-from spark_statestore.follower.topology import parse_topology, store_of_changelog
+from spark_statestore.errors import InvalidPositionError, OptionError
 from spark_statestore.partition_spec import parse_partitions
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
@@ -238,23 +238,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
     partitions = None
     if partitions_text is not None:
         partitions = tuple(parse_partitions(partitions_text, option="partitions"))
-    leader = options.kafka_name("leaderApplicationId", "application.id")
-    if leader is not None and partitions is not None:
-        raise OptionError(
-            "option 'leaderApplicationId' needs a follower of every partition: the leader's "
-            "committed offsets cover them all; remove 'partitions'"
-        )
-    topology = options.text("leaderTopology")
-    upstream_text = options.text("leaderUpstreamTopics")
-    upstream = None
-    if upstream_text is not None:
-        upstream = tuple(t.strip() for t in upstream_text.split(",") if t.strip())
-        if not upstream:
-            raise OptionError(
-                "option 'leaderUpstreamTopics' is empty: name the internal topics, or give "
-                "'leaderTopology' for a store that reads its input topics directly"
-            )
-    _check_leader_upstream(leader, changelog, topology, upstream)
+    leader, topology, upstream = leader_options(options, changelog, partitions)
     store_type = options.choice("storeType", StoreType)
     retention = options.integer("historyRetentionMs")
     if retention is not None and store_type is not StoreType.VERSIONED:
@@ -290,36 +274,6 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         announce=serve.announce,
         announce_interval_ms=serve.announce_interval_ms,
     )
-
-
-def _check_leader_upstream(
-    leader: str | None,
-    changelog: str,
-    topology: str | None,
-    upstream: tuple[str, ...] | None,
-) -> None:
-    """Refuse ``leaderTopology``/``leaderUpstreamTopics`` without a leader, together, or a
-    topology that does not have the changelog's store (read here, so the query fails at
-    start, not on its driver's follower thread)."""
-    given = [
-        n
-        for n, v in (("leaderTopology", topology), ("leaderUpstreamTopics", upstream))
-        if v is not None
-    ]
-    if given and leader is None:
-        raise OptionError(
-            f"option {given[0]!r} narrows what the leader's committed offsets wait for: set "
-            "'leaderApplicationId' too, or drop it"
-        )
-    if len(given) == 2:
-        raise OptionError(
-            "options 'leaderTopology' and 'leaderUpstreamTopics' say the same thing: give one"
-        )
-    if topology is not None and leader is not None:
-        try:
-            parse_topology(topology).upstream(store_of_changelog(leader, changelog))
-        except TopologyError as exc:
-            raise OptionError(f"option 'leaderTopology': {exc}") from exc
 
 
 def parse_as_of(text: str) -> int:
