@@ -13,6 +13,8 @@ following changelogs that spark-statestore's sink writes, with read-only state s
 (``Topology#addReadOnlyStateStore``, KIP-813) or global tables
 (``StreamsBuilder#globalTable``). :class:`StreamsFollower` starts it and asks its
 queries, including IQv2 range queries bounded by a :class:`~spark_statestore.position.Position`.
+
+Every main class prints its ``Topology#describe()`` first (:attr:`StreamsApp.topology`).
 """
 
 from __future__ import annotations
@@ -136,6 +138,25 @@ class StreamsApp:
     def changelog(self, store: str) -> str:
         """The changelog topic of ``store``: ``<application id>-<store>-changelog``."""
         return f"{self.application_id}-{store}-changelog"
+
+    @property
+    def topology(self) -> str:
+        """The app's ``Topology#describe()`` text, as Kafka Streams prints it (internal topics
+        are named without the ``<application id>-`` prefix Kafka gives them).
+
+        Raises
+        ------
+        StreamsAppError
+            The app has not printed it (it was not started).
+        """
+        with self._changed:
+            texts = [e["text"] for e in self._events if e.get("event") == "topology"]
+        if not texts:
+            raise StreamsAppError(
+                f"the Kafka Streams app {self.application_id!r} has not described its topology "
+                "(start it first)"
+            )
+        return str(texts[-1])
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> StreamsApp:
