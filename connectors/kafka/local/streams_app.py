@@ -13,6 +13,10 @@ following changelogs that spark-statestore's sink writes, with read-only state s
 (``Topology#addReadOnlyStateStore``, KIP-813) or global tables
 (``StreamsBuilder#globalTable``). :class:`StreamsFollower` starts it and asks its
 queries, including IQv2 range queries bounded by a :class:`~spark_statestore.position.Position`.
+
+A third, ``ShapesApp``, runs topologies of several sub-topologies (repartitions, joins, a
+foreign-key join): see :mod:`~spark_statestore.connectors.kafka.local.shapes_app`. Every main
+class prints its ``Topology#describe()`` first (:attr:`StreamsApp.topology`).
 """
 
 from __future__ import annotations
@@ -97,7 +101,9 @@ class StreamsApp:
         Where the JVM's stderr goes (Kafka Streams' warnings and errors).
     main_class
         The Java main class to run: :data:`INTEROP_APP` (the orders app),
-        :data:`FOLLOWER_APP` (see :class:`StreamsFollower`) or :data:`HEADERS_APP`.
+        :data:`FOLLOWER_APP` (see :class:`StreamsFollower`), :data:`HEADERS_APP`, or
+        ``SHAPES_APP`` (see
+        :class:`~spark_statestore.connectors.kafka.local.shapes_app.StreamsShapes`).
     """
 
     def __init__(
@@ -113,6 +119,7 @@ class StreamsApp:
         main_class: str = INTEROP_APP,
     ) -> None:
         self.application_id = application_id
+        self.position_headers = position_headers
         self.log_path = log_path or state_dir.with_name(f"{state_dir.name}.log")
         args = {
             "bootstrap-servers": bootstrap_servers,
@@ -136,6 +143,31 @@ class StreamsApp:
     def changelog(self, store: str) -> str:
         """The changelog topic of ``store``: ``<application id>-<store>-changelog``."""
         return f"{self.application_id}-{store}-changelog"
+
+    @property
+    def command(self) -> list[str]:
+        """The JVM's command line: java, its options, the main class and its ``--name value``
+        options."""
+        return list(self._command)
+
+    @property
+    def topology(self) -> str:
+        """The app's ``Topology#describe()`` text, as Kafka Streams prints it (internal topics
+        are named without the ``<application id>-`` prefix Kafka gives them).
+
+        Raises
+        ------
+        StreamsAppError
+            The app has not printed it (it was not started).
+        """
+        with self._changed:
+            texts = [e["text"] for e in self._events if e.get("event") == "topology"]
+        if not texts:
+            raise StreamsAppError(
+                f"the Kafka Streams app {self.application_id!r} has not described its topology "
+                "(start it first)"
+            )
+        return str(texts[-1])
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> StreamsApp:

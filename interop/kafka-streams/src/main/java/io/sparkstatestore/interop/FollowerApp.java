@@ -9,7 +9,6 @@ import java.util.Set;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
-import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.kstream.Consumed;
@@ -136,8 +135,8 @@ public final class FollowerApp {
 
   public static void main(String[] args) throws Exception {
     Options options = Options.parse(args);
-    KafkaStreams streams = new KafkaStreams(topology(options), properties(options));
-    Console.run(streams, new FollowerQueries(streams)::answer);
+    Console.run(
+        topology(options), properties(options), streams -> new FollowerQueries(streams)::answer);
   }
 
   /** The command line: {@code --name value} pairs. */
@@ -156,11 +155,10 @@ public final class FollowerApp {
     static Options parse(String[] args) {
       Map<String, String> given = Console.options(args, KNOWN);
       Options options = new Options();
-      options.bootstrapServers = required(given, "bootstrap-servers");
-      options.stateDir = required(given, "state-dir");
-      options.applicationId = required(given, "application-id");
-      options.kind = required(given, "kind");
-      for (String item : required(given, "follow").split(",")) {
+      options.readCommon(given);
+      options.applicationId = Console.required(given, "application-id");
+      options.kind = Console.required(given, "kind");
+      for (String item : Console.required(given, "follow").split(",")) {
         String[] storeAndRest = item.split("=", 2);
         String[] topicAndFormat = storeAndRest.length == 2 ? storeAndRest[1].split(":", 2) : null;
         if (topicAndFormat == null || topicAndFormat.length != 2) {
@@ -171,24 +169,7 @@ public final class FollowerApp {
         f.valueSerde(); // refuses an unknown format now, not at the first record
         options.followed.add(f);
       }
-      options.positionHeaders =
-          Boolean.parseBoolean(given.getOrDefault("position-headers", "false"));
-      options.commitIntervalMs = number(given, "commit-interval-ms", options.commitIntervalMs);
-      options.sessionTimeoutMs = number(given, "session-timeout-ms", options.sessionTimeoutMs);
       return options;
-    }
-
-    private static String required(Map<String, String> given, String name) {
-      String value = given.get(name);
-      if (value == null) {
-        throw new IllegalArgumentException("--" + name + " is required");
-      }
-      return value;
-    }
-
-    private static long number(Map<String, String> given, String name, long fallback) {
-      String value = given.get(name);
-      return value == null ? fallback : Long.parseLong(value);
     }
   }
 }

@@ -177,7 +177,9 @@ public final class HeadersApp {
 
   public static void main(String[] args) throws Exception {
     InteropApp.Options options = InteropApp.Options.parse(args);
-    KafkaStreams streams = new KafkaStreams(topology(options), InteropApp.properties(options));
-    Console.run(streams, line -> answer(streams, line));
+    Console.run(
+        topology(options),
+        InteropApp.properties(options),
+        streams -> line -> answer(streams, line));
   }
 }

@@ -1,18 +1,15 @@
 package io.sparkstatestore.interop;
 
 import java.time.Duration;
-import java.util.Arrays;
 import java.util.HashMap;
-import java.util.LinkedHashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
-import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
-import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
@@ -69,6 +66,7 @@ public final class InteropApp {
   static final String VERSIONS = "versions";
   static final String COUNTS = "counts";
   static final String SESSIONS = "sessions";
+  static final List<String> STORES = List.of(TOTALS, LATEST, VERSIONS, COUNTS, SESSIONS);
 
   /** Kafka Streams' internal consistency option (StreamsConfig.InternalConfig). */
   static final String POSITION_HEADERS = "__iq.consistency.offset.vector.enabled__";
@@ -120,17 +118,12 @@ public final class InteropApp {
   }
 
   static Properties properties(Options options) {
-    Properties props = Console.properties(options);
-    if (options.cacheMaxBytes >= 0) {
-      props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, options.cacheMaxBytes);
-    }
-    return props;
+    return Console.properties(options);
   }
 
   public static void main(String[] args) throws Exception {
     Options options = Options.parse(args);
-    KafkaStreams streams = new KafkaStreams(topology(options), properties(options));
-    Console.run(streams, new Queries(streams)::answer);
+    Console.run(topology(options), properties(options), streams -> new Queries(streams)::answer);
   }
 
   /** The command line: {@code --name value} pairs. */
@@ -140,8 +133,7 @@ public final class InteropApp {
     long windowMs = 60_000;
     long sessionGapMs = 30_000;
     long retentionMs = 86_400_000; // of the window and session stores: windows older expire
-    long cacheMaxBytes = -1; // Kafka Streams' default
-    Set<String> stores = new LinkedHashSet<>(Arrays.asList(TOTALS, LATEST, VERSIONS, COUNTS, SESSIONS));
+    Set<String> stores;
 
     {
       applicationId = "interop-orders";
@@ -161,44 +153,15 @@ public final class InteropApp {
         throw new IllegalArgumentException("option " + args[args.length - 1] + " has no value");
       }
       Options options = new Options();
-      options.bootstrapServers = required(given, "bootstrap-servers");
-      options.stateDir = required(given, "state-dir");
-      options.applicationId = given.getOrDefault("application-id", options.applicationId);
+      options.readCommon(given);
       options.inputTopic = given.getOrDefault("input-topic", options.inputTopic);
-      options.positionHeaders =
-          Boolean.parseBoolean(given.getOrDefault("position-headers", "true"));
-      options.commitIntervalMs = number(given, "commit-interval-ms", options.commitIntervalMs);
       options.historyRetentionMs =
-          number(given, "history-retention-ms", options.historyRetentionMs);
-      options.windowMs = number(given, "window-ms", options.windowMs);
-      options.sessionGapMs = number(given, "session-gap-ms", options.sessionGapMs);
-      options.retentionMs = number(given, "retention-ms", options.retentionMs);
-      options.sessionTimeoutMs = number(given, "session-timeout-ms", options.sessionTimeoutMs);
-      options.cacheMaxBytes = number(given, "cache-max-bytes", options.cacheMaxBytes);
-      String stores = given.get("stores");
-      if (stores != null) {
-        Set<String> chosen = new LinkedHashSet<>(Arrays.asList(stores.split(",")));
-        if (chosen.isEmpty() || !options.stores.containsAll(chosen)) {
-          throw new IllegalArgumentException(
-              "--stores takes a comma-separated subset of " + options.stores + ", got " + stores);
-        }
-        options.stores = chosen;
-      }
+          Console.number(given, "history-retention-ms", options.historyRetentionMs);
+      options.windowMs = Console.number(given, "window-ms", options.windowMs);
+      options.sessionGapMs = Console.number(given, "session-gap-ms", options.sessionGapMs);
+      options.retentionMs = Console.number(given, "retention-ms", options.retentionMs);
+      options.stores = Console.subset(given, "stores", STORES);
       return options;
-    }
-
-    private static String required(Map<String, String> given, String name) {
-      String value = given.remove(name);
-      if (value == null) {
-        throw new IllegalArgumentException("--" + name + " is required");
-      }
-      given.put(name, value);
-      return value;
-    }
-
-    private static long number(Map<String, String> given, String name, long fallback) {
-      String value = given.get(name);
-      return value == null ? fallback : Long.parseLong(value);
     }
   }
 }
