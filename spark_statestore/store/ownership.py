@@ -23,7 +23,15 @@ from datetime import datetime, timezone
 from spark_statestore.store.errors import StoreLockedError
 from spark_statestore.store.files import open_private
 
-__all__ = ["OWNER_FILE", "OwnerInfo", "OwnerLock", "live_owner", "read_owner", "wait_for_exit"]
+__all__ = [
+    "OWNER_FILE",
+    "OwnerInfo",
+    "OwnerLock",
+    "live_owner",
+    "read_owner",
+    "wait_for_exit",
+    "wait_for_release",
+]
 
 OWNER_FILE = "_owner.json"
 LOCK_FILE = "_owner.lock"
@@ -113,6 +121,11 @@ def read_owner(path: str) -> OwnerInfo | None:
         return None
 
 
+_UNDESCRIBED = OwnerInfo(-1, "?", "unknown", "starting up", "")
+"""What :func:`live_owner` answers while the lock is held and ``_owner.json`` says nothing: an
+owner starting up, or one releasing the store (it removes the file, then unlocks)."""
+
+
 def live_owner(path: str) -> OwnerInfo | None:
     """The owner of store ``path`` if a live process holds it open, else None.
 
@@ -128,10 +141,7 @@ def live_owner(path: str) -> OwnerInfo | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = read_owner(path)
-            if owner is None:
-                return OwnerInfo(-1, "?", "unknown", "starting up", "")
-            return owner
+            return read_owner(path) or _UNDESCRIBED
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
@@ -244,3 +254,24 @@ def wait_for_exit(pid: int, timeout_s: float) -> bool:
         return bool(ready)
     finally:
         os.close(fd)
+
+
+def wait_for_release(path: str, pid: int, timeout_s: float) -> bool:
+    """Whether process ``pid`` gives up its ownership of store ``path``, or has, within
+    ``timeout_s``: the store is free, or owned by another process that described itself.
+
+    An owner that has not described itself counts as ``pid``: a process releasing a store
+    removes ``_owner.json`` just before it unlocks (:meth:`OwnerLock.release`).
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while True:
+        owner = live_owner(path)
+        if owner is None or (owner.pid != pid and owner != _UNDESCRIBED):
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        # flock has no timeout and no wake-up: poll with a growing pause.
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)

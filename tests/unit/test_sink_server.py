@@ -120,6 +120,32 @@ def test_the_server_stops_on_its_action_or_when_the_watched_process_is_gone(
     assert _content(tmp_path / "store") == {}  # the store is free again
 
 
+def test_stopping_the_server_returns_once_the_store_is_free(
+    server: LeaderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server removes _sink_server.json, then closes the store (after a commit in
+    # progress): a stop that returned in between left a plain open to fail on the lock.
+    path = tmp_path / "store"
+    stop_returned = threading.Event()
+    returned_while_held: list[bool] = []
+    close_store = server.store.close
+
+    def close_store_later() -> None:
+        returned_while_held.append(stop_returned.wait(1.0))
+        close_store()
+
+    monkeypatch.setattr(server.store, "close", close_store_later)
+    runner = threading.Thread(target=lambda: (server.run(None), server.close()))
+    runner.start()
+    try:
+        assert stop_sink_server(str(path))
+        stop_returned.set()
+    finally:
+        runner.join(30)
+    assert returned_while_held == [False]
+    assert _content(path) == {}  # a plain open right after the stop takes the store
+
+
 def test_a_commit_starts_the_server_process_and_a_plain_commit_takes_over(
     tmp_path: Path,
 ) -> None:

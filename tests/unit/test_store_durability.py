@@ -7,12 +7,22 @@ spill write and every chunk, and the redo file's directories before the marker. 
 traces a child that makes a chunked commit large enough to switch LevelDB logs, and checks
 on the trace, for the redo file and the store:
 
-* before the redo marker is written, every file of the redo file written so far (log,
-  MANIFEST) has been synced after its last write, or deleted (LevelDB deletes a log only
-  once its content is in a synced table), and the redo directory and its parent synced;
+* before the redo marker is written, every log of the redo file written so far has been
+  synced after its last write, or deleted once LevelDB had made its content durable
+  elsewhere, and the redo directory and its parent synced;
 * before the write that makes the commit visible (the last write to the store's log), the
-  same holds for every file of the store and of the redo file;
+  same holds for every log of the store;
 * and that last write is itself synced before the commit returns.
+
+A log is durable elsewhere once the MANIFEST edit that replaced it by a table is synced:
+LevelDB's background thread writes the table, syncs it, appends the edit to the MANIFEST,
+syncs the directory and the MANIFEST, and only then installs the edit and deletes the logs
+it replaced (``VersionSet::LogAndApply``, then ``DeleteObsoleteFiles``, in LevelDB 1.22).
+So a MANIFEST write may still be unsynced when the commit's next write goes out: that
+background thread runs beside the commit, and until its sync returns the previous edit
+holds, whose logs are all still there to replay (a torn last MANIFEST record is read as
+its end). What the trace must show of a MANIFEST is that order: a log deleted while a
+MANIFEST write was unsynced stays at risk.
 
 Skipped where strace cannot trace (not installed, or ptrace forbidden).
 """
@@ -96,19 +106,29 @@ def _parse(text: str) -> _Trace:
     return trace
 
 
-def _unsynced(events: list[tuple[str, str]], prefix: str, upto: int) -> list[str]:
-    """Files under ``prefix`` (logs and MANIFESTs) written before event ``upto`` whose last
-    write has no later sync before ``upto``, and that were not deleted before it."""
-    state: dict[str, str] = {}
+def _logs_at_risk(events: list[tuple[str, str]], prefix: str, upto: int) -> list[str]:
+    """Logs under ``prefix`` that a power cut at event ``upto`` could lose: written before
+    it, not synced since their last write, and not deleted after a synced MANIFEST edit
+    (see the module docstring)."""
+    at_risk: dict[str, bool] = {}
+    manifests_unsynced: set[str] = set()
     for kind, path in events[:upto]:
         if not path.startswith(prefix):
             continue
         name = os.path.basename(path)
-        if kind == "write" and (name.endswith(".log") or name.startswith("MANIFEST-")):
-            state[path] = "dirty"
-        elif kind in ("sync", "unlink") and path in state:
-            state[path] = "clean"
-    return sorted(path for path, what in state.items() if what == "dirty")
+        if name.startswith("MANIFEST-"):
+            if kind == "write":
+                manifests_unsynced.add(path)
+            else:
+                manifests_unsynced.discard(path)
+        elif name.endswith(".log"):
+            if kind == "write":
+                at_risk[path] = True
+            elif path in at_risk and (
+                kind == "sync" or (kind == "unlink" and not manifests_unsynced)
+            ):
+                at_risk[path] = False
+    return sorted(path for path, risky in at_risk.items() if risky)
 
 
 def _strace() -> str:
@@ -157,12 +177,49 @@ def test_a_chunked_commit_is_synced_in_order(tmp_path: Path) -> None:
     )
 
     # The redo file is durable, names included, before the marker promises it.
-    assert _unsynced(events, redo, marker) == []
+    assert _logs_at_risk(events, redo, marker) == []
     synced_dirs = {p for k, p in events[:marker] if k == "sync"}
     redo_dir = os.path.dirname(next(iter(redo_logs)))
     assert {redo_dir, f"{root}/_redo", root} <= synced_dirs
 
     # Every chunk is durable before the write that makes the commit visible.
-    assert _unsynced(events, db, final) == []
+    assert _logs_at_risk(events, db, final) == []
     # And that write is synced before the commit returns.
     assert ("sync", events[final][1]) in events[final + 1 :]
+
+
+# The shape of a trace from a loaded machine (pids: 11 the commit, 12 LevelDB's background
+# thread), cut down: while the commit writes its marker, the background thread is syncing the
+# MANIFEST edit of a memtable it flushed.
+_RACE = """\
+11 write(2<pipe:[1]>, "COMMIT-START\\n", 13) = 13
+11 write(5</s/db/000003.log>, "chunk"..., 32768) = 32768
+11 fdatasync(5</s/db/000003.log>) = 0
+11 write(6</s/db/000004.log>, "chunk"..., 32768) = 32768
+12 fdatasync(8</s/db/000005.ldb>) = 0
+12 write(7</s/db/MANIFEST-000002>, "edit"..., 66) = 66
+12 fdatasync(9</s/db>) = 0
+12 fdatasync(7</s/db/MANIFEST-000002> <unfinished ...>
+11 fdatasync(6</s/db/000004.log>) = 0
+11 write(6</s/db/000004.log>, "marker"..., 36) = 36
+12 <... fdatasync resumed>)          = 0
+12 unlink("/s/db/000003.log") = 0
+11 fdatasync(6</s/db/000004.log>) = 0
+11 write(2<pipe:[1]>, "COMMIT-END\\n", 11) = 11
+"""
+
+
+def test_the_check_allows_a_manifest_edit_in_flight_but_not_a_log_deleted_before_it() -> None:
+    trace = _parse(_RACE)
+    events = trace.events[trace.start : trace.end]
+    marker = events.index(("write", "/s/db/000004.log"), 3)
+    # Both logs are synced; the MANIFEST edit still being synced endangers neither.
+    assert _logs_at_risk(events, "/s/db/", marker) == []
+    # A log written and not synced yet is at risk.
+    assert _logs_at_risk(events, "/s/db/", 3) == ["/s/db/000004.log"]
+    # A log LevelDB deleted before the edit that replaced it was synced is at risk.
+    unsynced_log = [("write", "/s/db/000003.log")]
+    early_unlink = [("write", "/s/db/MANIFEST-000002"), ("unlink", "/s/db/000003.log")]
+    assert _logs_at_risk(unsynced_log + early_unlink, "/s/db/", 3) == ["/s/db/000003.log"]
+    in_order = [*early_unlink[:1], ("sync", "/s/db/MANIFEST-000002"), early_unlink[1]]
+    assert _logs_at_risk(unsynced_log + in_order, "/s/db/", 4) == []

@@ -25,6 +25,7 @@ from spark_statestore.store import (
     live_owner,
     read_owner,
 )
+from spark_statestore.store.ownership import wait_for_release
 from tests.conftest import REPO_ROOT
 
 SPEC = StoreSpec(Role.FOLLOWER, "orders-changelog", 2)
@@ -146,6 +147,20 @@ def test_update_owner(tmp_path: Path) -> None:
         assert read_owner(str(path)) == updated
         assert live_owner(str(path)) == updated
         assert "serving at grpc://127.0.0.1:1" in updated.describe()
+
+
+def test_wait_for_release_waits_through_the_release_of_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    store = Store.open(path, SPEC)
+    assert not wait_for_release(str(path), os.getpid(), 0.05)  # it owns the store
+    # Releasing, the owner removes _owner.json first and unlocks after: still its store.
+    (path / "_owner.json").unlink()
+    assert not wait_for_release(str(path), os.getpid(), 0.05)
+    # Another process that describes itself has the store: this one gave it up.
+    (path / "_owner.json").write_text(json.dumps({"pid": 1, "host": "h", "role": "leader"}))
+    assert wait_for_release(str(path), os.getpid(), 0.0)
+    store.close()
+    assert wait_for_release(str(path), os.getpid(), 0.0)
 
 
 def test_read_owner_of_a_damaged_owner_file(tmp_path: Path) -> None:

@@ -145,6 +145,7 @@ def stop_sink_server(path: str, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
     """
     from spark_statestore.errors import StateStoreError
     from spark_statestore.serve.errors import ServerUnavailableError
+    from spark_statestore.store.ownership import wait_for_release
 
     path = os.path.abspath(path)
     record = live_server(path)
@@ -160,14 +161,13 @@ def stop_sink_server(path: str, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
             f"cannot stop the sink's store server of {path} (pid {record.pid}): {exc}; stop "
             "that process (SIGTERM)"
         ) from exc
-    deadline = time.monotonic() + timeout_s
-    while live_server(path) is not None:  # its close waits for a commit in progress
-        if time.monotonic() > deadline:
-            raise SinkError(
-                f"the sink's store server of {path} (pid {record.pid}) still owns the store "
-                f"{timeout_s:.0f} s after it was asked to stop; stop that process (SIGTERM)"
-            )
-        time.sleep(0.05)
+    # Not until live_server() says None: the server removes its record before it closes the
+    # store, and its close waits for a commit in progress. What the caller needs is the lock.
+    if not wait_for_release(path, record.pid, timeout_s):
+        raise SinkError(
+            f"the sink's store server of {path} (pid {record.pid}) still owns the store "
+            f"{timeout_s:.0f} s after it was asked to stop; stop that process (SIGTERM)"
+        )
     return True
 
 
