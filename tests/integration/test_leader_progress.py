@@ -82,7 +82,7 @@ def rounds(progress: KafkaLeaderProgress, n: int) -> list[tuple[Position, dict[i
 def test_an_input_offset_waits_for_the_repartition_topic_to_be_processed(
     app: TwoStepApp,
 ) -> None:
-    progress = KafkaLeaderProgress(app.bootstrap, app.app, app.changelog, 1)
+    progress = KafkaLeaderProgress(app.bootstrap, app.app, app.changelog, 1, probe_after_s=0)
     try:
         rounds(progress, 2)  # nothing committed yet: samples of nothing
         app.subtopology_0(input_next=1)  # the input record 0 is committed, its effect is not
@@ -93,7 +93,7 @@ def test_an_input_offset_waits_for_the_repartition_topic_to_be_processed(
 
         # Sub-topology 1 processes the repartition record (offset 0) and commits offset 1:
         # the transaction's marker at offset 1 stays past it. The probe finds only the
-        # marker once the offset has stood still for a few rounds.
+        # marker.
         app.subtopology_1(repartition_next=1)
         granted = rounds(progress, 8)
         assert granted, "the input offset was never granted"
@@ -105,7 +105,7 @@ def test_an_input_offset_waits_for_the_repartition_topic_to_be_processed(
 
 
 def test_a_committed_offset_short_of_a_real_record_is_not_reached(app: TwoStepApp) -> None:
-    progress = KafkaLeaderProgress(app.bootstrap, app.app, app.changelog, 1)
+    progress = KafkaLeaderProgress(app.bootstrap, app.app, app.changelog, 1, probe_after_s=0)
     try:
         app.subtopology_0(input_next=1)
         app.subtopology_1(repartition_next=1)

@@ -56,9 +56,11 @@ _ROUND_S = 0.05
 """How often a round reads the group's offsets and the log ends."""
 _RETRY_S = 1.0
 """How long to wait before another round after a failed one."""
-_STUCK_ROUNDS = 3
-"""Rounds a partition's committed offset must stay short of its target, unchanged, before the
-probe looks at what lies between (only markers or aborted records: reached)."""
+_STUCK_S = 0.5
+"""How long a partition's committed offset must stay short of its target, unchanged, before
+the probe looks at what lies between (only markers or aborted records: reached). An app
+under load commits a partition it processes every commit interval; the consumer's position,
+which Kafka Streams commits, usually skips the last transaction's marker already."""
 _PROBE_S = 0.2
 _COORDINATOR_ERRORS = (
     KafkaError.NOT_COORDINATOR,
@@ -94,6 +96,9 @@ class KafkaLeaderProgress:
         The internal topics between the app's input topics and the store, as Kafka names
         them (empty: none, the store reads the input topics directly). Exclusive with
         ``topology``.
+    probe_after_s
+        How long an internal partition's committed offset must stand still short of its
+        target before the probe looks at what lies between.
 
     Raises
     ------
@@ -112,6 +117,7 @@ class KafkaLeaderProgress:
         timeout_s: float = 30.0,
         topology: str | None = None,
         upstream_topics: Collection[str] | None = None,
+        probe_after_s: float = _STUCK_S,
     ) -> None:
         if topology is not None and upstream_topics is not None:
             raise ValueError("give the leader's topology or its upstream topics, not both")
@@ -141,7 +147,8 @@ class KafkaLeaderProgress:
         )
         self._admin = clients.admin(bootstrap_servers, config)
         self._probe: Any = None
-        self._stuck: dict[tuple[str, int], tuple[int, int]] = {}
+        self._stuck: dict[tuple[str, int], tuple[int, float]] = {}
+        self._probe_after_s = probe_after_s
         self._drained: set[tuple[tuple[str, int], int, int]] = set()
         self._lock = threading.Lock()
         self._ready: tuple[Position, dict[int, int]] | None = None
@@ -328,16 +335,17 @@ class KafkaLeaderProgress:
                 self._stuck.pop(tp, None)
                 continue
             before = self._stuck.get(tp)
-            self._stuck[tp] = (have, before[1] + 1 if before and before[0] == have else 1)
+            if before is None or before[0] != have:
+                self._stuck[tp] = (have, time.monotonic())
 
     def _is_drained(self, tp: tuple[str, int], start: int, end: int) -> bool:
         """Whether ``[start, end)`` of ``tp`` holds no committed record: asked only of a
-        partition whose committed offset has stood still for a few rounds (an idle one, whose
-        last transaction's marker lies past it); answered once per range."""
+        partition whose committed offset has stood still for ``probe_after_s`` (an idle one,
+        whose last transaction's marker lies past it); answered once per range."""
         if (tp, start, end) in self._drained:
             return True
         stuck = self._stuck.get(tp)
-        if stuck is None or stuck[0] != start or stuck[1] < _STUCK_ROUNDS:
+        if stuck is None or stuck[0] != start or time.monotonic() - stuck[1] < self._probe_after_s:
             return False
         if self._probe is None:
             self._probe = clients.consumer(
@@ -345,7 +353,9 @@ class KafkaLeaderProgress:
                 self._config,
                 group=f"spark-statestore-leader-{self.application_id}",
                 what=f"internal topic {tp[0]!r} of the leader {self.application_id!r}",
-                defaults={"auto.offset.reset": "earliest"},
+                # An offset already deleted (Kafka Streams purges what it has committed)
+                # is an error here, not a reason to read from elsewhere.
+                defaults={"auto.offset.reset": "error"},
             )
         probe = self._probe
         probe.assign([TopicPartition(tp[0], tp[1], start)])

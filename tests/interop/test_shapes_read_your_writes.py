@@ -1,0 +1,277 @@
+"""Read-your-writes against Kafka Streams topologies of several sub-topologies, under load.
+
+The interop jar's ``ShapesApp`` runs every shape (a ``groupBy`` to a new key, a stream-table
+join after a key change, a foreign-key join, a windowed count after a ``groupBy``, two
+repartitions in a row), exactly-once v2, with position headers on and off. Each store is
+followed by the Spark follower source's driver runtime (``FollowerRuntime``, the process a
+Spark follower query runs: the store, the follower thread with ``leaderApplicationId``, the
+Flight server and the announcement; with position headers on it is also given the app's
+``Topology.describe()``), while a background producer writes other keys. Each
+trial produces one input record and reads under the bound of its offset through
+``connect().query``, the router, the Spark reader and the ``query`` command; an answer
+granted under the bound must hold the record's effect (:mod:`spark_statestore.bench.
+read_your_writes`). ``SPARK_STATESTORE_SOAK=1`` (``make soak``) runs 500 trials per shape.
+
+The test of the test: the same app and load, followed with the sampling this project had
+before (every committed input offset granted at once: no internal topic waited through),
+gives a stale answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+import spark_statestore
+from spark_statestore.bench.read_your_writes import (
+    WINDOW_MS,
+    BackgroundLoad,
+    Probe,
+    ShapeProbes,
+    Trials,
+    ask_cli,
+    ask_client,
+    ask_spark,
+    describe,
+    run_trials,
+)
+from spark_statestore.connectors.kafka.discovery.registry import ReplicaRegistry
+from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
+from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
+from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+from spark_statestore.connectors.kafka.local.shapes_app import SHAPES, SHAPES_INPUTS, StreamsShapes
+from spark_statestore.connectors.spark.follower.runtime import FollowerRuntime
+from spark_statestore.connectors.spark.options import parse_source_options
+from spark_statestore.discovery import Router
+from spark_statestore.follower import Follower
+from spark_statestore.position import PositionBound
+from spark_statestore.store import Role, Store, StoreSpec
+from spark_statestore.store.queries import bound_permits
+from tests.kafka_util import poll_until
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+WAIT_S = 60.0
+SOAK = os.environ.get("SPARK_STATESTORE_SOAK") == "1"
+COUNTS = (
+    {"connect": 300, "router": 100, "spark": 50, "cli": 50}
+    if SOAK
+    else {"connect": 12, "router": 6, "spark": 2, "cli": 2}
+)
+"""Trials per surface, shape and mode (position headers on, off): 500 per shape and mode
+in a soak, 22 in CI."""
+STORE_TYPES = {"windowed": "window"}
+_runs = itertools.count()
+
+
+class ShapesRun:
+    """One app of every shape, its input topics, a producer, and the stores' followers."""
+
+    def __init__(self, cluster: LocalKafkaCluster, root: Path, headers: bool) -> None:
+        self.bootstrap = cluster.bootstrap_servers
+        run = next(_runs)
+        self.name = f"ryw-{'h' if headers else 'n'}{run}"
+        self.inputs = {role: f"{self.name}-{role}" for role in SHAPES_INPUTS}
+        for topic in self.inputs.values():
+            cluster.create_topic(topic, PARTITIONS, compacted=False)
+        self.root = root
+        self.token_file = root / "token"
+        self.token_file.write_text("shapes-read-your-writes-token")
+        # Kafka Streams routes by Java's murmur2: tables must be co-partitioned with it.
+        self.producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "enable.idempotence": True,
+                "partitioner": "murmur2_random",
+                "linger.ms": 0,
+            }
+        )
+        self.app = StreamsShapes(
+            self.bootstrap,
+            root / "state",
+            inputs=self.inputs,
+            application_id=self.name,
+            position_headers=headers,
+            window_ms=WINDOW_MS,
+            settings={"session-timeout-ms": 6000, "commit-interval-ms": 100},
+            log_path=root / "app.log",
+        ).start()
+        self.runtimes: dict[str, FollowerRuntime] = {}
+        # With position headers the followers are given the app's topology (the wait runs
+        # through the store's own internal topics); without, every internal topic counts.
+        self.narrowed = headers
+
+    def follow(self, shape: str) -> FollowerRuntime:
+        """The Spark follower source's driver runtime of ``shape``'s store."""
+        options = {
+            "path": str(self.root / shape),
+            "kafka.bootstrap.servers": self.bootstrap,
+            "changelog": self.app.changelog(shape),
+            "leaderapplicationid": self.name,
+            "servetokenfile": str(self.token_file),
+        }
+        if shape in STORE_TYPES:
+            options["storetype"] = STORE_TYPES[shape]
+        if self.narrowed:
+            options["leadertopology"] = self.app.topology
+        runtime = FollowerRuntime(parse_source_options(options))
+        self.runtimes[shape] = runtime
+        return runtime
+
+    def produce(
+        self, role: str, key: bytes, value: bytes | None, timestamp: int | None = None
+    ) -> Message:
+        delivered: list[Message] = []
+
+        def report(error: Any, message: Message) -> None:
+            assert error is None, error
+            delivered.append(message)
+
+        kwargs: dict[str, Any] = {"timestamp": timestamp} if timestamp is not None else {}
+        self.producer.produce(self.inputs[role], key=key, value=value, on_delivery=report, **kwargs)
+        assert self.producer.flush(30) == 0
+        return delivered[0]
+
+    def produce_probe(self, probe: Probe) -> tuple[str, int, int]:
+        message = self.produce(probe.role, probe.key, probe.value, probe.timestamp)
+        return message.topic(), message.partition(), message.offset()
+
+    def set_up(self, probes: ShapeProbes) -> None:
+        """Produce the shape's setup records and wait until the app's group has committed
+        them (its tables hold them before the first probe)."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for role, key, value in probes.setup():
+            message = self.produce(role, key, value)
+            tp = TopicPartition(message.topic(), message.partition())
+            request = ConsumerGroupTopicPartitions(self.name, [tp])
+
+            def committed(message: Message = message, request: Any = request) -> bool | None:
+                result = admin.list_consumer_group_offsets([request])[self.name].result()
+                offsets = [t.offset for t in result.topic_partitions if t.error is None]
+                return True if offsets and offsets[0] > message.offset() else None
+
+            poll_until(
+                committed,
+                timeout_s=120,
+                interval_s=0.05,
+                failure=lambda tp=tp: f"the app did not commit {tp} past its setup record",
+            )
+
+    def close(self) -> None:
+        for runtime in self.runtimes.values():
+            runtime.close()
+        self.producer.flush(30)
+        self.app.stop()
+
+
+def background(run: ShapesRun) -> BackgroundLoad:
+    producer = Producer(
+        {"bootstrap.servers": run.bootstrap, "partitioner": "murmur2_random", "linger.ms": 5}
+    )
+
+    def produce(role: str, key: bytes, value: bytes | None) -> None:
+        producer.produce(run.inputs[role], key=key, value=value)
+        producer.poll(0)
+
+    return BackgroundLoad(produce, lambda: producer.flush(30), per_second=400)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["headers-off", "headers-on"])
+def shapes_run(
+    request: pytest.FixtureRequest,
+    kafka_broker: LocalKafkaCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ShapesRun]:
+    run = ShapesRun(kafka_broker, tmp_path_factory.mktemp("shapes"), request.param)
+    try:
+        yield run
+    finally:
+        run.close()
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bounded_reads_hold_the_write_they_are_bounded_by(
+    shapes_run: ShapesRun, shape: str, spark: Any
+) -> None:
+    run = shapes_run
+    runtime = run.follow(shape)
+    store = runtime.store.name
+    path = str(run.root / shape)
+    probes = ShapeProbes(shape, f"p{shape[:3]}{next(_runs)}")
+    run.set_up(probes)
+    token = run.token_file.read_text()
+    trials = Trials()
+    with (
+        background(run),
+        spark_statestore.connect(path) as client,
+        ReplicaRegistry(run.bootstrap, run.app.changelog(shape)) as registry,
+    ):
+        found = registry.wait_for(lambda found: bool(found.replicas), timeout_s=30)
+        assert found is not None, f"the follower was not announced: {registry.view()}"
+        # registry.replicas reads the announcements anew for each routed query.
+        with Router(
+            registry.replicas,
+            lambda replica: spark_statestore.connect(replica.location, token=token),
+        ) as router:
+            surfaces: dict[str, Callable[..., Any]] = {
+                "connect": ask_client(client, probes, store, WAIT_S),
+                "router": ask_client(router, probes, store, WAIT_S),
+                "spark": ask_spark(spark, path, probes, WAIT_S),
+                "cli": ask_cli(path, probes, WAIT_S),
+            }
+            for surface, ask in surfaces.items():
+                run_trials(ask, surface, probes, run.produce_probe, COUNTS[surface], trials)
+    runtime.check()
+    print(f"\n{run.name} {shape}:\n{describe(trials)}")
+    assert trials.stale() == 0, describe(trials)
+    assert trials.refused() == 0, describe(trials)
+    assert trials.count() == sum(COUNTS.values())
+
+
+def test_the_old_sampling_answers_stale_under_the_same_load(
+    kafka_broker: LocalKafkaCluster, tmp_path: Path
+) -> None:
+    """Every committed input offset granted at once (``upstream_topics=()``: no internal
+    topic waited through), as before: a bounded read of ``regroup`` misses the write it is
+    bounded by. The trials stop at the first stale answer."""
+    run = ShapesRun(kafka_broker, tmp_path, headers=False)
+    changelog = run.app.changelog("regroup")
+    spec = StoreSpec(Role.FOLLOWER, changelog, PARTITIONS, "regroup")
+    store = Store.open(tmp_path / "old", spec, purpose="the old sampling")
+    source = KafkaChangelogSource(run.bootstrap, changelog)
+    leader = KafkaLeaderProgress(run.bootstrap, run.name, changelog, PARTITIONS, upstream_topics=())
+    follower = Follower(store, source, leader=leader)
+    follower.start()
+    probes = ShapeProbes("regroup", "old")
+    trials = Trials()
+
+    class Local:
+        """The store itself, waiting for a commit that reaches the bound."""
+
+        def query(self, request: Any, *, wait_s: float) -> Any:
+            bound: PositionBound = request.position_bound
+            store.wait_for_commit(
+                lambda m: all(bound_permits(store, m, bound, p) for p in store.partitions),
+                wait_s,
+            )
+            return store.query(request)
+
+    try:
+        with background(run):
+            ask = ask_client(Local(), probes, "regroup", WAIT_S)
+            run_trials(ask, "old", probes, run.produce_probe, 200, trials, until_stale=True)
+    finally:
+        follower.stop()
+        leader.close()
+        store.close()
+        run.close()
+    print(f"\nthe old sampling: {describe(trials)}")
+    assert trials.stale() >= 1, describe(trials)
