@@ -10,7 +10,7 @@ Flight server and the announcement; with position headers on it is also given th
 trial produces one input record and reads under the bound of its offset through
 ``connect().query``, the router, the Spark reader and the ``query`` command; an answer
 granted under the bound must hold the record's effect (:mod:`spark_statestore.bench.
-read_your_writes`). ``SPARK_STATESTORE_SOAK=1`` (``make soak``) runs 500 trials per shape.
+read_your_writes`). ``make soak`` runs 250 trials per shape and mode.
 
 The test of the test: the same app and load, followed with the sampling this project had
 before (every committed input offset granted at once: no internal topic waited through),
@@ -20,7 +20,6 @@ gives a stale answer.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,14 +59,10 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
 WAIT_S = 60.0
-SOAK = os.environ.get("SPARK_STATESTORE_SOAK") == "1"
-COUNTS = (
-    {"connect": 300, "router": 100, "spark": 50, "cli": 50}
-    if SOAK
-    else {"connect": 12, "router": 6, "spark": 2, "cli": 2}
-)
-"""Trials per surface, shape and mode (position headers on, off): 500 per shape and mode
-in a soak, 22 in CI."""
+CI_COUNTS = {"connect": 12, "router": 6, "spark": 2, "cli": 2}
+SOAK_COUNTS = {"connect": 150, "router": 50, "spark": 25, "cli": 25}
+"""Trials per surface, shape and mode (position headers on, off): 22 per shape and mode in
+CI, 250 in ``make soak`` (500 per shape over both modes)."""
 STORE_TYPES = {"windowed": "window"}
 _runs = itertools.count()
 
@@ -197,9 +192,16 @@ def shapes_run(
         run.close()
 
 
+@pytest.mark.parametrize(
+    "counts",
+    [
+        pytest.param(CI_COUNTS, id="ci"),
+        pytest.param(SOAK_COUNTS, id="soak", marks=pytest.mark.soak),
+    ],
+)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_bounded_reads_hold_the_write_they_are_bounded_by(
-    shapes_run: ShapesRun, shape: str, spark: Any
+    shapes_run: ShapesRun, shape: str, counts: dict[str, int], spark: Any
 ) -> None:
     run = shapes_run
     runtime = run.follow(shape)
@@ -228,12 +230,12 @@ def test_bounded_reads_hold_the_write_they_are_bounded_by(
                 "cli": ask_cli(path, probes, WAIT_S),
             }
             for surface, ask in surfaces.items():
-                run_trials(ask, surface, probes, run.produce_probe, COUNTS[surface], trials)
+                run_trials(ask, surface, probes, run.produce_probe, counts[surface], trials)
     runtime.check()
     print(f"\n{run.name} {shape}:\n{describe(trials)}")
     assert trials.stale() == 0, describe(trials)
     assert trials.refused() == 0, describe(trials)
-    assert trials.count() == sum(COUNTS.values())
+    assert trials.count() == sum(counts.values())
 
 
 def test_the_old_sampling_answers_stale_under_the_same_load(
