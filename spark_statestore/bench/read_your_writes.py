@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 WINDOW_MS = 60_000
-"""The probes' window (``windowed``): every probe of a run carries the same timestamp."""
+"""The size of the app's tumbling windows (``windowed``); a probe counts in its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +135,21 @@ class ShapeProbes:
         self._per_window[window] = self._per_window.get(window, 0) + 1
         expected = self._per_window[window]
         return Probe("orders", key, one, timestamp, self.tag.encode(), expected, window)
+
+    def in_changelog(self, probe: Probe, key: bytes, value: bytes | None) -> bool:
+        """Whether the changelog record ``key``/``value`` is the probe's effect (the store's
+        record after it was applied)."""
+        if value is None:
+            return False
+        if isinstance(probe.expected, bytes):
+            return key == probe.lookup and value == probe.expected
+        if self.window_store:
+            assert probe.window is not None
+            window_key = probe.lookup + struct.pack(">q", probe.window)
+            matches = key.startswith(window_key) and len(key) == len(window_key) + 4
+        else:
+            matches = key == probe.lookup
+        return matches and len(value) == 8 and _long(value) == probe.expected
 
     def holds(self, probe: Probe, values: list[bytes]) -> bool:
         """Whether the values read for ``probe.lookup`` hold its effect."""
@@ -303,7 +318,7 @@ class BackgroundLoad:
     def __init__(
         self,
         produce: Callable[[str, bytes, bytes | None], None],
-        flush: Callable[[], None],
+        flush: Callable[[], object],
         *,
         per_second: float = 500.0,
         batch: int = 25,

@@ -51,6 +51,15 @@ customer, written by Kafka Streams itself; that topic is what both sides restore
     (``changelog_raw_*``). Reported as changes/s = 1000 / p50 ms; p50, p99, max of each are
     parameters.
 
+``read_your_writes_<shape>`` and ``read_your_writes_<shape>_topology``
+    Read-your-writes against Kafka Streams topologies of several sub-topologies
+    (:mod:`~spark_statestore.bench.streams_shapes`): the interop jar's ``ShapesApp`` (every
+    shape, exactly-once v2, no position headers) under background load, each store followed
+    by the Spark follower source's driver runtime with ``leaderApplicationId``, without and
+    with ``leaderTopology``. Timed from a probe's delivery until ``connect().query`` answers
+    under the probe's offset as bound (and holds its effect, else the suite fails), beside
+    the same probe's effect arriving in the changelog read read_committed (the floor).
+
 No measurement has a target: they are reported for information.
 
 Sizes: as the ``follower`` suite, :data:`~spark_statestore.bench.follower.DEFAULT_RECORDS`
@@ -90,6 +99,7 @@ from spark_statestore.bench.streams_peer import (
     StreamsPeer,
     StreamsRestore,
 )
+from spark_statestore.bench.streams_shapes import measure_read_your_writes
 from spark_statestore.connectors.kafka.local.child import broker_child
 
 if TYPE_CHECKING:
@@ -97,7 +107,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CHANGES",
+    "DEFAULT_RYW_TRIALS",
     "QUICK_CHANGES",
+    "QUICK_RYW_TRIALS",
     "SUITE",
     "WARMUP_CHANGES",
     "run_streams_suite",
@@ -107,10 +119,19 @@ __all__ = [
 DEFAULT_CHANGES = 100
 """Timed changes per side of ``commit_to_visible`` (:data:`QUICK_CHANGES` with ``--quick``)."""
 QUICK_CHANGES = 5
+DEFAULT_RYW_TRIALS = 100
+"""Probes per shape and mode of the ``read_your_writes_*`` rows (:data:`QUICK_RYW_TRIALS`
+with ``--quick``)."""
+QUICK_RYW_TRIALS = 3
 WARMUP_CHANGES = 8
 """Untimed changes per side before the timed ones."""
 LATENCY_KEY_FORMAT = b"late-%011d"
 _VISIBLE_TIMEOUT_S = 30.0
+
+
+def ryw_trials(options: BenchOptions) -> int:
+    """Probes per shape and mode of the ``read_your_writes_*`` rows."""
+    return QUICK_RYW_TRIALS if options.quick else DEFAULT_RYW_TRIALS
 
 
 def streams_changes(options: BenchOptions) -> int:
@@ -158,6 +179,7 @@ def run_streams_suite(options: BenchOptions) -> list[Measurement]:
         changelog = peer.build(
             orders, partial(_measure_latencies, peer, streams_changes(options), latencies)
         )
+        ryw = measure_read_your_writes(bootstrap, Path(root), ryw_trials(options), SUITE)
         restores: list[StreamsRestore] = []
         rates = interleave(
             {
@@ -212,6 +234,7 @@ def run_streams_suite(options: BenchOptions) -> list[Measurement]:
             parameters={**common, **restore_rounds},
         ),
         _latency_measurement(latencies[0], common),
+        *ryw,
     ]
 
 

@@ -15,10 +15,12 @@ import pytest
 from spark_statestore.bench import BenchOptions
 from spark_statestore.bench.streams import (
     QUICK_CHANGES,
+    QUICK_RYW_TRIALS,
     SUITE,
     WARMUP_CHANGES,
     run_streams_suite,
 )
+from spark_statestore.connectors.kafka.local.shapes_app import SHAPES
 from tests.integration.bench_checks import one_round_each
 
 pytestmark = pytest.mark.integration
@@ -32,10 +34,11 @@ def test_the_streams_suite_measures_our_follower_against_kafka_streams(
 
     measurements = run_streams_suite(options)
 
+    ryw = [f"read_your_writes_{shape}{mode}" for mode in ("", "_topology") for shape in SHAPES]
     by_name = one_round_each(
         measurements,
         SUITE,
-        ["restore_vs_kafka_streams", "restore_vs_kafka_streams_startup", "commit_to_visible"],
+        ["restore_vs_kafka_streams", "restore_vs_kafka_streams_startup", "commit_to_visible", *ryw],
     )
     restore = by_name["restore_vs_kafka_streams"].parameters
     # Kafka Streams wrote one changelog record per customer (the latency orders' too) and
@@ -58,5 +61,10 @@ def test_the_streams_suite_measures_our_follower_against_kafka_streams(
         assert 0 < p[f"{side}_p50_ms"] <= p[f"{side}_p99_ms"] <= p[f"{side}_max_ms"]
     assert visible.candidate_rate == pytest.approx(1000 / p["candidate_p50_ms"], rel=0.01)
     assert p["p50_over_kafka_streams"] == pytest.approx(1 / visible.ratio, rel=0.01)
+    for name in ryw:
+        p = by_name[name].parameters
+        assert p["trials"] == QUICK_RYW_TRIALS and p["stale"] == 0
+        for side in ("candidate", "floor"):
+            assert 0 < p[f"{side}_p50_ms"] <= p[f"{side}_p99_ms"] <= p[f"{side}_max_ms"]
     # The stores, Kafka Streams' state, the broker's data and the logs are deleted.
     assert list(tmp_path.glob("spark-statestore-bench-*")) == []

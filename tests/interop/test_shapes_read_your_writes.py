@@ -25,14 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 import spark_statestore
 from spark_statestore.bench.read_your_writes import (
-    WINDOW_MS,
-    BackgroundLoad,
-    Probe,
     ShapeProbes,
     Trials,
     ask_cli,
@@ -41,142 +36,27 @@ from spark_statestore.bench.read_your_writes import (
     describe,
     run_trials,
 )
+from spark_statestore.bench.streams_shapes import SHAPES_PARTITIONS, ShapesRun
 from spark_statestore.connectors.kafka.discovery.registry import ReplicaRegistry
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
-from spark_statestore.connectors.kafka.local.shapes_app import SHAPES, SHAPES_INPUTS, StreamsShapes
-from spark_statestore.connectors.spark.follower.runtime import FollowerRuntime
-from spark_statestore.connectors.spark.options import parse_source_options
+from spark_statestore.connectors.kafka.local.shapes_app import SHAPES
 from spark_statestore.discovery import Router
 from spark_statestore.follower import Follower
 from spark_statestore.position import PositionBound
 from spark_statestore.store import Role, Store, StoreSpec
 from spark_statestore.store.queries import bound_permits
-from tests.kafka_util import poll_until
 
 pytestmark = pytest.mark.integration
 
-PARTITIONS = 4
+
 WAIT_S = 60.0
 CI_COUNTS = {"connect": 12, "router": 6, "spark": 2, "cli": 2}
 SOAK_COUNTS = {"connect": 150, "router": 50, "spark": 25, "cli": 25}
 """Trials per surface, shape and mode (position headers on, off): 22 per shape and mode in
 CI, 250 in ``make soak`` (500 per shape over both modes)."""
-STORE_TYPES = {"windowed": "window"}
 _runs = itertools.count()
-
-
-class ShapesRun:
-    """One app of every shape, its input topics, a producer, and the stores' followers."""
-
-    def __init__(self, cluster: LocalKafkaCluster, root: Path, headers: bool) -> None:
-        self.bootstrap = cluster.bootstrap_servers
-        run = next(_runs)
-        self.name = f"ryw-{'h' if headers else 'n'}{run}"
-        self.inputs = {role: f"{self.name}-{role}" for role in SHAPES_INPUTS}
-        for topic in self.inputs.values():
-            cluster.create_topic(topic, PARTITIONS, compacted=False)
-        self.root = root
-        self.token_file = root / "token"
-        self.token_file.write_text("shapes-read-your-writes-token")
-        # Kafka Streams routes by Java's murmur2: tables must be co-partitioned with it.
-        self.producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "enable.idempotence": True,
-                "partitioner": "murmur2_random",
-                "linger.ms": 0,
-            }
-        )
-        self.app = StreamsShapes(
-            self.bootstrap,
-            root / "state",
-            inputs=self.inputs,
-            application_id=self.name,
-            position_headers=headers,
-            window_ms=WINDOW_MS,
-            settings={"session-timeout-ms": 6000, "commit-interval-ms": 100},
-            log_path=root / "app.log",
-        ).start()
-        self.runtimes: dict[str, FollowerRuntime] = {}
-        # With position headers the followers are given the app's topology (the wait runs
-        # through the store's own internal topics); without, every internal topic counts.
-        self.narrowed = headers
-
-    def follow(self, shape: str) -> FollowerRuntime:
-        """The Spark follower source's driver runtime of ``shape``'s store."""
-        options = {
-            "path": str(self.root / shape),
-            "kafka.bootstrap.servers": self.bootstrap,
-            "changelog": self.app.changelog(shape),
-            "leaderapplicationid": self.name,
-            "servetokenfile": str(self.token_file),
-        }
-        if shape in STORE_TYPES:
-            options["storetype"] = STORE_TYPES[shape]
-        if self.narrowed:
-            options["leadertopology"] = self.app.topology
-        runtime = FollowerRuntime(parse_source_options(options))
-        self.runtimes[shape] = runtime
-        return runtime
-
-    def produce(
-        self, role: str, key: bytes, value: bytes | None, timestamp: int | None = None
-    ) -> Message:
-        delivered: list[Message] = []
-
-        def report(error: Any, message: Message) -> None:
-            assert error is None, error
-            delivered.append(message)
-
-        kwargs: dict[str, Any] = {"timestamp": timestamp} if timestamp is not None else {}
-        self.producer.produce(self.inputs[role], key=key, value=value, on_delivery=report, **kwargs)
-        assert self.producer.flush(30) == 0
-        return delivered[0]
-
-    def produce_probe(self, probe: Probe) -> tuple[str, int, int]:
-        message = self.produce(probe.role, probe.key, probe.value, probe.timestamp)
-        return message.topic(), message.partition(), message.offset()
-
-    def set_up(self, probes: ShapeProbes) -> None:
-        """Produce the shape's setup records and wait until the app's group has committed
-        them (its tables hold them before the first probe)."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for role, key, value in probes.setup():
-            message = self.produce(role, key, value)
-            tp = TopicPartition(message.topic(), message.partition())
-            request = ConsumerGroupTopicPartitions(self.name, [tp])
-
-            def committed(message: Message = message, request: Any = request) -> bool | None:
-                result = admin.list_consumer_group_offsets([request])[self.name].result()
-                offsets = [t.offset for t in result.topic_partitions if t.error is None]
-                return True if offsets and offsets[0] > message.offset() else None
-
-            poll_until(
-                committed,
-                timeout_s=120,
-                interval_s=0.05,
-                failure=lambda tp=tp: f"the app did not commit {tp} past its setup record",
-            )
-
-    def close(self) -> None:
-        for runtime in self.runtimes.values():
-            runtime.close()
-        self.producer.flush(30)
-        self.app.stop()
-
-
-def background(run: ShapesRun) -> BackgroundLoad:
-    producer = Producer(
-        {"bootstrap.servers": run.bootstrap, "partitioner": "murmur2_random", "linger.ms": 5}
-    )
-
-    def produce(role: str, key: bytes, value: bytes | None) -> None:
-        producer.produce(run.inputs[role], key=key, value=value)
-        producer.poll(0)
-
-    return BackgroundLoad(produce, lambda: producer.flush(30), per_second=400)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["headers-off", "headers-on"])
@@ -185,7 +65,17 @@ def shapes_run(
     kafka_broker: LocalKafkaCluster,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ShapesRun]:
-    run = ShapesRun(kafka_broker, tmp_path_factory.mktemp("shapes"), request.param)
+    headers = request.param
+    name = f"ryw-{'h' if headers else 'n'}{next(_runs)}"
+    # With position headers the followers are given the app's topology (the wait runs
+    # through the store's own internal topics); without, every internal topic counts.
+    run = ShapesRun(
+        kafka_broker.bootstrap_servers,
+        tmp_path_factory.mktemp("shapes"),
+        name,
+        headers=headers,
+        narrowed=headers,
+    )
     try:
         yield run
     finally:
@@ -212,7 +102,7 @@ def test_bounded_reads_hold_the_write_they_are_bounded_by(
     token = run.token_file.read_text()
     trials = Trials()
     with (
-        background(run),
+        run.background(),
         spark_statestore.connect(path) as client,
         ReplicaRegistry(run.bootstrap, run.app.changelog(shape)) as registry,
     ):
@@ -244,12 +134,20 @@ def test_the_old_sampling_answers_stale_under_the_same_load(
     """Every committed input offset granted at once (``upstream_topics=()``: no internal
     topic waited through), as before: a bounded read of ``regroup`` misses the write it is
     bounded by. The trials stop at the first stale answer."""
-    run = ShapesRun(kafka_broker, tmp_path, headers=False)
+    run = ShapesRun(
+        kafka_broker.bootstrap_servers,
+        tmp_path,
+        f"ryw-old{next(_runs)}",
+        headers=False,
+        narrowed=False,
+    )
     changelog = run.app.changelog("regroup")
-    spec = StoreSpec(Role.FOLLOWER, changelog, PARTITIONS, "regroup")
-    store = Store.open(tmp_path / "old", spec, purpose="the old sampling")
+    spec = StoreSpec(Role.FOLLOWER, changelog, SHAPES_PARTITIONS, "regroup")
+    store = Store.open(tmp_path / "old-store", spec, purpose="the old sampling")
     source = KafkaChangelogSource(run.bootstrap, changelog)
-    leader = KafkaLeaderProgress(run.bootstrap, run.name, changelog, PARTITIONS, upstream_topics=())
+    leader = KafkaLeaderProgress(
+        run.bootstrap, run.name, changelog, SHAPES_PARTITIONS, upstream_topics=()
+    )
     follower = Follower(store, source, leader=leader)
     follower.start()
     probes = ShapeProbes("regroup", "old")
@@ -267,7 +165,7 @@ def test_the_old_sampling_answers_stale_under_the_same_load(
             return store.query(request)
 
     try:
-        with background(run):
+        with run.background():
             ask = ask_client(Local(), probes, "regroup", WAIT_S)
             run_trials(ask, "old", probes, run.produce_probe, 200, trials, until_stale=True)
     finally:
