@@ -10,6 +10,7 @@ Kafka Streams commits: the offset after the record, short of the transaction's m
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -136,5 +137,26 @@ def test_the_topology_narrows_the_wait_to_the_stores_upstream(app: TwoStepApp) -
         app.subtopology_0(input_next=1)
         granted = rounds(progress, 2)
         assert granted and granted[-1][0] == Position.from_map({app.input: {0: 0}})
+    finally:
+        progress.close()
+
+
+def test_a_leader_that_cannot_be_read_grants_nothing_and_says_why() -> None:
+    """No broker answers: the rounds go on failing, the follower thread is not killed, and
+    the note that NOT_UP_TO_BOUND answers carry names what could not be read."""
+    progress = KafkaLeaderProgress(
+        "127.0.0.1:9", "nobody", "nobody-store-changelog", 1, timeout_s=0.5
+    )
+    try:
+        assert progress.sample() is None  # starts the rounds
+        deadline = threading.Event()
+        note = None
+        for _ in range(100):
+            note = progress.note()
+            if note is not None:
+                break
+            deadline.wait(0.1)
+        assert note is not None and "leader 'nobody'" in note, note
+        assert progress.sample() is None
     finally:
         progress.close()
