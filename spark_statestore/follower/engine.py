@@ -73,12 +73,13 @@ class Follower:
         (large atomic commits); once RUNNING it returns with the first records that arrive,
         so a change is in the store as soon as the changelog has it.
     leader
-        For a changelog without position headers whose leader runs exactly-once: where the
-        store's position comes from. A sample ``(position, log_ends)`` becomes part of the
-        store's position once the store has applied every partition up to ``log_ends``: the
-        leader commits its input offsets in the transactions that write the changelog, so
-        every change those offsets caused is below the log ends read after them. Only for a
-        follower of every partition.
+        For a changelog whose leader runs exactly-once: where the store's position comes
+        from. A sample ``(position, log_ends)`` becomes part of the store's position once the
+        store has applied every partition up to ``log_ends``; the leader's progress completes
+        a sample only when every change its input offsets caused is below those ends (through
+        the leader's internal topics: :mod:`spark_statestore.follower.leader`). The position
+        then holds for the whole store (the store is marked store-wide at the start). Only
+        for a follower of every partition.
 
     A sink's changelog (``source.batch_progress()`` is not None, and no ``leader``) gets its
     position the same way, from its batches: each of its records carries its whole batch's
