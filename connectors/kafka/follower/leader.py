@@ -197,7 +197,9 @@ class KafkaLeaderProgress:
                 self._stop.wait(_RETRY_S)
                 continue
             except Exception as exc:  # kept alive: the follower goes on, bounds are refused
-                self._set_note(f"reading the leader's progress failed: {exc!r}")
+                self._set_note(
+                    f"reading the progress of the leader {self.application_id!r} failed: {exc!r}"
+                )
                 _log.exception("leader %s: a round failed", self.application_id)
                 self._stop.wait(_RETRY_S)
                 continue
@@ -236,6 +238,13 @@ class KafkaLeaderProgress:
         while True:
             try:
                 return self._read_committed()
+            except TimeoutError as exc:  # a future's result() not answered in time
+                if time.monotonic() >= deadline:
+                    raise KafkaClientError(
+                        f"cannot read the committed offsets of the leader "
+                        f"{self.application_id!r}: no answer within {self._timeout_s:g} s; "
+                        "check kafka.bootstrap.servers"
+                    ) from exc
             except KafkaException as exc:
                 error = kafka_error_of(exc)
                 transient = error is not None and (
@@ -273,7 +282,9 @@ class KafkaLeaderProgress:
         try:
             metadata = self._admin.list_topics(timeout=self._timeout_s)
         except KafkaException as exc:
-            raise client_error(exc, "cannot list the cluster's topics") from exc
+            raise client_error(
+                exc, f"cannot list the cluster's topics for the leader {self.application_id!r}"
+            ) from exc
         counts = {
             name: len(info.partitions)
             for name, info in metadata.topics.items()
@@ -322,7 +333,12 @@ class KafkaLeaderProgress:
             }
         except KafkaException as exc:
             raise client_error(
-                exc, "cannot read the log end offsets of the leader's topics"
+                exc, f"cannot read the log end offsets of the leader {self.application_id!r}"
+            ) from exc
+        except TimeoutError as exc:
+            raise KafkaClientError(
+                f"cannot read the log end offsets of the leader {self.application_id!r}: no "
+                f"answer within {self._timeout_s:g} s"
             ) from exc
 
     # -- partitions whose committed offset stops short of the log end ----------------------
