@@ -11,7 +11,8 @@ wait) is not stale, it is counted apart.
 Each shape's probes are built so that the effect is known without asking the app: the
 ``regroup``, ``joined`` and ``chained`` counts of the run's own prefix and the ``windowed``
 count of each probe's own window (by its producer timestamp) grow by one per probe; the
-``fkjoined`` row of each new shipment appears. Background load (:class:`BackgroundLoad`) writes other keys meanwhile.
+``fkjoined`` row of each new shipment appears. Background load (:class:`BackgroundLoad`)
+writes other keys meanwhile.
 """
 
 from __future__ import annotations
