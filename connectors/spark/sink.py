@@ -1,10 +1,12 @@
 """The sink: ``df.writeStream.format("spark_statestore")`` and the idempotent batch writer.
 
-Executors stage their rows (:mod:`spark_statestore.sink.staging`) and return the file in their
-commit message; the driver-side ``commit`` (a fresh process per micro-batch) applies exactly
-those files with :func:`spark_statestore.sink.commit.commit_batch`: one atomic store commit of the
-data, the batch id, the source offsets from Spark's offset log and the merged position. A
-replayed batch id is skipped. ``abort`` deletes the batch's staged files.
+Executors stage their rows (:mod:`spark_statestore.sink.staging`) on the store's host, through
+the store host of the driver (:mod:`spark_statestore.connectors.spark.host`: they may run on
+other hosts and never touch the store's files), and return the file in their commit message;
+the driver-side ``commit`` (a fresh process per micro-batch) applies exactly those files with
+:func:`spark_statestore.sink.commit.commit_batch`: one atomic store commit of the data, the
+batch id, the source offsets from Spark's offset log and the merged position. A replayed
+batch id is skipped. ``abort`` deletes the batch's staged files.
 
 Input rows: ``key`` and ``value`` (binary or string; a null value deletes the key), and
 optionally ``topic``, ``partition``, ``offset`` (the input record's metadata, merged into the
@@ -250,9 +252,16 @@ class _Writer:
     _streaming = True
 
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
+        from spark_statestore.connectors.spark.host import ensure_store_host
+
         check_input_schema(schema)
         check_changelog_owner(options)
         self._options = options
+        self._store = os.path.abspath(options.path)
+        # Executors may run on other hosts: they send their rows to the store host on this
+        # (the driver's) host, which stages them next to the store. None: no Spark driver
+        # (a direct call), so the caller is on the store's host and stages itself.
+        self._host = ensure_store_host()
 
     def _stage(
         self, query_id: str, batch_id: int, batches: Iterator[pa.RecordBatch]
@@ -260,9 +269,14 @@ class _Writer:
         from spark_statestore.sink.staging import StagingArea
 
         partition_id, attempt = _task_ids()
-        staged = StagingArea(self._options.path).stage(
-            query_id, batch_id, partition_id, attempt, (_normalize(b) for b in batches)
-        )
+        rows = (_normalize(b) for b in batches)
+        if self._host is None:
+            staged = StagingArea(self._store).stage(query_id, batch_id, partition_id, attempt, rows)
+        else:
+            from spark_statestore.connectors.spark.host import StoreHostClient
+
+            with StoreHostClient(self._host) as host:
+                staged = host.stage(self._store, query_id, batch_id, partition_id, attempt, rows)
         return StagedMessage(staged if staged.rows else None)
 
     def _commit(

@@ -73,6 +73,7 @@ __all__ = [
     "client_for_store",
     "connect",
     "connect_to_owner",
+    "translate_flight_error",
 ]
 
 _log = logging.getLogger(__name__)
@@ -567,37 +568,7 @@ class StoreClient:
             return self._client
 
     def _translate(self, exc: BaseException) -> ServeError:
-        """Classify a Flight failure (the one place that does)."""
-        import pyarrow.flight as flight
-
-        decoded = decode_error_info(getattr(exc, "extra_info", None))
-        if decoded is not None:
-            kind, message = decoded
-            return error_class_for(kind)(message, self.location)
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, flight.FlightUnauthenticatedError):
-            return AuthenticationError(
-                f"store server {self.location} refused this client's credentials ({detail}): "
-                "pass the server's token (its owner writes it, readable by the store's owner "
-                "user only, to <store>/_serve.json; connect_to_owner() reads it)",
-                self.location,
-            )
-        if isinstance(exc, flight.FlightUnavailableError):
-            return ServerUnavailableError(
-                f"no store server at {self.location}: the query or process that owns the "
-                "store may have stopped; re-run the query (it reads the store directly when "
-                f"no process owns it) ({detail})",
-                self.location,
-            )
-        if isinstance(exc, flight.FlightTimedOutError):
-            return ServerUnavailableError(
-                f"store server {self.location} did not answer in time ({detail}); it may be "
-                "overloaded or stuck: retry, or raise the client's timeout",
-                self.location,
-            )
-        if isinstance(exc, flight.FlightCancelledError):
-            return ServeError(f"call to store server {self.location} was cancelled ({detail})")
-        return ServeError(f"store server {self.location} failed: {detail}", self.location)
+        return translate_flight_error(exc, self.location)
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -620,6 +591,41 @@ class StoreClient:
 
     def __repr__(self) -> str:
         return f"StoreClient({self.location!r})"
+
+
+def translate_flight_error(exc: BaseException, location: str) -> ServeError:
+    """Classify the failure of a Flight call to the server at ``location`` (the one place
+    that does): the server's own error kind when it sent one, else by gRPC status."""
+    import pyarrow.flight as flight
+
+    decoded = decode_error_info(getattr(exc, "extra_info", None))
+    if decoded is not None:
+        kind, message = decoded
+        return error_class_for(kind)(message, location)
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, flight.FlightUnauthenticatedError):
+        return AuthenticationError(
+            f"store server {location} refused this client's credentials ({detail}): "
+            "pass the server's token (its owner writes it, readable by the store's owner "
+            "user only, to <store>/_serve.json; connect_to_owner() reads it)",
+            location,
+        )
+    if isinstance(exc, flight.FlightUnavailableError):
+        return ServerUnavailableError(
+            f"no store server at {location}: the query or process that owns the "
+            "store may have stopped; re-run the query (it reads the store directly when "
+            f"no process owns it) ({detail})",
+            location,
+        )
+    if isinstance(exc, flight.FlightTimedOutError):
+        return ServerUnavailableError(
+            f"store server {location} did not answer in time ({detail}); it may be "
+            "overloaded or stuck: retry, or raise the client's timeout",
+            location,
+        )
+    if isinstance(exc, flight.FlightCancelledError):
+        return ServeError(f"call to store server {location} was cancelled ({detail})", location)
+    return ServeError(f"store server {location} failed: {detail}", location)
 
 
 def connect_to_owner(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from spark_statestore.connectors.spark.driver import ProcessId
 from spark_statestore.connectors.spark.errors import SinkError
 from spark_statestore.connectors.spark.leader.remote import (
     commit_through_server,
@@ -23,7 +24,6 @@ from spark_statestore.connectors.spark.leader.server import (
     ACTION_COMMIT,
     ACTION_STOP,
     LeaderServer,
-    ProcessId,
     batch_to_json,
     read_server_record,
 )

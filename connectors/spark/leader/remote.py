@@ -12,27 +12,21 @@ with other options is stopped first. A commit without ``serve`` stops a server a
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import select
-import subprocess
-import sys
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from spark_statestore.connectors.spark.detached import start_detached
+from spark_statestore.connectors.spark.driver import ProcessId, spark_jvm
 from spark_statestore.connectors.spark.errors import SinkError
 from spark_statestore.connectors.spark.leader.server import (
     ACTION_COMMIT,
     ACTION_STOP,
     LOG_FILE,
-    ProcessId,
     ServerRecord,
     batch_to_json,
     fingerprint,
     read_server_record,
-    spark_jvm,
 )
 
 if TYPE_CHECKING:
@@ -179,34 +173,19 @@ def _start(
     raw_options: dict[str, str],
 ) -> ServerRecord:
     """Start a server for the store, watching ``driver``, and wait for its handshake."""
-    from spark_statestore.store.files import make_private_dir, open_private
+    from spark_statestore.store.files import make_private_dir
 
     path = os.path.abspath(options.path)
     make_private_dir(path)
     log_path = os.path.join(path, LOG_FILE)
-    log = open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     request = {
         "options": raw_options,
         "streaming": streaming,
         "watch": None if driver is None else [driver.pid, driver.start],
     }
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "spark_statestore.connectors.spark.leader"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            start_new_session=True,  # outlives this commit process and its process group
-            close_fds=True,
-        )
-    finally:
-        os.close(log)
-    assert process.stdin is not None and process.stdout is not None
-    with contextlib.suppress(BrokenPipeError):
-        process.stdin.write(json.dumps(request).encode() + b"\n")
-        process.stdin.close()
-    reply = _handshake(process, START_TIMEOUT_S)
-    process.stdout.close()
+    reply, process = start_detached(
+        "spark_statestore.connectors.spark.leader", request, log_path, START_TIMEOUT_S
+    )
     record = read_server_record(path) if "ready" in reply else None
     if record is not None and record.pid == process.pid:
         _log.info("started the sink's store server of %s (pid %d)", path, process.pid)
@@ -219,28 +198,3 @@ def _start(
         f"the sink's store server of {path} did not start: {reply.get('error', reply)} "
         f"(its log: {log_path})"
     )
-
-
-def _handshake(process: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any]:
-    """The server's first line on stdout, decoded; its exit or a timeout as an error."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    line = b""
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            process.kill()
-            return {"error": f"no answer within {timeout_s:.0f} s (killed it)"}
-        ready, _, _ = select.select([process.stdout], [], [], left)
-        if not ready:
-            continue
-        chunk = os.read(process.stdout.fileno(), 4096)
-        if not chunk:
-            code = process.wait()
-            return {"error": f"it exited with code {code} before it served"}
-        line += chunk
-    try:
-        reply = json.loads(line)
-    except ValueError:
-        reply = None
-    return reply if isinstance(reply, dict) else {"error": f"bad handshake {line[:200]!r}"}

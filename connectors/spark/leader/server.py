@@ -34,12 +34,12 @@ import hmac
 import json
 import logging
 import os
-import signal
-import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from spark_statestore.connectors.spark.driver import ProcessId
 
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
@@ -53,7 +53,6 @@ __all__ = [
     "LOG_FILE",
     "SERVER_FILE",
     "LeaderServer",
-    "ProcessId",
     "ServerRecord",
     "batch_from_json",
     "batch_to_json",
@@ -68,56 +67,6 @@ SERVER_FILE = "_sink_server.json"
 LOG_FILE = "_sink_server.log"
 ACTION_COMMIT = "sink_commit"
 ACTION_STOP = "sink_stop"
-WATCH_INTERVAL_S = 0.5
-"""How often the server checks that the Spark driver JVM that started it is alive."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessId:
-    """A process that can be told apart from a later one with the same pid."""
-
-    pid: int
-    start: str
-    """Its start time in clock ticks since boot (``/proc/<pid>/stat`` field 22)."""
-
-    @classmethod
-    def of(cls, pid: int) -> ProcessId | None:
-        """The process ``pid`` now, or None when there is none."""
-        stat = _stat(pid)
-        return None if stat is None else cls(pid, stat[19])
-
-    def alive(self) -> bool:
-        """True while this process (not a later one with its pid) runs."""
-        stat = _stat(self.pid)
-        return stat is not None and stat[19] == self.start and stat[0] != "Z"
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2 :].split()
-
-
-def spark_jvm() -> ProcessId | None:
-    """The nearest ancestor of this process that is a JVM (the Spark driver), or None."""
-    pid = os.getppid()
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
-                command = handle.read().strip()
-        except OSError:
-            return None
-        if command == "java":
-            return ProcessId.of(pid)
-        stat = _stat(pid)
-        if stat is None:
-            return None
-        pid = int(stat[1])
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,10 +300,9 @@ class LeaderServer:
     # -- running ----------------------------------------------------------------------------
     def run(self, watch: ProcessId | None) -> None:
         """Serve until stopped, or until ``watch`` (the Spark driver JVM) is gone."""
-        while not self.stopped.wait(WATCH_INTERVAL_S):
-            if watch is not None and not watch.alive():
-                _log.info("the Spark driver (pid %d) is gone: stopping", watch.pid)
-                return
+        from spark_statestore.connectors.spark.detached import wait_until_stopped
+
+        wait_until_stopped(self.stopped, watch, "the sink's store server")
 
     def close(self) -> None:
         """Withdraw the announcement, stop serving, close the publisher and the store
@@ -376,38 +324,16 @@ class LeaderServer:
 
 
 def main() -> int:
-    """The server process: reads its start request (one JSON line) from stdin, answers
-    ``{"ready": location}`` or ``{"error": message}`` on stdout, then serves."""
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s (sink store server %(process)d): %(message)s",
-        stream=sys.stderr,
-    )
+    """The server process (see
+    :func:`~spark_statestore.connectors.spark.detached.serve_detached`): its start request
+    holds the sink's options; it answers ``{"ready": location}``."""
+    from spark_statestore.connectors.spark.detached import serve_detached
     from spark_statestore.connectors.spark.options import parse_sink_options
-    from spark_statestore.errors import StateStoreError
 
-    handshake = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # nothing else may write to the handshake pipe
-    os.close(devnull)
-    try:
-        request = json.loads(sys.stdin.readline())
-        options = parse_sink_options(request["options"], streaming=request["streaming"])
-        watch = None if request.get("watch") is None else ProcessId(*request["watch"])
-        if watch is not None and not watch.alive():  # never outlive the driver, even briefly
-            raise ValueError(f"the Spark driver (pid {watch.pid}) is gone")
-        server = LeaderServer(options)
-    except (StateStoreError, ValueError, KeyError, TypeError, OSError) as exc:
-        _log.error("cannot start: %s", exc)
-        handshake.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
-        handshake.close()
-        return 1
-    try:
-        handshake.write(json.dumps({"ready": server.location}) + "\n")
-        handshake.close()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: server.stopped.set())
-        server.run(watch)
-    finally:
-        server.close()
-    return 0
+    def start(request: dict[str, Any]) -> LeaderServer:
+        return LeaderServer(parse_sink_options(request["options"], streaming=request["streaming"]))
+
+    def ready(server: Any) -> dict[str, Any]:
+        return {"ready": server.location}
+
+    return serve_detached("sink store server", start, ready)

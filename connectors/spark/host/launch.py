@@ -1,0 +1,134 @@
+"""Finding or starting the store host of the Spark driver this process runs under.
+
+Called on the driver's host by what plans a read or a write (Spark's planning processes and
+the sink's commit processes are the driver JVM's children). The first caller starts the
+host (a detached process in a session of its own that watches the driver JVM) and records it
+owner-only (:mod:`.record`); later callers reuse it. A host that died is started again on the
+same address, port, token and certificate, so what earlier plans carry still reaches it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import subprocess
+from typing import Any
+
+from spark_statestore.connectors.spark.detached import start_detached
+from spark_statestore.connectors.spark.driver import (
+    Deployment,
+    ProcessId,
+    driver_deployment,
+    spark_jvm,
+)
+from spark_statestore.connectors.spark.errors import SparkSourceError
+from spark_statestore.connectors.spark.host.record import (
+    HostRecord,
+    HostRef,
+    read_record,
+    record_path,
+    write_record,
+)
+
+__all__ = ["START_TIMEOUT_S", "ensure_store_host", "start_store_host"]
+
+_log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 60.0
+
+
+def ensure_store_host() -> HostRef | None:
+    """How executors reach the store host of this process's Spark driver, starting it when
+    none runs; None outside a Spark driver (a direct call: the caller is on the store's host
+    and reads or writes the store itself).
+
+    Raises
+    ------
+    SparkSourceError
+        If the host cannot start.
+    """
+    driver = spark_jvm()
+    if driver is None:
+        return None
+    return start_store_host(driver, driver_deployment()).ref
+
+
+def start_store_host(driver: ProcessId, deployment: Deployment) -> HostRecord:
+    """The live store host of ``driver``, started (again) when none runs."""
+    lock_path = record_path(driver) + ".lock"
+    from spark_statestore.store.files import open_private
+
+    fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        record = read_record(driver)
+        if record is not None and record.process.alive():
+            return record
+        record = _start(driver, deployment, record)
+        write_record(record)
+        return record
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | None) -> HostRecord:
+    from spark_statestore.serve.auth import new_token
+    from spark_statestore.serve.certificates import self_signed_certificate
+
+    host = deployment.host if previous is None else previous.host
+    token = new_token() if previous is None else previous.ref.token
+    tls: tuple[bytes, bytes] | None = None
+    if previous is not None and previous.ref.tls_root_certs is not None:
+        assert previous.tls_key is not None
+        tls = (previous.ref.tls_root_certs, previous.tls_key)
+    elif previous is None and not deployment.executors_local:
+        tls = self_signed_certificate([host], common_name="spark-statestore store host")
+    ports = [0] if previous is None else [previous.port, 0]
+    errors = []
+    for port in ports:
+        reply, process = _launch(driver, host, port, token, tls)
+        if "ready" in reply:
+            pid = ProcessId.of(process.pid)
+            if pid is None:
+                raise SparkSourceError(f"the store host (pid {process.pid}) exited right away")
+            if previous is not None and port == 0:
+                _log.warning(
+                    "the store host of the Spark driver (pid %d) could not listen on port %d "
+                    "again: plans made before it restarted cannot reach it",
+                    driver.pid,
+                    previous.port,
+                )
+            _log.info("started the store host %s (pid %d)", reply["ready"], process.pid)
+            return HostRecord(
+                pid,
+                driver,
+                host,
+                int(reply["port"]),
+                HostRef(str(reply["ready"]), token, None if tls is None else tls[0]),
+                None if tls is None else tls[1],
+            )
+        errors.append(str(reply.get("error", reply)))
+    raise SparkSourceError(
+        f"the store host of the Spark driver (pid {driver.pid}) did not start on {host}: "
+        f"{'; '.join(errors)} (its log: {_log_path(driver)})"
+    )
+
+
+def _log_path(driver: ProcessId) -> str:
+    return record_path(driver).replace(".json", ".log")
+
+
+def _launch(
+    driver: ProcessId, host: str, port: int, token: str, tls: tuple[bytes, bytes] | None
+) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
+    request = {
+        "host": host,
+        "port": port,
+        "token": token,
+        "tls": None if tls is None else [tls[0].decode("ascii"), tls[1].decode("ascii")],
+        "watch": [driver.pid, driver.start],
+    }
+    return start_detached(
+        "spark_statestore.connectors.spark.host", request, _log_path(driver), START_TIMEOUT_S
+    )

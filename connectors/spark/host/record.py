@@ -1,0 +1,128 @@
+"""How executors reach the store host (:class:`HostRef`, in what the driver plans) and how
+the driver's processes find the one that runs (:class:`HostRecord`, an owner-only file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from spark_statestore.connectors.spark.driver import ProcessId
+
+__all__ = ["HostRecord", "HostRef", "read_record", "runtime_dir", "write_record"]
+
+
+@dataclass(frozen=True, slots=True)
+class HostRef:
+    """The store host of a Spark driver, as its executors dial it (picklable: it travels in
+    the plan, like a connection string with its password).
+
+    Parameters
+    ----------
+    location
+        ``grpc+tcp://127.0.0.1:port`` for executors on the driver's host, else
+        ``grpc+tls://<driver host>:port``.
+    token
+        The bearer token every call carries.
+    tls_root_certs
+        The host's own self-signed certificate (PEM): the only root trusted for it.
+    """
+
+    location: str
+    token: str
+    tls_root_certs: bytes | None = None
+
+    def __repr__(self) -> str:  # never the token
+        return f"HostRef({self.location!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class HostRecord:
+    """A store host as its driver's processes record it (owner-only: it holds the secrets).
+
+    Parameters
+    ----------
+    process
+        The host process (pid and start time).
+    driver
+        The Spark driver JVM it serves and watches.
+    host, port
+        Where it listens (a restart listens there again, so plans stay valid).
+    ref
+        How executors reach it.
+    tls_key
+        The private key of its certificate (PEM), to restart it with the same one.
+    """
+
+    process: ProcessId
+    driver: ProcessId
+    host: str
+    port: int
+    ref: HostRef
+    tls_key: bytes | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        certs = self.ref.tls_root_certs
+        return {
+            "process": [self.process.pid, self.process.start],
+            "driver": [self.driver.pid, self.driver.start],
+            "host": self.host,
+            "port": self.port,
+            "location": self.ref.location,
+            "token": self.ref.token,
+            "tls_cert": None if certs is None else certs.decode("ascii"),
+            "tls_key": None if self.tls_key is None else self.tls_key.decode("ascii"),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> HostRecord | None:
+        """The record ``data`` describes, or None when it is not one (a torn or alien file)."""
+        try:
+            cert, key = data["tls_cert"], data["tls_key"]
+            return cls(
+                ProcessId(int(data["process"][0]), str(data["process"][1])),
+                ProcessId(int(data["driver"][0]), str(data["driver"][1])),
+                str(data["host"]),
+                int(data["port"]),
+                HostRef(
+                    str(data["location"]),
+                    str(data["token"]),
+                    None if cert is None else str(cert).encode("ascii"),
+                ),
+                None if key is None else str(key).encode("ascii"),
+            )
+        except (KeyError, IndexError, TypeError, ValueError, UnicodeError):
+            return None
+
+
+def runtime_dir() -> str:
+    """This user's directory of store-host records and logs (owner-only)."""
+    from spark_statestore.store.files import make_private_dir
+
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    path = os.path.join(base, f"spark-statestore-{os.getuid()}")
+    make_private_dir(path)
+    return path
+
+
+def record_path(driver: ProcessId) -> str:
+    """The record file of ``driver``'s store host."""
+    return os.path.join(runtime_dir(), f"store-host-{driver.pid}-{driver.start}.json")
+
+
+def read_record(driver: ProcessId) -> HostRecord | None:
+    """The record of ``driver``'s store host (possibly a dead one's), or None."""
+    try:
+        with open(record_path(driver), encoding="utf-8") as handle:
+            return HostRecord.from_dict(json.load(handle))
+    except (OSError, ValueError):
+        return None
+
+
+def write_record(record: HostRecord) -> None:
+    """Write ``record`` owner-only and atomically."""
+    from spark_statestore.store.files import write_private_json
+
+    write_private_json(record_path(record.driver), record.to_dict())

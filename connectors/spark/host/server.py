@@ -1,0 +1,300 @@
+"""The store host: one process per Spark driver, on the driver's host, through which executors
+reach the stores there without touching their files.
+
+Executors may run on other hosts (their own disks, their own loopback), so everything a task
+used to do to a store's files happens here instead, over Arrow Flight:
+
+* **stage** (``DoPut``): a sink task streams its rows; they are written to the store's
+  staging area exactly as a task on this host wrote them (a new file per task attempt,
+  complete or absent), and the reply is the staged file the task names in its commit
+  message. The commit (on this host) applies exactly the files named, as before.
+* **scan** (``DoGet``): the rows of a store as it is now, through its live owner or a private
+  checkpoint (:func:`~.reads.current_snapshot`); the stream's schema metadata says the
+  snapshot's position, which the task checks against its bound.
+* **lookup** (``DoExchange``): the values of a batch of keys, in one snapshot, for
+  ``enrich``; its position likewise.
+
+Every call carries the host's bearer token, which travels in the plan. Executors on other
+hosts dial the driver's routable address over TLS, with the host's own self-signed
+certificate as the only root they trust (it travels in the plan too). The host stops when
+the driver JVM is gone, or on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.connectors.spark.driver import ProcessId
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["POSITION_METADATA", "StoreHostServer", "main"]
+
+_log = logging.getLogger(__name__)
+
+POSITION_METADATA = b"spark_statestore.position"
+"""Schema metadata of a scan or lookup reply: the snapshot's position (offsets JSON)."""
+MAX_REQUEST_BYTES = 64 * 1024
+DEFAULT_WAIT_S = 0.0
+
+
+class StoreHostServer:
+    """The Flight server of a store host.
+
+    Parameters
+    ----------
+    host, port
+        Where to listen (0: any free port).
+    token
+        The bearer token every call must carry.
+    tls_certificates
+        ``(certificate PEM, key PEM)``; required beyond loopback.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        token: str,
+        tls_certificates: tuple[bytes, bytes] | None,
+    ) -> None:
+        from spark_statestore.serve.auth import check_token, require_tls_beyond_loopback
+
+        require_tls_beyond_loopback(host, tls_certificates is not None, names="the store host")
+        self.token = check_token(token)
+        self.host = host
+        self.stopped = threading.Event()
+        scheme = "grpc+tcp" if tls_certificates is None else "grpc+tls"
+        bracketed = f"[{host}]" if ":" in host else host
+        self._service = _service_class()(f"{scheme}://{bracketed}:{port}", self, tls_certificates)
+        self.port: int = self._service.port
+        self.location = f"{scheme}://{bracketed}:{self.port}"
+        self._thread = threading.Thread(target=self._service.wait, name="store-host", daemon=True)
+        self._thread.start()
+        _log.info("store host serving at %s", self.location)
+
+    # -- handlers (on gRPC threads) ---------------------------------------------------------
+    def stage(self, request: Mapping[str, Any], batches: Iterator[pa.RecordBatch]) -> bytes:
+        """Write a task's rows into its store's staging area; the staged file, as JSON."""
+        from spark_statestore.sink.staging import StagingArea
+
+        store = _store_path(request)
+        numbers = {}
+        for name in ("batch_id", "partition_id", "attempt"):
+            value = request.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _bad(f"stage: {name} must be an int >= 0, got {value!r}")
+            numbers[name] = value
+        query_id = request.get("query_id")
+        if not isinstance(query_id, str):
+            raise _bad("stage: query_id must be a string")
+        staged = StagingArea(store).stage(
+            query_id, numbers["batch_id"], numbers["partition_id"], numbers["attempt"], batches
+        )
+        _log.info("staged %d rows for %s: %s", staged.rows, store, staged.name)
+        return json.dumps(staged.to_json()).encode()
+
+    @contextlib.contextmanager
+    def snapshot(self, request: Mapping[str, Any], what: str) -> Iterator[Any]:
+        """The store's current snapshot for a scan or lookup request."""
+        from spark_statestore.connectors.spark.host.reads import current_snapshot
+        from spark_statestore.position import PositionBound
+
+        store = _store_path(request)
+        raw_bound = request.get("bound")
+        try:
+            bound = (
+                PositionBound.unbounded()
+                if raw_bound is None
+                else PositionBound.from_dict(raw_bound)
+            )
+        except Exception as exc:  # a StateStoreError or a type error from a bad body
+            raise _bad(f"{what}: bad bound {str(raw_bound)[:200]!r}: {exc}") from exc
+        wait_s = request.get("wait_s", DEFAULT_WAIT_S)
+        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or wait_s < 0:
+            raise _bad(f"{what}: wait_s must be a number >= 0, got {wait_s!r}")
+        purpose = f"spark_statestore store host {what} (pid {os.getpid()})"
+        with current_snapshot(store, purpose=purpose, bound=bound, wait_s=min(wait_s, 600.0)) as s:
+            yield s
+
+    def run(self, watch: ProcessId | None) -> None:
+        """Serve until stopped, or until ``watch`` (the Spark driver JVM) is gone."""
+        from spark_statestore.connectors.spark.detached import wait_until_stopped
+
+        wait_until_stopped(self.stopped, watch, "the store host")
+
+    def close(self) -> None:
+        """Stop serving."""
+        self.stopped.set()
+        with contextlib.suppress(Exception):
+            self._service.shutdown()
+
+
+def _bad(message: str) -> Exception:
+    from spark_statestore.serve.errors import BadRequestError
+
+    return BadRequestError(message)
+
+
+def _store_path(request: Mapping[str, Any]) -> str:
+    """The request's store directory: an absolute, normalized path."""
+    store = request.get("store")
+    if not isinstance(store, str) or not os.path.isabs(store) or "\0" in store:
+        raise _bad(f"the store must be an absolute path, got {str(store)[:200]!r}")
+    if os.path.normpath(store) != store.rstrip("/") or store.rstrip("/") == "":
+        raise _bad(f"the store path {store[:200]!r} is not normalized")
+    return store.rstrip("/")
+
+
+def _decode(raw: bytes, what: str) -> dict[str, Any]:
+    if len(raw) > MAX_REQUEST_BYTES:
+        raise _bad(f"{what}: request of {len(raw)} bytes, more than {MAX_REQUEST_BYTES}")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise _bad(f"{what}: not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _bad(f"{what}: not a JSON object")
+    return data
+
+
+@functools.cache
+def _service_class() -> type:
+    """The ``FlightServerBase`` subclass, defined on first use (pyarrow loads then)."""
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    from spark_statestore.errors import StateStoreError
+    from spark_statestore.serve.auth import token_matches
+    from spark_statestore.serve.errors import RemoteStoreError, ServeError
+    from spark_statestore.serve.protocol import encode_error_info
+    from spark_statestore.sink.staging import staged_schema
+    from spark_statestore.store.scan import ScanSpec
+    from spark_statestore.store.snapshot import arrow_schema
+
+    def to_flight_error(server: StoreHostServer, exc: BaseException) -> Exception:
+        if isinstance(exc, ServeError):
+            error: ServeError = exc
+        elif isinstance(exc, StateStoreError):
+            error = RemoteStoreError(f"{type(exc).__name__}: {exc}", server.location)
+        else:
+            _log.error("store host %s: internal error", server.location, exc_info=exc)
+            error = ServeError(
+                f"internal error in the store host {server.location} ({type(exc).__name__}: "
+                f"{exc}); see its log",
+                server.location,
+            )
+        wire: Exception = flight.FlightServerError(
+            str(error), extra_info=encode_error_info(error.kind, str(error))
+        )
+        return wire
+
+    class _Authenticate(flight.ServerMiddlewareFactory):  # type: ignore[misc]
+        def __init__(self, server: StoreHostServer) -> None:
+            self._server = server
+
+        def start_call(self, info: Any, headers: dict[str, Any]) -> None:
+            if not token_matches(headers, self._server.token):
+                raise flight.FlightUnauthenticatedError(
+                    f"store host {self._server.location} refused the call: no valid "
+                    "authorization token"
+                )
+
+    def with_position(position: Any) -> pa.Schema:
+        return arrow_schema().with_metadata({POSITION_METADATA: position.to_json().encode()})
+
+    class _HostService(flight.FlightServerBase):  # type: ignore[misc]
+        def __init__(
+            self, location: str, server: StoreHostServer, tls: tuple[bytes, bytes] | None
+        ) -> None:
+            super().__init__(
+                location,
+                tls_certificates=None if tls is None else [flight.CertKeyPair(*tls)],
+                middleware={"auth": _Authenticate(server)},
+            )
+            self._server = server
+
+        def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+            server = self._server
+            try:
+                request = _decode(descriptor.command, "stage")
+                if not reader.schema.equals(staged_schema()):
+                    raise _bad(
+                        f"stage: rows of schema {reader.schema} instead of the staged schema"
+                    )
+                chunks = (chunk.data for chunk in reader)
+                reply = server.stage(request, chunks)
+            except Exception as exc:
+                raise to_flight_error(server, exc) from exc
+            writer.write(pa.py_buffer(reply))
+
+        def do_get(self, context: Any, ticket: Any) -> Any:
+            server = self._server
+            stack = contextlib.ExitStack()
+            try:
+                request = _decode(ticket.ticket, "scan")
+                spec = ScanSpec.from_json(str(request.get("scan", "")))
+                snapshot = stack.enter_context(server.snapshot(request, "scan"))
+                schema = with_position(snapshot.position)
+                batches = snapshot.batches(spec)
+            except Exception as exc:
+                stack.close()
+                raise to_flight_error(server, exc) from exc
+
+            def stream() -> Iterator[pa.RecordBatch]:
+                with stack:
+                    try:
+                        for batch in batches:
+                            yield batch.replace_schema_metadata(schema.metadata)
+                    except Exception as exc:
+                        raise to_flight_error(server, exc) from exc
+
+            return flight.GeneratorStream(schema, stream())
+
+        def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+            server = self._server
+            try:
+                request = _decode(descriptor.command, "lookup")
+                keys: list[bytes] = []
+                for chunk in reader:
+                    if chunk.data is not None and chunk.data.num_rows:
+                        keys.extend(chunk.data.column(0).to_pylist())
+                with server.snapshot(request, "lookup") as snapshot:
+                    table = snapshot.table(ScanSpec.for_keys(sorted(set(keys))))
+                    schema = with_position(snapshot.position)
+            except Exception as exc:
+                raise to_flight_error(server, exc) from exc
+            writer.begin(schema)
+            for batch in table.replace_schema_metadata(schema.metadata).to_batches():
+                writer.write_batch(batch)
+
+    return _HostService
+
+
+def main() -> int:
+    """The host process (see :func:`~spark_statestore.connectors.spark.detached.serve_detached`):
+    its start request names the address, port, token and certificate; it answers
+    ``{"ready": location, "port": n}``."""
+    from spark_statestore.connectors.spark.detached import serve_detached
+
+    def start(request: dict[str, Any]) -> StoreHostServer:
+        tls = request.get("tls")
+        return StoreHostServer(
+            request["host"],
+            int(request["port"]),
+            request["token"],
+            None if tls is None else (tls[0].encode("ascii"), tls[1].encode("ascii")),
+        )
+
+    def ready(server: Any) -> dict[str, Any]:
+        return {"ready": server.location, "port": server.port}
+
+    return serve_detached("store host", start, ready)
