@@ -31,7 +31,6 @@ from spark_statestore.connectors.spark.reader.columns import convert_batch, data
 from spark_statestore.connectors.spark.reader.local import (
     OWNER_WAIT_S,
     RECHECK_MAX_S,
-    task_checkpoint,
 )
 from spark_statestore.connectors.spark.windows import WINDOWED
 from spark_statestore.position import Position
@@ -41,7 +40,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
+    from spark_statestore.connectors.spark.host import HostRef
     from spark_statestore.query import LagInfo
+    from spark_statestore.serve.auth import ServeCredentials
     from spark_statestore.serve.protocol import StoreDescription
     from spark_statestore.store.ownership import OwnerInfo
     from spark_statestore.store.scan import ScanSpec
@@ -74,7 +75,24 @@ def reader_ddl(options: ReaderOptions) -> str:
 
 
 class _Scan(InputPartition):
-    """The data view's one task: a scan of a pinned (owner) or planned (local) snapshot."""
+    """The data view's one task: a scan of a pinned (owner) or planned (local) snapshot.
+
+    Parameters
+    ----------
+    scan
+        The :class:`~spark_statestore.store.scan.ScanSpec` as JSON.
+    location, credentials, snapshot_id
+        The owner that pinned the snapshot, how to authenticate to it, and the pin (None:
+        no owner executors can dial).
+    commit_seq
+        The store commit planned.
+    store
+        The store's absolute path on the driver's host.
+    host
+        The driver's store host, through which the task reads the store as it is now when
+        the planned owner is gone or there is none (None: no Spark driver planned this, so
+        the task runs on the store's host and reads it itself).
+    """
 
     def __init__(
         self,
@@ -82,12 +100,19 @@ class _Scan(InputPartition):
         location: str | None,
         snapshot_id: str | None,
         commit_seq: int,
+        *,
+        store: str,
+        credentials: ServeCredentials | None = None,
+        host: HostRef | None = None,
     ) -> None:
         super().__init__(scan)
         self.scan = scan
         self.location = location
         self.snapshot_id = snapshot_id
         self.commit_seq = commit_seq
+        self.store = store
+        self.credentials = credentials
+        self.host = host
 
 
 class _Rows(InputPartition):
@@ -198,7 +223,7 @@ class SnapshotReader(DataSourceReader):
                 pinned.commit_seq,
                 pinned.position.to_json(),
             )
-            return [_Scan(spec_json, client.location, pinned.snapshot_id, pinned.commit_seq)]
+            return [self._owner_scan(spec_json, client, pinned)]
         if not bound.is_unbounded() and wait_s > 0:
             client.release(client.pin(bound, wait_s=wait_s).snapshot_id)
         reply = client.describe()
@@ -207,6 +232,40 @@ class SnapshotReader(DataSourceReader):
         if self._options.max_lag is not None:
             self._check_lag(lags)
         return [_Rows(self._view_rows(reply.description, reply.owner, lags))]
+
+    def _placement(self) -> dict[str, Any]:
+        """Where the task finds the store: its absolute path and the driver's store host."""
+        import os
+
+        from spark_statestore.connectors.spark.host import ensure_store_host
+
+        return {"store": os.path.abspath(self._options.path), "host": ensure_store_host()}
+
+    def _owner_scan(self, spec_json: str, client: Any, pinned: Any) -> _Scan:
+        """The task of a snapshot pinned in the owner ``client`` reaches: read there directly
+        when executors can dial it (its credentials travel in the plan), else through the
+        store host (an owner on loopback is out of reach of executors on other hosts)."""
+        from urllib.parse import urlsplit
+
+        from spark_statestore.connectors.spark.driver import driver_deployment
+        from spark_statestore.serve.auth import is_loopback, read_credentials
+
+        placement = self._placement()
+        credentials = read_credentials(placement["store"])
+        dialable = placement["host"] is None or driver_deployment().executors_local
+        if not dialable:
+            dialable = not is_loopback(urlsplit(client.location).hostname or "127.0.0.1")
+        if credentials is None or not dialable:
+            client.release(pinned.snapshot_id)  # the task reads the current one
+            return _Scan(spec_json, None, None, pinned.commit_seq, **placement)
+        return _Scan(
+            spec_json,
+            client.location,
+            pinned.snapshot_id,
+            pinned.commit_seq,
+            credentials=credentials,
+            **placement,
+        )
 
     def _plan_local(self) -> list[InputPartition]:
         from spark_statestore.serve.protocol import StoreDescription
@@ -239,7 +298,7 @@ class SnapshotReader(DataSourceReader):
                 metadata.commit_seq,
                 metadata.position.to_json(),
             )
-            return [_Scan(spec_json, None, None, metadata.commit_seq)]
+            return [_Scan(spec_json, None, None, metadata.commit_seq, **self._placement())]
         description = StoreDescription.of_state(self._options.path, manifest, metadata)
         return [_Rows(self._view_rows(description, read_owner(self._options.path), lags))]
 
@@ -350,12 +409,22 @@ class SnapshotReader(DataSourceReader):
             AuthenticationError,
             ServerUnavailableError,
             SnapshotExpiredError,
+            StoreClient,
             client_for_store,
         )
 
         assert partition.location is not None
         try:
-            client = client_for_store(self._options.path, partition.location)
+            if partition.credentials is not None:
+                credentials = partition.credentials
+                client = StoreClient(
+                    partition.location,
+                    token=credentials.token,
+                    tls_root_certs=credentials.tls_root_certs,
+                    store_id=credentials.store_id,
+                )
+            else:
+                client = client_for_store(partition.store, partition.location)
         except AuthenticationError as exc:  # that owner stopped and took its credentials
             _log.info(
                 "the owner of %s that planned this read is gone (%s)", self._options.path, exc
@@ -404,48 +473,40 @@ class SnapshotReader(DataSourceReader):
             client.release(pinned.snapshot_id)
 
     def _read_current(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
-        from spark_statestore.serve import connect_to_owner
+        """Read the store as it is now: through the driver's store host (the task may run on
+        another host), or, with no Spark driver, through its owner or a private checkpoint
+        here. Either way the snapshot is checked against the bound."""
+        from spark_statestore.position import PositionBound
 
-        client = connect_to_owner(self._options.path)
-        if client is None:
-            yield from self._read_local(partition, spec)
+        unbounded = PositionBound.unbounded()
+        if partition.host is not None:
+            from spark_statestore.connectors.spark.host import StoreHostClient
+
+            with (
+                StoreHostClient(partition.host) as host,
+                host.scan(partition.store, spec, unbounded) as (position, batches),
+            ):
+                self._check_bound(position)
+                for batch in batches:
+                    yield self._convert(batch)
             return
-        with client:
-            _log.info(
-                "reading %s through its current owner %s (the plan was made %s)",
-                self._options.path,
-                client.location,
-                "without one" if partition.location is None else f"by {partition.location}",
-            )
-            yield from self._read_pinned(client, spec)
+        from spark_statestore.connectors.spark.host.reads import current_snapshot
 
-    def _read_local(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
-        from spark_statestore.store.scan import ScanStats, scan_batches
-
-        with (
-            task_checkpoint(self._options.path, "Spark snapshot read") as store,
-            store.snapshot() as snapshot,
-        ):
-            if snapshot.commit_seq != partition.commit_seq:
+        purpose = "Spark snapshot read"
+        with current_snapshot(partition.store, purpose=purpose, bound=unbounded, wait_s=0) as now:
+            if now.commit_seq != partition.commit_seq:
                 # Spark 4.3 caches a relation's planned partitions and replays them for later
                 # queries of the same DataFrame or view: read the store as it is now, still
                 # within the bound the query asked for.
                 _log.info(
                     "store %s moved from commit %d (planned) to %d: reading the current one",
-                    self._options.path,
+                    partition.store,
                     partition.commit_seq,
-                    snapshot.commit_seq,
+                    now.commit_seq,
                 )
-                self._check_bound(snapshot.position)
-            stats = ScanStats()
-            for batch in scan_batches(snapshot, spec, stats=stats):
+            self._check_bound(now.position)
+            for batch in now.batches(spec):
                 yield self._convert(batch)
-            _log.info(
-                "read %s: %d rows examined, %d returned",
-                self._options.path,
-                stats.rows_examined,
-                stats.rows_returned,
-            )
 
     def _convert(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         return convert_batch(batch, self._options, self._schema)
