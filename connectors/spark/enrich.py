@@ -3,10 +3,12 @@ application keeps up to date (KIP-813's motivating case, an app reading another 
 while it processes).
 
 :func:`enrich` adds the store's value of each row's key to a batch or streaming DataFrame.
-Lookups run on the executors, one batched multi-get per Arrow batch (``mapInArrow``):
-through the store's live owner (a follower query, ``spark-statestore serve``), whose
-snapshot is pinned for the batch, or, when the store has no owner, from a private
-checkpoint of it. Every row of a batch is looked up in that one snapshot.
+Lookups run on the executors, one batched multi-get per Arrow batch (``mapInArrow``), sent
+to the driver's store host (:mod:`~spark_statestore.connectors.spark.host`; executors may run
+on other hosts), which reads the store on its host through its live owner (a follower query,
+``spark-statestore serve``), whose snapshot is pinned for the batch, or, when the store has no
+owner, from a private checkpoint of it. Every row of a batch is looked up in that one
+snapshot.
 
 With ``changelog=`` instead of a path, the lookups go to the live replicas of that changelog
 on any host (announced on ``<changelog>-replicas``), through the
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_statestore.connectors.spark.formats import ColumnCodec
+    from spark_statestore.connectors.spark.host import HostRef, StoreHostClient
 
 __all__ = ["enrich"]
 
@@ -84,7 +87,9 @@ def enrich(
     df
         A batch or streaming DataFrame.
     path
-        The store directory (on every executor's host: the store's owner serves it there).
+        The store directory on the driver's host: the tasks, wherever they run, look keys
+        up through the driver's store host, which reads the store through its live owner or
+        from a private checkpoint.
         Give exactly one of ``path`` and ``changelog``.
     changelog
         Look up in the live replicas of this changelog, on any host, through the router
@@ -173,8 +178,10 @@ def enrich(
     fields = [*df.schema.fields, StructField(value_column, value_codec.spark_type, True)]
     if lookup_position_column is not None:
         fields.append(StructField(lookup_position_column, StringType(), True))
+    host = None if route is not None else _store_host(df, path)
     plan = _Plan(
-        path=path,
+        path=None if host is None else host[1],
+        host=None if host is None else host[0],
         route=route,
         key_index=columns.index(key_column),
         key_codec=key_codec,
@@ -206,7 +213,7 @@ def _route(
     }
     if (path is None) == (changelog is None):
         raise OptionError(
-            "enrich: give exactly one of path (a store on the executors' host, through its "
+            "enrich: give exactly one of path (a store on the driver's host, through its "
             "owner) and changelog (its live replicas on any host, through the router)"
         )
     if path is not None:
@@ -256,7 +263,9 @@ class _Plan:
     """What every executor task needs (picklable)."""
 
     path: str | None
-    """The store on the executors' host (None: ``route``)."""
+    """The store's absolute path on the driver's host (None: ``route``)."""
+    host: HostRef | None
+    """The driver's store host, through which tasks look keys up in the store."""
     route: ReplicaRoute | None
     key_index: int
     key_codec: ColumnCodec
@@ -275,15 +284,41 @@ class _Plan:
 
     @property
     def local_path(self) -> str:
-        """The store directory (lookups through its owner or a private checkpoint)."""
+        """The store directory on the driver's host."""
         assert self.path is not None
         return self.path
+
+
+def _store_host(df: DataFrame, path: str | None) -> tuple[HostRef, str]:
+    """How the tasks reach the store host of the driver, and the store's absolute path
+    there: planned on the driver's host by the snapshot reader's ``host`` view (this process
+    may be a Spark Connect client on another machine)."""
+    from spark_statestore.connectors.spark.datasource import FORMAT_NAME
+    from spark_statestore.connectors.spark.host import HostRef
+
+    if not isinstance(path, str) or not path:
+        raise OptionError(f"enrich: path must be a store directory, got {path!r}")
+    row = df.sparkSession.read.format(FORMAT_NAME).option("view", "host").load(path).first()
+    assert row is not None  # the view has one row
+    certs = row["tls_root_certs"]
+    return HostRef(row["location"], row["token"], None if certs is None else certs.encode()), row[
+        "store"
+    ]
 
 
 _Lookup = Callable[[_Plan, list[bytes], PositionBound], tuple[dict[bytes, bytes], Position]]
 
 
 def _enrich_batches(batches: Iterator[pa.RecordBatch], plan: _Plan) -> Iterator[pa.RecordBatch]:
+    if plan.host is not None:
+        from spark_statestore.connectors.spark.host import StoreHostClient
+
+        # One client per task: every batch's keys go to the store host in one exchange.
+        with StoreHostClient(plan.host) as host:
+            yield from _enrich_with(
+                batches, plan, lambda plan, keys, bound: _lookup_on_host(host, plan, keys, bound)
+            )
+        return
     if plan.route is None:
         yield from _enrich_with(batches, plan, _lookup)
         return
@@ -370,63 +405,30 @@ def _as_map(raw: Any) -> dict[str, dict[int, int]]:
     return result
 
 
+def _lookup_on_host(
+    host: StoreHostClient, plan: _Plan, keys: list[bytes], bound: PositionBound
+) -> tuple[dict[bytes, bytes], Position]:
+    """``{key: value}`` of the ``keys`` present in one snapshot of the store, read on its
+    host (through its live owner, pinned, or a private checkpoint), and its position."""
+    deadline = time.monotonic() + plan.wait_s
+    table, position = host.lookup(plan.local_path, keys, bound, plan.wait_s)
+    _check(plan, bound, position, deadline)
+    return _pairs(table), position
+
+
 def _lookup(
     plan: _Plan, keys: list[bytes], bound: PositionBound
 ) -> tuple[dict[bytes, bytes], Position]:
-    """``{key: value}`` of the ``keys`` present in one snapshot that has reached ``bound``,
-    and its position: the live owner's, pinned, or a private checkpoint's."""
-    from spark_statestore.connectors.spark.reader.local import RECHECK_MAX_S
-    from spark_statestore.serve import connect_to_owner
-    from spark_statestore.store.errors import StoreNotFoundError
+    """:func:`_lookup_on_host` in this process (no Spark driver planned it: the task runs on
+    the store's host)."""
+    from spark_statestore.connectors.spark.host.reads import current_snapshot
     from spark_statestore.store.scan import ScanSpec
 
-    spec = ScanSpec.for_keys(keys)
     deadline = time.monotonic() + plan.wait_s
-    pause = 0.05
-    while True:
-        client = connect_to_owner(plan.local_path)
-        if client is not None:
-            with client:
-                pinned = client.pin(bound, wait_s=max(0.0, deadline - time.monotonic()))
-                try:
-                    _check(plan, bound, pinned.position, deadline)
-                    table = client.read_table(spec, pinned.snapshot_id)
-                finally:
-                    client.release(pinned.snapshot_id)
-            return _pairs(table), pinned.position
-        try:
-            return _lookup_local(plan, spec, bound, deadline)
-        except NotUpToBoundError:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise
-        except StoreNotFoundError:
-            # No store yet: it has not reached the rows' positions either.
-            remaining = deadline - time.monotonic()
-            if bound.is_unbounded() or remaining <= 0:
-                raise
-            # No owner serves the store, so no commit wakes us: look again (through an
-            # owner if one has started meanwhile).
-            time.sleep(min(pause, remaining))
-            pause = min(pause * 2, RECHECK_MAX_S)
-
-
-def _lookup_local(
-    plan: _Plan, spec: Any, bound: PositionBound, deadline: float
-) -> tuple[dict[bytes, bytes], Position]:
-    import pyarrow as pa
-
-    from spark_statestore.connectors.spark.reader.local import task_checkpoint
-    from spark_statestore.store.scan import scan_batches
-    from spark_statestore.store.snapshot import arrow_schema
-
-    with (
-        task_checkpoint(plan.local_path, "Spark enrichment lookup") as store,
-        store.snapshot() as snapshot,
-    ):
-        _check(plan, bound, snapshot.position, deadline)
-        table = pa.Table.from_batches(list(scan_batches(snapshot, spec)), schema=arrow_schema())
-        return _pairs(table), snapshot.position
+    purpose = "Spark enrichment lookup"
+    with current_snapshot(plan.local_path, purpose=purpose, bound=bound, wait_s=plan.wait_s) as s:
+        _check(plan, bound, s.position, deadline)
+        return _pairs(s.table(ScanSpec.for_keys(keys))), s.position
 
 
 def _check(plan: _Plan, bound: PositionBound, position: Position, deadline: float) -> None:

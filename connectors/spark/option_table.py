@@ -74,6 +74,8 @@ class View(str, Enum):
     POSITION = "position"
     LAG = "lag"
     METADATA = "metadata"
+    HOST = "host"
+    """How tasks reach the driver's store host (``enrich`` plans with it)."""
 
 
 class DecodeMode(str, Enum):
@@ -308,7 +310,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         default="FAILFAST",
     ),
     # -- the snapshot reader ----------------------------------------------------------------
-    OptionSpec("view", View, _READER, "data, position, lag or metadata", default="data"),
+    OptionSpec("view", View, _READER, "data, position, lag, metadata or host", default="data"),
     OptionSpec("positionBound", str, _READER, "JSON position the snapshot must have reached"),
     OptionSpec(
         "positionBoundTimeoutMs",

@@ -58,6 +58,7 @@ _log = logging.getLogger(__name__)
 _VIEW_DDL = {
     View.POSITION: "topic STRING, partition INT, offset BIGINT",
     View.LAG: "partition INT, current_offset BIGINT, end_offset BIGINT, lag BIGINT",
+    View.HOST: "location STRING, token STRING, tls_root_certs STRING, store STRING",
     View.METADATA: (
         "name STRING, role STRING, changelog_topic STRING, partitions INT, "
         "held_partitions ARRAY<INT>, key_prefix BINARY, store_id STRING, created_at STRING, "
@@ -144,6 +145,8 @@ class SnapshotReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from spark_statestore.serve import connect_to_owner
 
+        if self._options.view is View.HOST:
+            return [_Rows([self._host_row()])]
         deadline = time.monotonic() + self._options.position_bound_timeout_s
         pause = 0.05
         while True:
@@ -232,6 +235,17 @@ class SnapshotReader(DataSourceReader):
         if self._options.max_lag is not None:
             self._check_lag(lags)
         return [_Rows(self._view_rows(reply.description, reply.owner, lags))]
+
+    def _host_row(self) -> tuple[Any, ...]:
+        """The ``host`` view's row: the driver's store host as tasks dial it, and the store."""
+        placement = self._placement()
+        ref = placement["host"]
+        if ref is None:
+            raise SparkSourceError(
+                "view 'host' is planned by a Spark driver only (this process runs under none)"
+            )
+        certs = None if ref.tls_root_certs is None else ref.tls_root_certs.decode("ascii")
+        return (ref.location, ref.token, certs, placement["store"])
 
     def _placement(self) -> dict[str, Any]:
         """Where the task finds the store: its absolute path and the driver's store host."""
