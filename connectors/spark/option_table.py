@@ -255,7 +255,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         default="fail",
     ),
     OptionSpec(
-        "serveHost", str, _SERVERS, "where the owner's Flight server listens", default="127.0.0.1"
+        "serveHost",
+        str,
+        _SERVERS,
+        "where the owner's Flight server listens (default: 127.0.0.1 when executors run on "
+        "the driver's host, else the driver's address, over TLS)",
     ),
     OptionSpec(
         "servePort", int, _SERVERS, "the owner's Flight server port (any free one)", maximum=65535

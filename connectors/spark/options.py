@@ -99,7 +99,7 @@ class SourceOptions:
     store_type: StoreType
     formats: FormatOptions
     on_missing_position: OnMissingPosition
-    serve_host: str
+    serve_host: str | None
     serve_port: int
     serve_tls_cert: str | None = None
     """PEM certificate chain file of the owner's Flight server (TLS); with serve_tls_key."""

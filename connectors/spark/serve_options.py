@@ -9,14 +9,21 @@ from dataclasses import dataclass
 from spark_statestore.connectors.spark.option_table import OptionReader
 from spark_statestore.errors import OptionError
 
-__all__ = ["SERVE_OPTIONS", "ServeSettings", "read_tls_files", "serve_settings"]
+__all__ = [
+    "SERVE_OPTIONS",
+    "ServeSettings",
+    "read_tls_files",
+    "serve_settings",
+    "serving_address",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class ServeSettings:
     """How a store's owner serves it over Flight and announces it (``serve*``, ``announce*``)."""
 
-    host: str = "127.0.0.1"
+    host: str | None = None
+    """Where to listen; None: where the driver's executors reach it (:func:`serving_address`)."""
     port: int = 0
     tls_cert: str | None = None
     """PEM certificate chain file of the Flight server (TLS); with tls_key."""
@@ -66,7 +73,7 @@ def serve_settings(options: OptionReader) -> ServeSettings:
     serve_port = options.integer("servePort")
     interval = options.integer("announceIntervalMs")
     assert interval is not None  # has a default
-    serve_host = options.required("serveHost")  # has a default
+    serve_host = options.text("serveHost")
     tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
     if (tls_cert is None) != (tls_key is None):
         raise OptionError(
@@ -75,7 +82,7 @@ def serve_settings(options: OptionReader) -> ServeSettings:
         )
     from spark_statestore.serve.auth import is_loopback
 
-    if tls_cert is None and not is_loopback(serve_host):
+    if tls_cert is None and serve_host is not None and not is_loopback(serve_host):
         raise OptionError(
             f"option 'serveHost' {serve_host!r} is beyond loopback, so the store's Flight "
             "server must use TLS: set 'serveTlsCert' and 'serveTlsKey' (PEM files), or serve "
@@ -96,3 +103,28 @@ def serve_settings(options: OptionReader) -> ServeSettings:
         announce_interval_ms=interval,
         token_file=token_file,
     )
+
+
+def serving_address(
+    host: str | None, tls: tuple[bytes, bytes] | None
+) -> tuple[str, tuple[bytes, bytes] | None]:
+    """Where a store's owner on the driver's host listens, and its TLS certificate and key.
+
+    An explicit ``serveHost`` is kept as given (checked at load: TLS beyond loopback). Without
+    one: loopback when the Spark driver's executors run on this host (local mode), else the
+    driver's address that executors reach, over TLS: with the configured certificate, or a
+    self-signed one made here (readers in the same application get it in what the driver
+    plans; give ``serveTlsCert`` for routers and clients elsewhere to verify).
+    """
+    if host is not None:
+        return host, tls
+    from spark_statestore.connectors.spark.driver import driver_deployment
+
+    deployment = driver_deployment()
+    if deployment.executors_local:
+        return "127.0.0.1", tls
+    if tls is None:
+        from spark_statestore.serve.certificates import self_signed_certificate
+
+        tls = self_signed_certificate([deployment.host], common_name="spark-statestore store")
+    return deployment.host, tls

@@ -236,8 +236,10 @@ def test_a_sink_serves_its_store_only_when_asked() -> None:
         sink(announce="false")
     served = sink(serve="true", servePort="9000", announceIntervalMs="250")
     settings = served.serve  # type: ignore[attr-defined]
-    assert (settings.host, settings.port, settings.announce) == ("127.0.0.1", 9000, True)
+    # No serveHost: the server decides where it listens, from where executors run.
+    assert (settings.host, settings.port, settings.announce) == (None, 9000, True)
     assert settings.announce_interval_ms == 250
+    assert sink(serve="true", serveHost="127.0.0.2").serve.host == "127.0.0.2"  # type: ignore[attr-defined]
     with pytest.raises(OptionError, match=r"'serveHost' '0\.0\.0\.0' is beyond loopback"):
         sink(serve="true", serveHost="0.0.0.0")
     # The sink's store server parses the options as given again.

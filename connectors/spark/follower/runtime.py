@@ -21,7 +21,7 @@ from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer, announ
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions, StoreType
-from spark_statestore.connectors.spark.serve_options import read_tls_files
+from spark_statestore.connectors.spark.serve_options import read_tls_files, serving_address
 from spark_statestore.errors import FollowerError, OptionError
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.query import LagInfo
@@ -96,12 +96,13 @@ class FollowerRuntime:
                 closers.append(leader.close)
             self.leader = leader
             self.follower = Follower(self.store, source, leader=leader)
+            host, tls = serving_address(options.serve_host, _tls_files(options))
             self.server = StoreServer(
                 self.store,
-                host=options.serve_host,
+                host=host,
                 port=options.serve_port,
                 lag_provider=self._lags,
-                tls_certificates=_tls_files(options),
+                tls_certificates=tls,
                 token=_token(options),
             )
             location = self.server.start()

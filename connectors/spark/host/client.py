@@ -83,13 +83,21 @@ class StoreHostClient:
         try:
             writer, replies = self._client.do_put(descriptor, staged_schema(), self._options(None))
             try:
+                rows = 0
                 for batch in batches:
                     if batch.num_rows:
                         writer.write_batch(batch)
+                        rows += batch.num_rows
+                # Only a stream with this marker is staged: one cut short (the task failed or
+                # was killed) is not, whatever the transport says about how it ended.
+                writer.write_metadata(pa.py_buffer(json.dumps({"end": rows}).encode()))
                 writer.done_writing()
                 reply = replies.read()
-            finally:
-                writer.close()
+            except BaseException:
+                with contextlib.suppress(pa.ArrowException):
+                    writer.close()  # the host refuses the unfinished stream: nothing staged
+                raise
+            writer.close()
         except pa.ArrowException as exc:
             raise self._error(exc) from exc
         if reply is None:

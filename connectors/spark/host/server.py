@@ -154,6 +154,27 @@ def _store_path(request: Mapping[str, Any]) -> str:
     return store.rstrip("/")
 
 
+def _until_end_marker(reader: Any) -> Iterator[pa.RecordBatch]:
+    """The record batches of a task's ``DoPut`` stream, which ends with the task's end marker
+    (``{"end": rows}`` as a metadata message): a stream that ends without it, or with another
+    count, is a task that failed or was killed mid-write, and raises (nothing is staged)."""
+    rows = 0
+    end: Any = None
+    for chunk in reader:
+        if chunk.data is not None and chunk.data.num_rows:
+            if end is not None:
+                raise _bad("stage: rows after the end marker")
+            rows += chunk.data.num_rows
+            yield chunk.data
+        if chunk.app_metadata is not None:
+            end = _decode(chunk.app_metadata.to_pybytes(), "stage end marker").get("end")
+    if end != rows:
+        raise _bad(
+            f"stage: the task's stream ended after {rows} rows without its end marker "
+            f"(got {end!r}): it failed mid-write; nothing is staged"
+        )
+
+
 def _decode(raw: bytes, what: str) -> dict[str, Any]:
     if len(raw) > MAX_REQUEST_BYTES:
         raise _bad(f"{what}: request of {len(raw)} bytes, more than {MAX_REQUEST_BYTES}")
@@ -230,8 +251,7 @@ def _service_class() -> type:
                     raise _bad(
                         f"stage: rows of schema {reader.schema} instead of the staged schema"
                     )
-                chunks = (chunk.data for chunk in reader)
-                reply = server.stage(request, chunks)
+                reply = server.stage(request, _until_end_marker(reader))
             except Exception as exc:
                 raise to_flight_error(server, exc) from exc
             writer.write(pa.py_buffer(reply))

@@ -175,7 +175,11 @@ class LeaderServer:
             changelog_publisher,
             open_leader_store,
         )
-        from spark_statestore.connectors.spark.serve_options import ServeSettings, read_tls_files
+        from spark_statestore.connectors.spark.serve_options import (
+            ServeSettings,
+            read_tls_files,
+            serving_address,
+        )
         from spark_statestore.serve import StoreServer
         from spark_statestore.serve.auth import new_token, read_token_file
         from spark_statestore.store.files import write_private_json
@@ -201,12 +205,15 @@ class LeaderServer:
                 self._publisher.close()
             raise
         try:
+            host, tls = serving_address(
+                self.settings.host, read_tls_files(self.settings.tls_cert, self.settings.tls_key)
+            )
             self.server = StoreServer(
                 self.store,
-                host=self.settings.host,
+                host=host,
                 port=self.settings.port,
                 lag_provider=self._lags,
-                tls_certificates=read_tls_files(self.settings.tls_cert, self.settings.tls_key),
+                tls_certificates=tls,
                 token=read_token_file(self.settings.token_file, "'serveTokenFile'")
                 if self.settings.token_file is not None
                 else None,
