@@ -31,7 +31,7 @@ from spark_statestore.connectors.spark.host.record import (
     write_record,
 )
 
-__all__ = ["START_TIMEOUT_S", "ensure_store_host", "start_store_host"]
+__all__ = ["PORT_VARIABLE", "START_TIMEOUT_S", "ensure_store_host", "start_store_host"]
 
 _log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
         tls = (previous.ref.tls_root_certs, previous.tls_key)
     elif previous is None and not deployment.executors_local:
         tls = self_signed_certificate([host], common_name="spark-statestore store host")
-    ports = [0] if previous is None else [previous.port, 0]
+    ports = [_configured_port()] if previous is None else [previous.port, 0]
     errors = []
     for port in ports:
         reply, process = _launch(driver, host, port, token, tls)
@@ -113,6 +113,20 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
         f"the store host of the Spark driver (pid {driver.pid}) did not start on {host}: "
         f"{'; '.join(errors)} (its log: {_log_path(driver)})"
     )
+
+
+PORT_VARIABLE = "SPARK_STATESTORE_HOST_PORT"
+"""The environment variable (of the Spark driver) fixing the store host's port, for a firewall
+between executors and the driver; unset or 0: any free port."""
+
+
+def _configured_port() -> int:
+    raw = os.environ.get(PORT_VARIABLE, "0").strip() or "0"
+    if not raw.isdigit() or int(raw) > 65535:
+        raise SparkSourceError(
+            f"environment variable {PORT_VARIABLE}={raw!r} is not a port number (0-65535)"
+        )
+    return int(raw)
 
 
 def _log_path(driver: ProcessId) -> str:
