@@ -304,6 +304,12 @@ class _Writer:
         else:
             stop_sink_server(options.path)  # one an earlier run with serve=true left
             commit_here(options, batch)
+        if self._host is not None:
+            # The next micro-batch's tasks dial the store host this plan named: one that died
+            # (its record says where it listened) is started again there before they run.
+            from spark_statestore.connectors.spark.host import ensure_store_host
+
+            ensure_store_host()
 
     def _abort(self, query_id: str, batch_id: int) -> None:
         from spark_statestore.sink.staging import StagingArea
