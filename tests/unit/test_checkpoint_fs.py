@@ -28,6 +28,7 @@ from spark_statestore.connectors.spark.checkpoint_fs import (
 )
 from spark_statestore.connectors.spark.checkpoint_fs.filesystems import (
     check_readable,
+    pyarrow_filesystem,
     s3_arguments,
 )
 from spark_statestore.connectors.spark.checkpoint_fs.query_checkpoint import parse_offset_log
@@ -272,6 +273,23 @@ def test_s3a_options_become_pyarrow_s3_arguments(
     import pyarrow.fs
 
     pyarrow.fs.S3FileSystem(**arguments)  # pyarrow takes them
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "path"),
+    [
+        ("s3a://bucket/cp/metadata", "S3FileSystem", "bucket/cp/metadata"),
+        ("gs://bucket/cp/metadata", "GcsFileSystem", "bucket/cp/metadata"),
+        ("abfss://c@acct.dfs.core.windows.net/cp/metadata", "AzureFileSystem", "c/cp/metadata"),
+    ],
+)
+def test_object_stores_open_the_pyarrow_filesystem_at_bucket_and_key(
+    text: str, kind: str, path: str
+) -> None:
+    location = CheckpointLocation.parse(text)
+    assert location.backend is not None
+    filesystem, inside = pyarrow_filesystem(location.backend, location, FilesystemSettings())
+    assert (type(filesystem).__name__, inside) == (kind, path)  # made without a request
 
 
 def test_s3_keys_go_in_pairs_and_stay_out_of_reprs() -> None:

@@ -41,7 +41,7 @@ from spark_statestore.connectors.spark.checkpoint_fs.webhdfs import (
     read_webhdfs,
 )
 
-__all__ = ["check_readable", "read_bytes", "s3_arguments"]
+__all__ = ["check_readable", "pyarrow_filesystem", "read_bytes", "s3_arguments"]
 
 _PYARROW_CLASS = {
     Backend.S3: "S3FileSystem",
@@ -113,7 +113,7 @@ def read_bytes(location: CheckpointLocation, settings: FilesystemSettings) -> by
         if backend is Backend.LOCAL:
             with open(location.path, "rb") as handle:
                 return handle.read()
-        filesystem, path = _pyarrow_filesystem(backend, location, settings)
+        filesystem, path = pyarrow_filesystem(backend, location, settings)
         with filesystem.open_input_stream(path) as stream:
             return bytes(stream.read())
     except FileNotFoundError as exc:
@@ -185,7 +185,7 @@ def s3_arguments(s3: S3Settings) -> dict[str, Any]:
     return arguments
 
 
-def _pyarrow_filesystem(
+def pyarrow_filesystem(
     backend: Backend, location: CheckpointLocation, settings: FilesystemSettings
 ) -> tuple[Any, str]:
     """A ``pyarrow.fs`` filesystem for ``location`` and the file's path in it."""
@@ -197,4 +197,11 @@ def _pyarrow_filesystem(
         return kind(), authority + location.path
     container, _, host = authority.partition("@")
     account = host.split(".", 1)[0]
-    return kind(account_name=account), container + location.path
+    # The URI names the account's DFS host; pyarrow also reads through its blob host. Both
+    # given, so a sovereign cloud's hosts (core.chinacloudapi.cn...) are kept.
+    azure = kind(
+        account_name=account,
+        dfs_storage_authority=host,
+        blob_storage_authority=host.replace(".dfs.", ".blob.", 1),
+    )
+    return azure, container + location.path

@@ -36,7 +36,13 @@ _TIMEOUT_S = 30.0
 
 def webhdfs_user() -> str:
     """The user WebHDFS requests act as: ``HADOOP_USER_NAME`` as Hadoop's client reads it."""
-    return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    named = os.environ.get("HADOOP_USER_NAME")
+    if named:
+        return named
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # a uid without a passwd entry (containers)
+        return str(os.getuid())
 
 
 def read_webhdfs(
