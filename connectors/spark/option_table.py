@@ -162,6 +162,7 @@ _SINKS = frozenset({Surface.SINK, Surface.BATCH_WRITER})
 _DECODERS = _SOURCE | _READER
 _ALL = _DECODERS | _SINKS
 _SERVERS = _SOURCE | _SINKS  # a follower query serves its store; a sink with serve=true too
+_STREAM_SINK = frozenset({Surface.SINK})  # reads the query's checkpoint
 
 OPTIONS: tuple[OptionSpec, ...] = (
     # -- every surface ----------------------------------------------------------------------
@@ -342,6 +343,41 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Spark's checkpoint directory of the query",
         required=frozenset({Surface.SINK}),
         names_file=True,
+    ),
+    # Hadoop's keys for the checkpoint's filesystem: the sink's processes never see Spark's
+    # Hadoop configuration (checkpoint_fs/settings.py).
+    OptionSpec(
+        "fs.defaultFS",
+        str,
+        _STREAM_SINK,
+        "the filesystem of a checkpointLocation without scheme, e.g. hdfs://nn:8020 "
+        "(default: the local disk)",
+    ),
+    OptionSpec(
+        "dfs.namenode.http-address",
+        str,
+        _STREAM_SINK,
+        "hdfs:// checkpoints: the NameNode's WebHDFS host:port, comma-separated for HA "
+        "(default: the URI's host, port 9870)",
+    ),
+    OptionSpec("fs.s3a.endpoint", str, _STREAM_SINK, "S3 checkpoints: the endpoint"),
+    OptionSpec("fs.s3a.endpoint.region", str, _STREAM_SINK, "S3 checkpoints: the region"),
+    OptionSpec("fs.s3a.access.key", str, _STREAM_SINK, "S3 checkpoints: the access key"),
+    OptionSpec("fs.s3a.secret.key", str, _STREAM_SINK, "S3 checkpoints: the secret key"),
+    OptionSpec("fs.s3a.session.token", str, _STREAM_SINK, "S3 checkpoints: a session token"),
+    OptionSpec(
+        "fs.s3a.path.style.access",
+        bool,
+        _STREAM_SINK,
+        "S3 checkpoints: address buckets as endpoint/bucket, not bucket.endpoint",
+        default="false",
+    ),
+    OptionSpec(
+        "fs.s3a.connection.ssl.enabled",
+        bool,
+        _STREAM_SINK,
+        "S3 checkpoints: https to an endpoint given without a scheme",
+        default="true",
     ),
     OptionSpec(
         "queryName", str, _SINKS, "the query's name: Spark passes writeStream.queryName(...)"

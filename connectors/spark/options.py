@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.connectors.spark.checkpoint_fs import QueryCheckpoint
 from spark_statestore.connectors.spark.follower.leader_options import leader_options
 from spark_statestore.connectors.spark.option_table import (
     DecodeMode,
@@ -171,6 +172,8 @@ class SinkOptions:
     """With option ``serve``: how the sink's store server serves and announces the store."""
     raw: Mapping[str, str] = field(default_factory=dict)
     """The options as given (the sink's store server parses them again)."""
+    checkpoint: QueryCheckpoint | None = None
+    """The streaming sink: ``checkpointLocation`` parsed, with its filesystem's options."""
 
 
 MAX_POSITION_BOUND_TIMEOUT_MS = int(MAX_PIN_WAIT_S * 1000)  # what a store server waits at most
@@ -456,4 +459,10 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         txn_version=txn_version,
         serve=serve,
         raw={str(name): str(value) for name, value in raw.items()},
+        checkpoint=_query_checkpoint(checkpoint, options) if streaming else None,
     )
+
+
+def _query_checkpoint(text: str | None, options: OptionReader) -> QueryCheckpoint:
+    assert text is not None  # checkpointLocation is required for the streaming sink
+    return QueryCheckpoint.from_options(text, options)

@@ -16,9 +16,7 @@ sink; a timestamp before 1970 fails the task, as Kafka's producer refuses it).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -37,6 +35,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import DataType, StructType
 
+    from spark_statestore.connectors.spark.checkpoint_fs import QueryCheckpoint
     from spark_statestore.sink.staging import StagedFile
 
 __all__ = [
@@ -213,37 +212,15 @@ def _task_ids() -> tuple[int, int]:
     return context.partitionId(), context.attemptNumber()
 
 
-def read_query_id(checkpoint: str) -> str:
-    """The streaming query's id from ``<checkpointLocation>/metadata``."""
-    path = os.path.join(checkpoint, "metadata")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return str(json.loads(handle.readline())["id"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SinkError(
-            f"cannot read the query id from {path} ({exc}); is checkpointLocation the "
-            "directory of this query's checkpoint?"
-        ) from exc
+def read_query_id(checkpoint: QueryCheckpoint) -> str:
+    """The streaming query's id from ``<checkpointLocation>/metadata``, through the
+    checkpoint's filesystem (:mod:`~spark_statestore.connectors.spark.checkpoint_fs`)."""
+    return checkpoint.query_id()
 
 
-def read_source_offsets(checkpoint: str, batch_id: int) -> list[Any]:
+def read_source_offsets(checkpoint: QueryCheckpoint, batch_id: int) -> list[Any]:
     """The batch's source offsets from Spark's offset log, one entry per source."""
-    path = os.path.join(checkpoint, "offsets", str(batch_id))
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError as exc:
-        raise SinkError(
-            f"cannot read the offsets of batch {batch_id} from {path} ({exc}); the commit "
-            "needs Spark's offset log of this query"
-        ) from exc
-    offsets: list[Any] = []
-    for line in lines[2:]:  # "v1", the batch metadata, then one line per source
-        try:
-            offsets.append(json.loads(line))
-        except ValueError:
-            offsets.append(line)
-    return offsets
+    return checkpoint.source_offsets(batch_id)
 
 
 class _Writer:
@@ -322,9 +299,9 @@ class StreamSink(_Writer, DataSourceStreamArrowWriter):
 
     def __init__(self, options: SinkOptions, schema: StructType, complete: bool) -> None:
         super().__init__(options, schema)
-        assert options.checkpoint_location is not None
+        assert options.checkpoint is not None
         self._complete = complete
-        self._query_id = read_query_id(options.checkpoint_location)
+        self._query_id = read_query_id(options.checkpoint)
         self._batch_id: int | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
@@ -335,8 +312,8 @@ class StreamSink(_Writer, DataSourceStreamArrowWriter):
         return self._stage(self._query_id, batch_id, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        assert self._options.checkpoint_location is not None
-        offsets = read_source_offsets(self._options.checkpoint_location, batchId)
+        assert self._options.checkpoint is not None
+        offsets = read_source_offsets(self._options.checkpoint, batchId)
         self._commit(self._query_id, batchId, messages, offsets, self._complete)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

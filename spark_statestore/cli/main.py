@@ -116,9 +116,14 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 
 def _cmd_jars(args: argparse.Namespace) -> int:
-    from spark_statestore.connectors.kafka.local import kafka_jars, resolve, spark_kafka_jars
+    from spark_statestore.connectors.kafka.local import (
+        hdfs_minicluster_jars,
+        kafka_jars,
+        resolve,
+        spark_kafka_jars,
+    )
 
-    for jar_set in (kafka_jars(), spark_kafka_jars()):
+    for jar_set in (kafka_jars(), spark_kafka_jars(), hdfs_minicluster_jars()):
         cached = jar_set.is_resolved() and not args.force
         directory = resolve(jar_set, force=args.force)
         state = "cached" if cached else "resolved"
@@ -233,10 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     jars = sub.add_parser(
         "jars",
-        help="resolve the jars of Kafka and Spark's Kafka connector with Maven (once)",
-        description="Resolve Apache Kafka's broker jars and Spark's Kafka connector (for the "
-        "installed PySpark) from Maven Central into the local cache (~/.cache/spark-statestore/"
-        "jars or $SPARK_STATESTORE_JARS). Needs Maven; nothing is downloaded when cached.",
+        help="resolve the jars of Kafka, Spark's Kafka connector and the test HDFS with Maven "
+        "(once)",
+        description="Resolve Apache Kafka's broker jars, Spark's Kafka connector and Hadoop's "
+        "minicluster (the HDFS the tests put a checkpoint on; both for the installed PySpark) "
+        "from Maven Central into the local cache (~/.cache/spark-statestore/jars or "
+        "$SPARK_STATESTORE_JARS). Needs Maven; nothing is downloaded when cached.",
     )
     jars.add_argument("--force", action="store_true", help="resolve again even when cached")
     jars.set_defaults(func=_cmd_jars)

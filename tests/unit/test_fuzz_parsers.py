@@ -32,6 +32,8 @@ from spark_statestore.changelog.keys import (
 )
 from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.changelog.position_codec import decode_position, encode_position
+from spark_statestore.connectors.spark.checkpoint_fs import CheckpointLocation, FilesystemSettings
+from spark_statestore.connectors.spark.checkpoint_fs.filesystems import check_readable
 from spark_statestore.connectors.spark.ddl import parse_ddl, to_ddl
 from spark_statestore.connectors.spark.errors import DecodeError
 from spark_statestore.connectors.spark.formats import ColumnCodec
@@ -388,6 +390,17 @@ _OPTIONS: dict[str, tuple[Callable[[dict[str, str]], object], dict[str, str]]] =
             "allowForeignChangelog": "false",
         },
     ),
+    "streaming sink": (
+        lambda raw: parse_sink_options(raw, streaming=True),
+        {
+            "path": "/tmp/s",
+            "checkpointLocation": "hdfs://nn:8020/cp/orders",
+            "fs.defaultFS": "hdfs://nn:8020",
+            "dfs.namenode.http-address": "nn1:9870,[::1]:9870",
+            "fs.s3a.endpoint": "http://objects:9000",
+            "fs.s3a.path.style.access": "true",
+        },
+    ),
 }
 _OPTION_TEXTS = [text for _, base in _OPTIONS.values() for text in base.values()]
 _OPTION_PIECES = [
@@ -421,6 +434,27 @@ def _parse_options(case: tuple[str, dict[str, str]]) -> None:
     surface, raw = case
     parse, _ = _OPTIONS[surface]
     parse({name.lower(): value for name, value in raw.items()})
+
+
+# checkpointLocation: a Hadoop Path, its default filesystem, and what reads it.
+_LOCATION_CORPUS = [
+    "/tmp/cp/orders",
+    "file:///tmp/a%20b",
+    "file://localhost/tmp/x",
+    "hdfs://nn:8020/a/../b//c/",
+    "s3a://bucket/k?x#y",
+    "abfss://c@acct.dfs.core.windows.net/cp",
+    "webhdfs://[::1]:9870/cp",
+    "rel/./dir",
+]
+_LOCATION_PIECES = [":", "/", "//", ".", "..", "%", "%2", "@", "?", "#", "[", "]", "file:", "x:"]
+_DEFAULT_FS = CheckpointLocation.parse("hdfs://nn:8020")
+
+
+def _parse_location(text: str) -> None:
+    location = CheckpointLocation.parse(text)
+    assert CheckpointLocation.parse(str(location)) == location, str(location)
+    check_readable(location.qualified(_DEFAULT_FS), FilesystemSettings())
 
 
 # Flight tickets, action bodies and store descriptions; scan specs; remote queries.
@@ -623,6 +657,11 @@ TARGETS = [
     Target("DDL", _mutated(_DDL_CORPUS, _DDL_PIECES, ("ARRAY<", ">")), _parse_ddl),
     Target("JSON values", _json_values, _parse_json),
     Target("options", _options, _parse_options),
+    Target(
+        "checkpoint locations",
+        _mutated(_LOCATION_CORPUS, _LOCATION_PIECES, ("a/", "/..")),
+        _parse_location,
+    ),
     Target(
         "Flight tickets and actions",
         _mutated(_FLIGHT_CORPUS, _FLIGHT_PIECES, (b"[", b"]")),

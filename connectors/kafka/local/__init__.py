@@ -10,6 +10,7 @@ from spark_statestore.connectors.kafka.local.cluster import (
 from spark_statestore.connectors.kafka.local.jars import (
     KAFKA_VERSION,
     JarSet,
+    hdfs_minicluster_jars,
     kafka_jars,
     resolve,
     spark_kafka_jars,
@@ -22,6 +23,7 @@ __all__ = [
     "LocalKafkaCluster",
     "create_topics",
     "find_java",
+    "hdfs_minicluster_jars",
     "kafka_jars",
     "parse_topic_spec",
     "resolve",

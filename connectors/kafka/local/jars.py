@@ -1,4 +1,5 @@
-"""The JVM jars the project runs: Apache Kafka's broker and Spark's Kafka connector.
+"""The JVM jars the project runs: Apache Kafka's broker, Spark's Kafka connector, and
+Hadoop's minicluster (the HDFS that tests put a query's checkpoint on).
 
 Both come from Maven Central, resolved once by the setup (``spark-statestore jars``, which
 ``make setup`` runs) into a cache directory, and only read afterwards: starting a broker or a
@@ -25,6 +26,7 @@ __all__ = [
     "KAFKA_VERSION",
     "JarSet",
     "cache_root",
+    "hdfs_minicluster_jars",
     "kafka_jars",
     "resolve",
     "spark_kafka_jars",
@@ -136,6 +138,43 @@ def spark_kafka_jars(spark_version: str | None = None) -> JarSet:
             "kafka-clients",
             "commons-pool2",
         ),
+    )
+
+
+def hdfs_minicluster_jars(hadoop_version: str | None = None) -> JarSet:
+    """Hadoop's minicluster (a NameNode and DataNodes in one JVM: a real HDFS for tests) of
+    ``hadoop_version`` (default: the Hadoop client the installed PySpark ships). Only the
+    shaded minicluster jar is kept: the rest of its classpath is PySpark's own jars."""
+    if hadoop_version is None:
+        hadoop_version = pyspark_hadoop_version()
+    return JarSet(
+        name="hadoop-client-minicluster",
+        version=hadoop_version,
+        coordinates=(f"org.apache.hadoop:hadoop-client-minicluster:{hadoop_version}",),
+        keep=("hadoop-client-minicluster",),
+    )
+
+
+def pyspark_jars_directory() -> Path:
+    """The jars PySpark ships (Spark's classpath)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def pyspark_hadoop_version() -> str:
+    """The version of the Hadoop client jars the installed PySpark ships.
+
+    Raises
+    ------
+    JarsMissingError
+        PySpark ships no ``hadoop-client-api`` jar (a PySpark without Hadoop).
+    """
+    for jar in sorted(pyspark_jars_directory().glob("hadoop-client-api-*.jar")):
+        return jar.name[len("hadoop-client-api-") : -len(".jar")]
+    raise JarsMissingError(
+        f"PySpark ships no hadoop-client-api jar in {pyspark_jars_directory()}: install "
+        "pyspark from PyPI (it bundles Hadoop's client)"
     )
 
 
