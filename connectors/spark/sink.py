@@ -17,6 +17,7 @@ sink; a timestamp before 1970 fails the task, as Kafka's producer refuses it).
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass

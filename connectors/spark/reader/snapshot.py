@@ -32,6 +32,13 @@ from spark_statestore.connectors.spark.reader.local import (
     OWNER_WAIT_S,
     RECHECK_MAX_S,
 )
+from spark_statestore.connectors.spark.reader.tasks import (
+    RowsTask,
+    ScanTask,
+    host_row,
+    owner_scan_task,
+    placement,
+)
 from spark_statestore.connectors.spark.windows import WINDOWED
 from spark_statestore.position import Position
 from spark_statestore.store.errors import StoreNotFoundError
@@ -40,9 +47,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from spark_statestore.connectors.spark.host import HostRef
     from spark_statestore.query import LagInfo
-    from spark_statestore.serve.auth import ServeCredentials
     from spark_statestore.serve.protocol import StoreDescription
     from spark_statestore.store.ownership import OwnerInfo
     from spark_statestore.store.scan import ScanSpec
@@ -75,55 +80,6 @@ def reader_ddl(options: ReaderOptions) -> str:
     return data_ddl(options)
 
 
-class _Scan(InputPartition):
-    """The data view's one task: a scan of a pinned (owner) or planned (local) snapshot.
-
-    Parameters
-    ----------
-    scan
-        The :class:`~spark_statestore.store.scan.ScanSpec` as JSON.
-    location, credentials, snapshot_id
-        The owner that pinned the snapshot, how to authenticate to it, and the pin (None:
-        no owner executors can dial).
-    commit_seq
-        The store commit planned.
-    store
-        The store's absolute path on the driver's host.
-    host
-        The driver's store host, through which the task reads the store as it is now when
-        the planned owner is gone or there is none (None: no Spark driver planned this, so
-        the task runs on the store's host and reads it itself).
-    """
-
-    def __init__(
-        self,
-        scan: str,
-        location: str | None,
-        snapshot_id: str | None,
-        commit_seq: int,
-        *,
-        store: str,
-        credentials: ServeCredentials | None = None,
-        host: HostRef | None = None,
-    ) -> None:
-        super().__init__(scan)
-        self.scan = scan
-        self.location = location
-        self.snapshot_id = snapshot_id
-        self.commit_seq = commit_seq
-        self.store = store
-        self.credentials = credentials
-        self.host = host
-
-
-class _Rows(InputPartition):
-    """A view computed at planning time (position, lag, metadata): the rows themselves."""
-
-    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
-        super().__init__(len(rows))
-        self.rows = rows
-
-
 class SnapshotReader(DataSourceReader):
     """Reads one consistent snapshot of a store (or one of its views)."""
 
@@ -146,7 +102,7 @@ class SnapshotReader(DataSourceReader):
         from spark_statestore.serve import connect_to_owner
 
         if self._options.view is View.HOST:
-            return [_Rows([self._host_row()])]
+            return [RowsTask([host_row(self._options.path)])]
         deadline = time.monotonic() + self._options.position_bound_timeout_s
         pause = 0.05
         while True:
@@ -226,7 +182,7 @@ class SnapshotReader(DataSourceReader):
                 pinned.commit_seq,
                 pinned.position.to_json(),
             )
-            return [self._owner_scan(spec_json, client, pinned)]
+            return [owner_scan_task(self._options.path, spec_json, client, pinned)]
         if not bound.is_unbounded() and wait_s > 0:
             client.release(client.pin(bound, wait_s=wait_s).snapshot_id)
         reply = client.describe()
@@ -234,52 +190,7 @@ class SnapshotReader(DataSourceReader):
         lags = _lag_pairs(reply.lags)
         if self._options.max_lag is not None:
             self._check_lag(lags)
-        return [_Rows(self._view_rows(reply.description, reply.owner, lags))]
-
-    def _host_row(self) -> tuple[Any, ...]:
-        """The ``host`` view's row: the driver's store host as tasks dial it, and the store."""
-        placement = self._placement()
-        ref = placement["host"]
-        if ref is None:
-            raise SparkSourceError(
-                "view 'host' is planned by a Spark driver only (this process runs under none)"
-            )
-        certs = None if ref.tls_root_certs is None else ref.tls_root_certs.decode("ascii")
-        return (ref.location, ref.token, certs, placement["store"])
-
-    def _placement(self) -> dict[str, Any]:
-        """Where the task finds the store: its absolute path and the driver's store host."""
-        import os
-
-        from spark_statestore.connectors.spark.host import ensure_store_host
-
-        return {"store": os.path.abspath(self._options.path), "host": ensure_store_host()}
-
-    def _owner_scan(self, spec_json: str, client: Any, pinned: Any) -> _Scan:
-        """The task of a snapshot pinned in the owner ``client`` reaches: read there directly
-        when executors can dial it (its credentials travel in the plan), else through the
-        store host (an owner on loopback is out of reach of executors on other hosts)."""
-        from urllib.parse import urlsplit
-
-        from spark_statestore.connectors.spark.driver import driver_deployment
-        from spark_statestore.serve.auth import is_loopback, read_credentials
-
-        placement = self._placement()
-        credentials = read_credentials(placement["store"])
-        dialable = placement["host"] is None or driver_deployment().executors_local
-        if not dialable:
-            dialable = not is_loopback(urlsplit(client.location).hostname or "127.0.0.1")
-        if credentials is None or not dialable:
-            client.release(pinned.snapshot_id)  # the task reads the current one
-            return _Scan(spec_json, None, None, pinned.commit_seq, **placement)
-        return _Scan(
-            spec_json,
-            client.location,
-            pinned.snapshot_id,
-            pinned.commit_seq,
-            credentials=credentials,
-            **placement,
-        )
+        return [RowsTask(self._view_rows(reply.description, reply.owner, lags))]
 
     def _plan_local(self) -> list[InputPartition]:
         from spark_statestore.serve.protocol import StoreDescription
@@ -312,9 +223,13 @@ class SnapshotReader(DataSourceReader):
                 metadata.commit_seq,
                 metadata.position.to_json(),
             )
-            return [_Scan(spec_json, None, None, metadata.commit_seq, **self._placement())]
+            return [
+                ScanTask(
+                    spec_json, None, None, metadata.commit_seq, **placement(self._options.path)
+                )
+            ]
         description = StoreDescription.of_state(self._options.path, manifest, metadata)
-        return [_Rows(self._view_rows(description, read_owner(self._options.path), lags))]
+        return [RowsTask(self._view_rows(description, read_owner(self._options.path), lags))]
 
     def _check_bound(self, position: Position) -> None:
         bound = self._options.position_bound
@@ -399,10 +314,10 @@ class SnapshotReader(DataSourceReader):
 
     # -- reading (executor) ------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition, _Rows):
+        if isinstance(partition, RowsTask):
             yield from partition.rows
             return
-        assert isinstance(partition, _Scan)
+        assert isinstance(partition, ScanTask)
         from spark_statestore.store.scan import ScanSpec
 
         spec = ScanSpec.from_json(partition.scan)
@@ -416,7 +331,7 @@ class SnapshotReader(DataSourceReader):
         yield from self._read_current(partition, spec)
 
     def _read_planned_owner(
-        self, partition: _Scan, spec: ScanSpec
+        self, partition: ScanTask, spec: ScanSpec
     ) -> Generator[pa.RecordBatch, None, bool]:
         """Read through the owner that planned the read; False if it is gone (nothing read)."""
         from spark_statestore.serve import (
@@ -486,7 +401,7 @@ class SnapshotReader(DataSourceReader):
         finally:
             client.release(pinned.snapshot_id)
 
-    def _read_current(self, partition: _Scan, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
+    def _read_current(self, partition: ScanTask, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
         """Read the store as it is now: through the driver's store host (the task may run on
         another host), or, with no Spark driver, through its owner or a private checkpoint
         here. Either way the snapshot is checked against the bound."""
