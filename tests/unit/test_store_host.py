@@ -167,15 +167,34 @@ def test_the_host_refuses_plain_text_beyond_loopback() -> None:
         StoreHostServer("192.0.2.1", 0, TOKEN, None)
 
 
+def _sleeper(*arguments: str) -> subprocess.Popen[str]:
+    """A process that runs until killed, started with ``arguments`` on its command line, and
+    up (it said so) when this returns."""
+    script = "import sys, time; print('up', flush=True); time.sleep(600)"
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if line.strip() != "up":
+        process.kill()
+        _, errors = process.communicate()
+        raise AssertionError(f"the helper process did not start: {line!r} {errors[-2000:]}")
+    return process
+
+
 @pytest.fixture
 def fake_driver() -> Iterator[ProcessId]:
     """A process the store host watches as its Spark driver."""
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    process = _sleeper()
     driver = ProcessId.of(process.pid)
     assert driver is not None
     yield driver
     process.kill()
-    process.wait()
+    process.communicate()
 
 
 def test_the_host_is_found_restarted_where_plans_expect_it_and_gone_with_its_driver(
@@ -230,17 +249,18 @@ def test_the_driver_settings_come_from_its_command_line_then_its_defaults(tmp_pa
     (tmp_path / "spark-defaults.conf").write_text(
         "# defaults\nspark.master  yarn\nspark.driver.host=10.9.9.9\nspark.executor.cores 2\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)",
-         "org.apache.spark.deploy.SparkSubmit", "--conf", "spark.master=local[1]", "pyspark-shell"]
-    )  # fmt: skip
+    process = _sleeper(
+        "org.apache.spark.deploy.SparkSubmit", "--conf", "spark.master=local[1]", "pyspark-shell"
+    )
     try:
         driver = ProcessId.of(process.pid)
         assert driver is not None
         settings = driver_settings(driver, {"SPARK_CONF_DIR": str(tmp_path)})
+        command_line = Path(f"/proc/{process.pid}/cmdline").read_bytes()
     finally:
         process.kill()
-        process.wait()
+        process.communicate()
+    assert settings is not None, command_line
     assert settings is not None
     assert settings["spark.master"] == "local[1]"  # the command line wins
     assert settings["spark.driver.host"] == "10.9.9.9"
