@@ -28,7 +28,8 @@ checked against the rows written, so a path that read the wrong rows fails the r
     owner's counters check both plans.
 ``scan_local``
     Like ``scan_owner`` with no live owner: the server is stopped and the store closed, so
-    Spark's task opens the store itself. Baseline: Parquet again, interleaved with it.
+    the driver's store host reads a private checkpoint of the store and streams it to the
+    task (executors never open a store's files). Baseline: Parquet again, interleaved with it.
 
 Each measurement interleaves its two sides for ``rounds`` rounds after one untimed warm-up
 run of each side (JIT, Python worker start-up); there is no target.
@@ -241,7 +242,7 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
             "scan_local",
             local_rates,
             "Spark read of the store, no live owner",
-            "the Spark task opens the store itself",
+            "the driver's store host streams a private checkpoint to the task",
         ),
     ]
 
