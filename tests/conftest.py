@@ -21,6 +21,33 @@ if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_TESTS = REPO_ROOT / "tests" / "cluster"
+"""Tests on a Spark standalone cluster: their driver is this process, and a process has one
+SparkContext, so they run in a pytest process of their own (scripts/run-tests.sh runs it
+second), collected only when named."""
+
+
+def _names_cluster_tests(arg: str) -> bool:
+    path = Path(arg.split("::", 1)[0]).resolve()
+    return path == CLUSTER_TESTS or CLUSTER_TESTS in path.parents
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    named = [_names_cluster_tests(arg) for arg in config.args]
+    if any(named) and not all(named):
+        raise pytest.UsageError(
+            "tests/cluster runs in a pytest process of its own (its SparkSession is a "
+            "cluster's driver, the other tests' a local one, and a process has one "
+            "SparkContext): run `pytest tests/cluster` separately (scripts/run-tests.sh "
+            "runs both)"
+        )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave tests/cluster out unless the command line names it."""
+    if collection_path != CLUSTER_TESTS:
+        return None
+    return not any(_names_cluster_tests(arg) for arg in config.args)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,70 @@
+"""Fixtures of the cluster tests: one Spark standalone cluster (a Master and two Workers,
+each Worker on a host of its own), one Kafka broker on the cluster's bridge, and this
+process's SparkSession as the cluster's driver, all for the whole pytest process.
+
+The Workers and their executors do not see this run's temporary directories (pytest's base
+temp, where every ``tmp_path`` is: the tests' stores and checkpoints are the driver's), nor
+anything else under ``/tmp``; the repository and its interpreter stay visible. The fixtures
+override the root conftest's ``kafka_broker`` and ``spark``, so ``make_topic`` and the
+helpers of the integration tests work unchanged here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+if TYPE_CHECKING:
+    from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+    from spark_statestore.connectors.spark.local import LocalSparkCluster
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
+    """Master + 2 Workers (1 core, 1 GiB each), the driver's temporary data hidden from them.
+
+    Skipped, saying why, where this process cannot make hosts (not root, no ``ip``).
+    """
+    from spark_statestore.connectors.local import HostsUnavailableError, check_host_tools
+    from spark_statestore.connectors.spark.local import LocalSparkCluster
+
+    try:
+        check_host_tools()
+    except HostsUnavailableError as exc:
+        pytest.skip(f"a local Spark cluster needs hosts of its own: {exc}")
+    with LocalSparkCluster(workers=2, hidden=[tmp_path_factory.getbasetemp()]) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(spark_cluster: LocalSparkCluster) -> Iterator[LocalKafkaCluster]:
+    """One Kafka node listening on the bridge address, which the driver and every executor
+    reach (records of any age are kept, as in the root conftest)."""
+    from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+
+    with LocalKafkaCluster(
+        brokers=1, host=spark_cluster.address, config={"log.retention.ms": "-1"}
+    ) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark(spark_cluster: LocalSparkCluster) -> Any:
+    """This process's SparkSession, the cluster's driver (Spark's Kafka connector on its
+    classpath), with an executor on each Worker registered."""
+    import spark_statestore
+
+    # Functions a test module defines are pickled by reference to it (tests.cluster....):
+    # executors import them from the repository, as local mode's do from its cwd.
+    session = spark_cluster.session(
+        "spark-statestore-cluster-tests",
+        kafka_source=True,
+        conf={"spark.executorEnv.PYTHONPATH": str(REPO_ROOT)},
+    )
+    spark_statestore.register(session)
+    session.sparkContext.setLogLevel("ERROR")
+    return session  # the cluster stops it
