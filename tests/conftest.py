@@ -139,33 +139,28 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-@pytest.fixture
-def certificate(tmp_path: Path) -> tuple[bytes, bytes]:
-    """A self-signed certificate for this host's name (openssl)."""
+def self_signed_certificate(directory: Path, names: list[str]) -> tuple[Path, Path]:
+    """A self-signed certificate (``cert.pem``, ``key.pem`` in ``directory``) for the
+    subject alternative ``names`` (``DNS:...``, ``IP:...``); skips without openssl."""
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("openssl is not installed: cannot make a test certificate")
-    names = f"DNS:localhost,DNS:{socket.gethostname()},IP:127.0.0.1"
+    cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
         [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            f"subjectAltName={names}",
-            "-keyout",
-            str(tmp_path / "key.pem"),
-            "-out",
-            str(tmp_path / "cert.pem"),
+            openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=localhost", "-addext", f"subjectAltName={','.join(names)}",
+            "-keyout", str(key), "-out", str(cert),
         ],
         check=True,
         capture_output=True,
-    )
-    return (tmp_path / "cert.pem").read_bytes(), (tmp_path / "key.pem").read_bytes()
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[bytes, bytes]:
+    """A self-signed certificate for this host's name (openssl)."""
+    names = ["DNS:localhost", f"DNS:{socket.gethostname()}", "IP:127.0.0.1"]
+    cert, key = self_signed_certificate(tmp_path, names)
+    return cert.read_bytes(), key.read_bytes()

@@ -68,3 +68,31 @@ def spark(spark_cluster: LocalSparkCluster) -> Any:
     spark_statestore.register(session)
     session.sparkContext.setLogLevel("ERROR")
     return session  # the cluster stops it
+
+
+@pytest.fixture
+def make_changelog(kafka_broker: LocalKafkaCluster, make_topic: Any) -> Any:
+    """Factory: ``make_changelog(seed, count=60, partitions=3)`` is a
+    :class:`~tests.cluster.changelog.ChangelogLog` of a fresh changelog topic on the
+    cluster's Kafka, with ``count`` random changes of ``seed`` produced to it."""
+    from tests.cluster.changelog import ChangelogLog, random_changes
+
+    def factory(seed: int, count: int = 60, partitions: int = 3) -> ChangelogLog:
+        topic = make_topic(partitions, suffix="-changelog")
+        log = ChangelogLog(kafka_broker.bootstrap_servers, topic, partitions)
+        log.produce(random_changes(seed, count))
+        return log
+
+    return factory
+
+
+@pytest.fixture
+def make_input(kafka_broker: LocalKafkaCluster, make_topic: Any) -> Any:
+    """Factory: ``make_input(partitions=2)`` is a :class:`~tests.cluster.sink_input.SinkInput`
+    of a fresh input topic on the cluster's Kafka."""
+    from tests.cluster.sink_input import SinkInput
+
+    def factory(partitions: int = 2) -> SinkInput:
+        return SinkInput(kafka_broker.bootstrap_servers, make_topic(partitions, suffix="-input"))
+
+    return factory

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from spark_statestore.connectors.local import (
 from spark_statestore.discovery import Router
 from spark_statestore.query import KeyQuery, StateQueryRequest
 from spark_statestore.store import read_owner
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, self_signed_certificate
 from tests.kafka_util import poll_until
 
 pytestmark = pytest.mark.integration
@@ -79,20 +78,6 @@ def local_hosts() -> Iterator[LocalHosts]:
         pytest.skip(str(exc))
     with LocalHosts(3) as made:
         yield made
-
-
-def _certificate(directory: Path, addresses: list[str]) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed: cannot make the replicas' TLS certificate")
-    names = ",".join(f"IP:{a}" for a in addresses)
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    _run(
-        openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        "-subj", "/CN=replicas", "-addext", f"subjectAltName={names}",
-        "-keyout", str(key), "-out", str(cert),
-    )  # fmt: skip
-    return cert, key
 
 
 class Replica:
@@ -158,7 +143,7 @@ def test_routing_across_hosts_fails_over_and_never_returns_stale_answers(
             }
         )
         _write(producer, changelog, 1)
-        tls = _certificate(tmp_path, [host.address for host in namespaces])
+        tls = self_signed_certificate(tmp_path, [f"IP:{host.address}" for host in namespaces])
         replicas: dict[str, Replica] = {}
         for host in namespaces:
             ns, address = host.namespace, host.address
