@@ -19,9 +19,11 @@ pytestmark = pytest.mark.cluster
 TASKS = 4
 
 
-def _on_every_task(spark: Any, probe: Any) -> list[Any]:
-    """``probe()`` run in ``TASKS`` tasks (with one core per executor, a job of more tasks
-    than executors keeps every executor busy at once)."""
+def _on_every_task(spark: Any, cluster: Any, probe: Any) -> list[Any]:
+    """``probe()`` run in ``TASKS`` tasks, once an executor of every Worker is registered
+    (one a crash test killed may still be starting again); with one core per executor, a
+    job of more tasks than executors keeps every executor busy at once."""
+    cluster.wait_for_executors()
 
     def run(_: Iterator[int]) -> Iterator[Any]:
         yield probe()
@@ -49,7 +51,7 @@ def test_an_executor_cannot_see_the_drivers_directories(
             [os.path.isdir(d) for d in own_dirs],
         )
 
-    seen = _on_every_task(spark, probe)
+    seen = _on_every_task(spark, spark_cluster, probe)
     assert {s for s, _, _, _ in seen} == {False}, "an executor saw the driver's file"
     assert {p for _, p, _, _ in seen} == {True}
     assert {r for _, _, r, _ in seen} == {True}, "the repository must stay visible"
@@ -71,7 +73,9 @@ def test_tasks_on_the_two_workers_have_addresses_of_their_own(
     spark: Any, spark_cluster: Any
 ) -> None:
     driver = spark_cluster.address
-    seen = _on_every_task(spark, lambda: (_own_address(driver), socket.gethostname()))
+    seen = _on_every_task(
+        spark, spark_cluster, lambda: (_own_address(driver), socket.gethostname())
+    )
     addresses = {address for address, _ in seen}
     assert addresses == set(spark_cluster.worker_addresses)
     assert driver not in addresses and _own_address(driver) == driver
@@ -82,7 +86,7 @@ def test_tasks_on_the_two_workers_have_addresses_of_their_own(
 def test_both_workers_get_tasks(spark: Any, spark_cluster: Any) -> None:
     driver = spark_cluster.address
     for _ in range(2):  # not a lucky first job: every job spreads
-        addresses = _on_every_task(spark, lambda: _own_address(driver))
+        addresses = _on_every_task(spark, spark_cluster, lambda: _own_address(driver))
         assert set(addresses) == set(spark_cluster.worker_addresses)
     executors = spark_cluster.executors()
     assert sorted(e.worker for e in executors) == [0, 1]
@@ -107,7 +111,7 @@ def test_a_task_cannot_reach_a_port_the_driver_bound_on_loopback(
             socket.create_connection(target, timeout=5).close()  # the driver's address is
             return on_loopback, True
 
-        seen = _on_every_task(spark, probe)
+        seen = _on_every_task(spark, spark_cluster, probe)
         assert {loopback_result for loopback_result, _ in seen} == {"ConnectionRefusedError"}
     finally:
         loopback.close()

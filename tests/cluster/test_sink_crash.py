@@ -72,5 +72,4 @@ def test_an_executor_killed_mid_batch_loses_and_doubles_nothing(
     finally:
         query.stop()
         gate.close()
-        spark_cluster.wait_for_executors()  # the Worker's new executor, for later tests
     assert_exactly_once(source, store, checkpoint, changelog)
