@@ -139,6 +139,18 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
+@pytest.fixture(scope="session")
+def host_tools() -> None:
+    """Skips, saying why, where this process cannot make local hosts (network namespaces on
+    a bridge: root, ``ip``, ``unshare``)."""
+    from spark_statestore.connectors.local import HostsUnavailableError, check_host_tools
+
+    try:
+        check_host_tools()
+    except HostsUnavailableError as exc:
+        pytest.skip(f"needs hosts of its own: {exc}")
+
+
 def self_signed_certificate(directory: Path, names: list[str]) -> tuple[Path, Path]:
     """A self-signed certificate (``cert.pem``, ``key.pem`` in ``directory``) for the
     subject alternative ``names`` (``DNS:...``, ``IP:...``); skips without openssl."""

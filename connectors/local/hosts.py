@@ -37,6 +37,11 @@ from pathlib import Path
 from types import TracebackType
 
 from spark_statestore.connectors.local.errors import HostsError, HostsUnavailableError
+from spark_statestore.connectors.local.processes import (
+    owned_tempdir,
+    pid_alive,
+    remove_stale_tempdirs,
+)
 
 __all__ = ["DEFAULT_PREFIX", "Host", "LocalHosts", "check_host_tools", "remove_stale_hosts"]
 
@@ -87,16 +92,6 @@ def _run(*args: str) -> str:
     return done.stdout
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _namespace_pids(namespace: str) -> list[int]:
     done = subprocess.run(
         ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
@@ -112,8 +107,9 @@ def _kill_namespace(namespace: str, signum: int = signal.SIGKILL) -> None:
 
 
 def remove_stale_hosts(prefix: str = DEFAULT_PREFIX) -> list[str]:
-    """Remove the namespaces and links named ``<prefix><pid>...`` whose pid is gone (a run
-    that crashed or was killed before its cleanup); returns the names removed.
+    """Remove the namespaces, links and temporary directories named ``<prefix><pid>...``
+    whose pid is gone (a run that crashed or was killed before its cleanup); returns their
+    names.
 
     Processes still running in such a namespace are killed first.
     """
@@ -123,7 +119,7 @@ def remove_stale_hosts(prefix: str = DEFAULT_PREFIX) -> list[str]:
     for line in listed.stdout.splitlines():
         name = line.split(" ", 1)[0]
         match = pattern.match(name)
-        if match and match.group(2) == "x" and not _alive(int(match.group(1))):
+        if match and match.group(2) == "x" and not pid_alive(int(match.group(1))):
             _kill_namespace(name)
             subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
             removed.append(name)
@@ -134,9 +130,10 @@ def remove_stale_hosts(prefix: str = DEFAULT_PREFIX) -> list[str]:
             continue
         name = fields[1].strip().split("@", 1)[0]
         match = pattern.match(name)
-        if match and match.group(2) in "bv" and not _alive(int(match.group(1))):
+        if match and match.group(2) in "bv" and not pid_alive(int(match.group(1))):
             subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
             removed.append(name)
+    removed += [str(d) for d in remove_stale_tempdirs("hosts", prefix)]
     if removed:
         log.info("removed what an earlier run left: %s", ", ".join(removed))
     return removed
@@ -264,7 +261,7 @@ class LocalHosts:
         """Remove stale hosts of earlier runs, then make the bridge and the hosts."""
         check_host_tools()
         remove_stale_hosts(self._prefix)
-        self._directory = tempfile.mkdtemp(prefix="spark-statestore-hosts-")
+        self._directory = str(owned_tempdir("hosts", self._tag))
         try:
             with self._subnet_lock():
                 net = self._free_net()

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -19,7 +23,10 @@ __all__ = [
     "launch",
     "linked_to_parent",
     "log_tail",
+    "owned_tempdir",
+    "pid_alive",
     "port_taken",
+    "remove_stale_tempdirs",
 ]
 
 
@@ -55,6 +62,39 @@ def linked_to_parent() -> Callable[[], None] | None:
     """The ``preexec_fn`` for :class:`subprocess.Popen` of a child that must not outlive
     this process (None where Linux's parent-death signal does not exist)."""
     return die_with_parent if sys.platform.startswith("linux") else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (any process: pids are reused, so a name that
+    carries a pid names a run that may be gone even when this says True)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owned_tempdir(kind: str, owner: str) -> Path:
+    """A new temporary directory ``spark-statestore-<kind>-<owner>-*``, where ``owner`` is
+    a prefix and this process's pid, so that :func:`remove_stale_tempdirs` can tell when
+    its run is gone."""
+    return Path(tempfile.mkdtemp(prefix=f"spark-statestore-{kind}-{owner}-"))
+
+
+def remove_stale_tempdirs(kind: str, prefix: str) -> list[Path]:
+    """Remove the :func:`owned_tempdir` directories of ``kind`` whose owner ``<prefix><pid>``
+    is gone (a run killed before its cleanup); returns them."""
+    pattern = re.compile(rf"spark-statestore-{re.escape(kind)}-{re.escape(prefix)}(\d+)-")
+    root = Path(tempfile.gettempdir())
+    removed = []
+    for entry in root.iterdir():
+        match = pattern.match(entry.name)
+        if match and entry.is_dir() and not pid_alive(int(match.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 def launch(

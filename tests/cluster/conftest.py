@@ -26,18 +26,15 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
+def spark_cluster(
+    host_tools: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalSparkCluster]:
     """Master + 2 Workers (1 core, 1 GiB each), the driver's temporary data hidden from them.
 
     Skipped, saying why, where this process cannot make hosts (not root, no ``ip``).
     """
-    from spark_statestore.connectors.local import HostsUnavailableError, check_host_tools
     from spark_statestore.connectors.spark.local import LocalSparkCluster
 
-    try:
-        check_host_tools()
-    except HostsUnavailableError as exc:
-        pytest.skip(f"a local Spark cluster needs hosts of its own: {exc}")
     with LocalSparkCluster(workers=2, hidden=[tmp_path_factory.getbasetemp()]) as cluster:
         yield cluster
 

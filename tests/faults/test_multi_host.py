@@ -27,12 +27,7 @@ from confluent_kafka import Producer
 import spark_statestore
 from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
-from spark_statestore.connectors.local import (
-    Host,
-    HostsUnavailableError,
-    LocalHosts,
-    check_host_tools,
-)
+from spark_statestore.connectors.local import Host, LocalHosts
 from spark_statestore.discovery import Router
 from spark_statestore.query import KeyQuery, StateQueryRequest
 from spark_statestore.store import read_owner
@@ -70,12 +65,8 @@ def _run(*args: str) -> None:
 
 
 @pytest.fixture
-def local_hosts() -> Iterator[LocalHosts]:
+def local_hosts(host_tools: None) -> Iterator[LocalHosts]:
     """Three hosts on a bridge; skipped, saying why, where they cannot be made."""
-    try:
-        check_host_tools()
-    except HostsUnavailableError as exc:
-        pytest.skip(str(exc))
     with LocalHosts(3) as made:
         yield made
 

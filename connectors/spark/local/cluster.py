@@ -29,8 +29,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
-import tempfile
 import threading
 import time
 import urllib.request
@@ -40,7 +40,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.local.hosts import LocalHosts
-from spark_statestore.connectors.local.processes import free_ports
+from spark_statestore.connectors.local.processes import (
+    free_ports,
+    owned_tempdir,
+    remove_stale_tempdirs,
+)
 from spark_statestore.connectors.spark.errors import LocalSparkError, SparkClusterStartError
 from spark_statestore.connectors.spark.local.daemons import SparkDaemon, spark_home
 from spark_statestore.connectors.spark.local.executors import (
@@ -112,6 +116,7 @@ class LocalSparkCluster:
         self._keep = data_dir is not None
         self._root = Path(data_dir).absolute() if data_dir is not None else None
         self._start_timeout_s = start_timeout_s
+        self._prefix = prefix
         self._hosts = LocalHosts(workers, prefix=prefix)
         self._master: SparkDaemon | None = None
         self._workers: list[SparkDaemon] = []
@@ -134,8 +139,9 @@ class LocalSparkCluster:
         home = spark_home()
         try:
             self._hosts.start()
+            remove_stale_tempdirs("spark", self._prefix)
             if self._root is None:
-                self._root = Path(tempfile.mkdtemp(prefix="spark-statestore-spark-"))
+                self._root = owned_tempdir("spark", f"{self._prefix}{os.getpid()}")
             self._root.mkdir(parents=True, exist_ok=True)
             for directory in self._hidden:
                 directory.mkdir(parents=True, exist_ok=True)
