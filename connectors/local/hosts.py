@@ -226,7 +226,8 @@ class LocalHosts:
     count
         How many hosts (network namespaces).
     prefix
-        How their namespaces and links are named (see the module's docstring).
+        How their namespaces and links are named (see the module's docstring): one
+        ``LocalHosts`` per process and prefix at a time.
 
     Raises
     ------

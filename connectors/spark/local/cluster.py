@@ -285,11 +285,21 @@ class LocalSparkCluster:
         ------
         SparkClusterStartError
             Not every Worker got a registered executor in time (the message has the logs).
+        LocalSparkError
+            This process already has a SparkContext for another master.
         """
         from spark_statestore.connectors.spark.session import local_session
 
         settings = {**self.session_conf(), **(conf or {})}
         session = local_session(app_name, self.master_url, kafka_source=kafka_source, conf=settings)
+        master = session.sparkContext.master
+        if master != self.master_url:
+            # getOrCreate() returned a session this process started before, elsewhere.
+            raise LocalSparkError(
+                f"this process already runs a Spark driver for {master}, and a process has "
+                f"one SparkContext: build the session of {self.master_url} in a fresh "
+                "process (the cluster tests run in a pytest process of their own for that)"
+            )
         with self._lock:
             self._session = session
         self.wait_for_executors()
