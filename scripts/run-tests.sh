@@ -11,11 +11,33 @@ echo "== ruff"
 "$PY" -m ruff format --check spark_statestore connectors pyspark_statestore tests || exit 1
 echo "== mypy"
 bash "$ROOT/scripts/typecheck.sh" || exit 1
+# A pytest run that collects nothing is a failure, not a pass (exit code 5).
+run_pytest() {
+    "$PY" -m pytest -p no:cacheprovider "$@"
+    local status=$?
+    if [ "$status" -eq 5 ]; then
+        echo "pytest collected no tests ($*): that is a failure, not a pass" >&2
+        return 1
+    fi
+    return "$status"
+}
+
+# With arguments: one pytest run of exactly those (tests/cluster only when named).
+if [ "$#" -gt 0 ]; then
+    echo "== pytest $*"
+    run_pytest "$@"
+    exit $?
+fi
+
+# The whole suite: tests/cluster runs second, in a pytest process of its own (its driver is
+# a Spark standalone cluster's, and a process has one SparkContext). Either failing fails.
 echo "== pytest"
-"$PY" -m pytest -p no:cacheprovider "$@"
-status=$?
-if [ "$status" -eq 5 ]; then
-    echo "pytest collected no tests: that is a failure, not a pass" >&2
+run_pytest
+main=$?
+echo "== pytest tests/cluster (a Spark standalone cluster, its Workers on hosts of their own)"
+run_pytest tests/cluster
+cluster=$?
+if [ "$main" -ne 0 ] || [ "$cluster" -ne 0 ]; then
+    echo "failed: main run exit $main, cluster run exit $cluster" >&2
     exit 1
 fi
-exit "$status"

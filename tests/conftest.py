@@ -21,6 +21,33 @@ if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_TESTS = REPO_ROOT / "tests" / "cluster"
+"""Tests on a Spark standalone cluster: their driver is this process, and a process has one
+SparkContext, so they run in a pytest process of their own (scripts/run-tests.sh runs it
+second), collected only when named."""
+
+
+def _names_cluster_tests(arg: str) -> bool:
+    path = Path(arg.split("::", 1)[0]).resolve()
+    return path == CLUSTER_TESTS or CLUSTER_TESTS in path.parents
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    named = [_names_cluster_tests(arg) for arg in config.args]
+    if any(named) and not all(named):
+        raise pytest.UsageError(
+            "tests/cluster runs in a pytest process of its own (its SparkSession is a "
+            "cluster's driver, the other tests' a local one, and a process has one "
+            "SparkContext): run `pytest tests/cluster` separately (scripts/run-tests.sh "
+            "runs both)"
+        )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave tests/cluster out unless the command line names it."""
+    if collection_path != CLUSTER_TESTS:
+        return None
+    return not any(_names_cluster_tests(arg) for arg in config.args)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -112,33 +139,40 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-@pytest.fixture
-def certificate(tmp_path: Path) -> tuple[bytes, bytes]:
-    """A self-signed certificate for this host's name (openssl)."""
+@pytest.fixture(scope="session")
+def host_tools() -> None:
+    """Skips, saying why, where this process cannot make local hosts (network namespaces on
+    a bridge: root, ``ip``, ``unshare``)."""
+    from spark_statestore.connectors.local import HostsUnavailableError, check_host_tools
+
+    try:
+        check_host_tools()
+    except HostsUnavailableError as exc:
+        pytest.skip(f"needs hosts of its own: {exc}")
+
+
+def self_signed_certificate(directory: Path, names: list[str]) -> tuple[Path, Path]:
+    """A self-signed certificate (``cert.pem``, ``key.pem`` in ``directory``) for the
+    subject alternative ``names`` (``DNS:...``, ``IP:...``); skips without openssl."""
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("openssl is not installed: cannot make a test certificate")
-    names = f"DNS:localhost,DNS:{socket.gethostname()},IP:127.0.0.1"
+    cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
         [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            f"subjectAltName={names}",
-            "-keyout",
-            str(tmp_path / "key.pem"),
-            "-out",
-            str(tmp_path / "cert.pem"),
+            openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=localhost", "-addext", f"subjectAltName={','.join(names)}",
+            "-keyout", str(key), "-out", str(cert),
         ],
         check=True,
         capture_output=True,
-    )
-    return (tmp_path / "cert.pem").read_bytes(), (tmp_path / "key.pem").read_bytes()
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[bytes, bytes]:
+    """A self-signed certificate for this host's name (openssl)."""
+    names = ["DNS:localhost", f"DNS:{socket.gethostname()}", "IP:127.0.0.1"]
+    cert, key = self_signed_certificate(tmp_path, names)
+    return cert.read_bytes(), key.read_bytes()

@@ -3,6 +3,7 @@
 :class:`SparkSourceError` is the root of every error the Spark connector raises on purpose;
 it derives from :class:`~spark_statestore.errors.StateStoreError`. Option problems also
 derive from :class:`~spark_statestore.errors.OptionError` (a ``ValueError``).
+:class:`LocalSparkError` is the root of the local standalone cluster's errors.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ __all__ = [
     "DDLError",
     "DecodeError",
     "EncodeError",
+    "LocalSparkError",
     "NotUpToBoundError",
     "SinkError",
+    "SparkClusterStartError",
     "SparkSourceError",
     "StaleSnapshotError",
 ]
@@ -82,3 +85,23 @@ class StaleSnapshotError(SparkSourceError):
 
 class NotUpToBoundError(StaleSnapshotError):
     """The store has not reached ``positionBound`` (within ``positionBoundTimeoutMs``)."""
+
+
+class LocalSparkError(StateStoreError, RuntimeError):
+    """A local Spark standalone cluster (:mod:`~spark_statestore.connectors.spark.local`)
+    could not be started or controlled."""
+
+
+class SparkClusterStartError(LocalSparkError):
+    """The Master, a Worker or an executor of a local Spark cluster did not come up; the
+    message has the end of its log.
+
+    Attributes
+    ----------
+    port_taken
+        True when the Master could not bind its port (another process took it).
+    """
+
+    def __init__(self, message: str, *, port_taken: bool = False) -> None:
+        super().__init__(message)
+        self.port_taken = port_taken

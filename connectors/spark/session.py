@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,7 +27,11 @@ LOCAL_CONF = {
 
 
 def local_session(
-    app_name: str, master: str = "local[2]", *, kafka_source: bool = False
+    app_name: str,
+    master: str = "local[2]",
+    *,
+    kafka_source: bool = False,
+    conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A local SparkSession whose Python workers run this interpreter.
 
@@ -42,6 +47,8 @@ def local_session(
         Put Spark's own Kafka connector (``format("kafka")``) on the classpath, from the
         jars ``spark-statestore jars`` resolved for the installed PySpark (nothing is
         downloaded here).
+    conf
+        Settings on top of :data:`LOCAL_CONF` (a cluster's master, driver address, ...).
 
     Raises
     ------
@@ -56,7 +63,7 @@ def local_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in LOCAL_CONF.items():
+    for key, value in {**LOCAL_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     if not kafka_source:
         return builder.getOrCreate()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,17 +27,17 @@ from confluent_kafka import Producer
 import spark_statestore
 from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+from spark_statestore.connectors.local import Host, LocalHosts
 from spark_statestore.discovery import Router
 from spark_statestore.query import KeyQuery, StateQueryRequest
 from spark_statestore.store import read_owner
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, self_signed_certificate
 from tests.kafka_util import poll_until
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
 INTERVAL_MS = 300  # heartbeats; the announced TTL is three of them
-SUBNET = "10.77.{}.{}"
 KEYS = [f"cust-{i:02d}".encode() for i in range(8)]
 
 OWNER = textwrap.dedent(
@@ -65,64 +64,22 @@ def _run(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True, text=True)
 
 
-@contextlib.contextmanager
-def hosts(count: int) -> Iterator[tuple[str, list[tuple[str, str, str]]]]:
-    """A bridge with an address in the root namespace, and ``count`` namespaces linked to it
-    by veth pairs: ``(bridge address, [(namespace, address, root-side link)])``."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 to create network namespaces")
-    tag = f"{os.getpid() % 100000}"
-    net = os.getpid() % 200 + 20
-    bridge, gateway = f"ssbr{tag}", SUBNET.format(net, 1)
-    made: list[str] = []
-    try:
-        _run("ip", "link", "add", bridge, "type", "bridge")
-        _run("ip", "addr", "add", f"{gateway}/24", "dev", bridge)
-        _run("ip", "link", "set", bridge, "up")
-        found = []
-        for i in range(count):
-            ns, outer, inner = f"ssh{tag}x{i}", f"ssv{tag}x{i}", f"ssp{tag}x{i}"
-            address = SUBNET.format(net, 11 + i)
-            _run("ip", "netns", "add", ns)
-            made.append(ns)
-            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
-            _run("ip", "link", "set", inner, "netns", ns)
-            _run("ip", "link", "set", outer, "master", bridge)
-            _run("ip", "link", "set", outer, "up")
-            _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{address}/24", "dev", inner)
-            _run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
-            _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            found.append((ns, address, outer))
-        yield gateway, found
-    finally:
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-
-
-def _certificate(directory: Path, addresses: list[str]) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed: cannot make the replicas' TLS certificate")
-    names = ",".join(f"IP:{a}" for a in addresses)
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    _run(
-        openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        "-subj", "/CN=replicas", "-addext", f"subjectAltName={names}",
-        "-keyout", str(key), "-out", str(cert),
-    )  # fmt: skip
-    return cert, key
+@pytest.fixture
+def local_hosts(host_tools: None) -> Iterator[LocalHosts]:
+    """Three hosts on a bridge; skipped, saying why, where they cannot be made."""
+    with LocalHosts(3) as made:
+        yield made
 
 
 class Replica:
     """A follower runtime (store, follower, TLS Flight server, announcer) in a namespace."""
 
-    def __init__(self, ns: str, address: str, path: Path, bootstrap: str, changelog: str,
+    def __init__(self, host: Host, path: Path, bootstrap: str, changelog: str,
                  tls: tuple[Path, Path]) -> None:  # fmt: skip
         self.path = path
         self.process = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-c", OWNER, str(path), bootstrap,
-             changelog, address, str(tls[0]), str(tls[1]), str(INTERVAL_MS)],
+            host.command([sys.executable, "-c", OWNER, str(path), bootstrap, changelog,
+                          host.address, str(tls[0]), str(tls[1]), str(INTERVAL_MS)]),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -133,7 +90,9 @@ class Replica:
         line = self.process.stdout.readline().strip()
         if line != "ready":
             self.process.kill()
-            raise AssertionError(f"replica in {ns} did not start: {self.process.stderr.read()}")
+            raise AssertionError(
+                f"replica on {host.address} did not start: {self.process.stderr.read()}"
+            )
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -155,9 +114,11 @@ def _write(producer: Producer, topic: str, round_: int) -> None:
     assert producer.flush(30) == 0
 
 
-def test_routing_across_hosts_fails_over_and_never_returns_stale_answers(tmp_path: Path) -> None:
+def test_routing_across_hosts_fails_over_and_never_returns_stale_answers(
+    local_hosts: LocalHosts, tmp_path: Path
+) -> None:
+    gateway, namespaces = local_hosts.address, local_hosts.hosts
     with contextlib.ExitStack() as stack:
-        gateway, namespaces = stack.enter_context(hosts(3))
         kafka = stack.enter_context(
             LocalKafkaCluster(brokers=1, host=gateway, config={"log.retention.ms": "-1"})
         )
@@ -173,10 +134,11 @@ def test_routing_across_hosts_fails_over_and_never_returns_stale_answers(tmp_pat
             }
         )
         _write(producer, changelog, 1)
-        tls = _certificate(tmp_path, [address for _, address, _ in namespaces])
+        tls = self_signed_certificate(tmp_path, [f"IP:{host.address}" for host in namespaces])
         replicas: dict[str, Replica] = {}
-        for ns, address, _ in namespaces:
-            replica = Replica(ns, address, tmp_path / ns, bootstrap, changelog, tls)
+        for host in namespaces:
+            ns, address = host.namespace, host.address
+            replica = Replica(host, tmp_path / ns, bootstrap, changelog, tls)
             stack.callback(replica.stop)
             owner = read_owner(str(replica.path))
             assert (
@@ -216,7 +178,7 @@ def test_routing_across_hosts_fails_over_and_never_returns_stale_answers(tmp_pat
                    failure=lambda: f"replicas never answered round 1: {values()}")  # fmt: skip
 
         # One host dies: the router fails over to the others.
-        first = namespaces[0][0]
+        first = namespaces[0].namespace
         replicas[first].kill()
         _write(producer, changelog, 2)
         poll_until(lambda: caught_up(2), timeout_s=60, interval_s=0.2,
@@ -224,8 +186,8 @@ def test_routing_across_hosts_fails_over_and_never_returns_stale_answers(tmp_pat
 
         # One host's link is cut: it can no longer follow, and the router never returns its
         # (stale) answers. Every answer is round 3, or a failure, never round 2.
-        second_ns, _, second_link = namespaces[1]
-        _run("ip", "link", "set", second_link, "down")
+        second = namespaces[1]
+        local_hosts.disconnect(second)
         _write(producer, changelog, 3)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -237,10 +199,9 @@ def test_routing_across_hosts_fails_over_and_never_returns_stale_answers(tmp_pat
         assert values() == dict.fromkeys(KEYS, b"3")
 
         # The link comes back: the cut replica catches up and rejoins.
-        _run("ip", "link", "set", second_link, "up")
-        third = namespaces[2][0]
+        local_hosts.reconnect(second)
+        third = namespaces[2].namespace
         replicas[third].kill()  # only the rejoined replica is left to answer
         _write(producer, changelog, 4)
         poll_until(lambda: caught_up(4), timeout_s=90, interval_s=0.3,
                    failure=lambda: f"the cut replica did not rejoin: {values()}")  # fmt: skip
-        del second_ns

@@ -193,12 +193,12 @@ def test_a_taken_port_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     taken.listen()
     port = taken.getsockname()[1]
     try:
-        free: Callable[[str, int], list[int]] = cluster._free_ports
+        free: Callable[[str, int], list[int]] = cluster.free_ports
 
         def ports_with_a_taken_one(host: str, count: int) -> list[int]:
             return [port, *free(host, count - 1)]
 
-        monkeypatch.setattr(cluster, "_free_ports", ports_with_a_taken_one)
+        monkeypatch.setattr(cluster, "free_ports", ports_with_a_taken_one)
         with pytest.raises(BrokerStartError) as failed:
             LocalKafkaCluster().start()
         assert failed.value.port_taken

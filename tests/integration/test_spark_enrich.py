@@ -63,10 +63,10 @@ def _rows(df: Any) -> list[tuple[Any, ...]]:
     return sorted((tuple(row) for row in df.collect()), key=repr)
 
 
-def test_rows_get_their_keys_values_through_the_owner_and_without_one(
-    spark: Any, store_path: Path
-) -> None:
-    items = [f"item-{i:02d}" for i in range(0, 60, 3)] + [None]  # some absent, one null
+def priced_items(spark: Any, path: Path) -> tuple[Any, list[tuple[Any, ...]]]:
+    """``enrich`` of items (some absent from :func:`make_prices`'s store, one null) with
+    their price from the store at ``path``, and the rows it must give (sorted by repr)."""
+    items = [f"item-{i:02d}" for i in range(0, 60, 3)] + [None]
     df = spark.createDataFrame([(k, n) for n, k in enumerate(items)], "item STRING, n INT")
     expected = sorted(
         (
@@ -77,12 +77,19 @@ def test_rows_get_their_keys_values_through_the_owner_and_without_one(
     )
     enriched = spark_statestore.enrich(
         df.repartition(3),
-        str(store_path),
+        str(path),
         key_column="item",
         value_column="price",
         key_format="string",
         value_format="long",
     )
+    return enriched, expected
+
+
+def test_rows_get_their_keys_values_through_the_owner_and_without_one(
+    spark: Any, store_path: Path
+) -> None:
+    enriched, expected = priced_items(spark, store_path)
     assert enriched.columns == ["item", "n", "price"]
     assert _rows(enriched) == expected  # no owner: a private checkpoint per task
     with Store.open(store_path, purpose="enrich test") as store, StoreServer(store):

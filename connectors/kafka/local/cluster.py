@@ -22,16 +22,12 @@ process state.
 from __future__ import annotations
 
 import base64
-import contextlib
-import ctypes
 import logging
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -48,6 +44,12 @@ from spark_statestore.connectors.kafka.errors import (
     LocalKafkaError,
 )
 from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION, kafka_jars
+from spark_statestore.connectors.local.processes import (
+    LoggedProcess,
+    free_ports,
+    launch,
+    port_taken,
+)
 from spark_statestore.integer_spec import ascii_integer
 
 __all__ = [
@@ -162,30 +164,8 @@ def find_java() -> Path:
     return candidate
 
 
-def _free_ports(host: str, count: int) -> list[int]:
-    """``count`` distinct ports the OS calls free right now (they are bound by the JVMs a
-    moment later; a port someone takes in between fails the start, which is retried)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Ask Linux to SIGKILL this child when the process that started it dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 @dataclass
-class KafkaNode:
+class KafkaNode(LoggedProcess):
     """One JVM of the cluster.
 
     Attributes
@@ -216,23 +196,6 @@ class KafkaNode:
     def config_path(self) -> Path:
         """The node's ``server.properties``."""
         return self.directory / "server.properties"
-
-    @property
-    def pid(self) -> int | None:
-        """The JVM's process id while it runs."""
-        return self.process.pid if self.process is not None else None
-
-    def is_running(self) -> bool:
-        """True while the JVM process exists (also when paused)."""
-        return self.process is not None and self.process.poll() is None
-
-    def log_tail(self, chars: int = 3000) -> str:
-        """The end of the node's log, for error messages."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return text[-chars:].strip()
 
 
 class LocalKafkaCluster:
@@ -342,13 +305,13 @@ class LocalKafkaCluster:
         del admin
         for node in self._nodes:
             if node.paused and node.is_running():
-                self._signal(node, signal.SIGCONT)
+                node.signal(signal.SIGCONT)
         if self._keep:
             # Kept data: one node after the other, so each controlled shutdown still finds
             # a controller; the last voter may wait for a quorum that is gone: cut it short.
             for node in sorted(self._nodes, key=lambda n: -n.node_id):
                 if node.is_running():
-                    self._signal(node, signal.SIGTERM)
+                    node.signal(signal.SIGTERM)
                     self._reap(node, time.monotonic() + _STOP_TIMEOUT_S / 2)
         else:
             # Temporary data is deleted next: nothing is worth a controlled shutdown.
@@ -479,10 +442,7 @@ class LocalKafkaCluster:
     def kill(self, node_id: int) -> None:
         """SIGKILL a node's JVM (a crash: no controlled shutdown, no flush)."""
         node = self.node(node_id)
-        if node.is_running():
-            self._signal(node, signal.SIGKILL)
-            assert node.process is not None
-            node.process.wait()
+        node.kill()
         node.paused = False
 
     def stop(self, node_id: int, timeout_s: float = _STOP_TIMEOUT_S) -> None:
@@ -491,7 +451,7 @@ class LocalKafkaCluster:
         if node.is_running():
             if node.paused:
                 self.resume(node_id)
-            self._signal(node, signal.SIGTERM)
+            node.signal(signal.SIGTERM)
             self._reap(node, time.monotonic() + timeout_s)
 
     def pause(self, node_id: int) -> None:
@@ -499,14 +459,14 @@ class LocalKafkaCluster:
         node = self.node(node_id)
         if not node.is_running():
             raise LocalKafkaError(f"Kafka node {node_id} is not running; cannot pause it")
-        self._signal(node, signal.SIGSTOP)
+        node.signal(signal.SIGSTOP)
         node.paused = True
 
     def resume(self, node_id: int) -> None:
         """SIGCONT a paused node."""
         node = self.node(node_id)
         if node.is_running():
-            self._signal(node, signal.SIGCONT)
+            node.signal(signal.SIGCONT)
         node.paused = False
 
     def restart(self, node_id: int, *, timeout_s: float | None = None) -> None:
@@ -562,7 +522,7 @@ class LocalKafkaCluster:
 
     def _layout(self) -> list[KafkaNode]:
         assert self._root is not None
-        ports = _free_ports(self._host, 2 * self._count)
+        ports = free_ports(self._host, 2 * self._count)
         nodes = []
         for index in range(self._count):
             voter = index < _MAX_VOTERS
@@ -652,23 +612,16 @@ class LocalKafkaCluster:
 
     def _launch(self, node: KafkaNode) -> None:
         command = self._java_command(node, "kafka.Kafka", str(node.config_path))
-        with node.log_path.open("ab") as out:
-            try:
-                node.process = subprocess.Popen(
-                    command,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-                )
-            except OSError as exc:
-                raise BrokerStartError(f"could not start Kafka node {node.node_id}: {exc}") from exc
+        try:
+            node.process = launch(command, node.log_path)
+        except OSError as exc:
+            raise BrokerStartError(f"could not start Kafka node {node.node_id}: {exc}") from exc
         node.paused = False
 
     def _start_error(self, node: KafkaNode) -> BrokerStartError:
         tail = node.log_tail()
         code = node.process.returncode if node.process is not None else None
-        if "Address already in use" in tail or "BindException" in tail:
+        if port_taken(tail):
             return BrokerStartError(
                 f"Kafka node {node.node_id} could not listen on {self._host}:{node.port} or its "
                 "controller port: the port is taken by another process (the cluster "
@@ -685,11 +638,6 @@ class LocalKafkaCluster:
             f"{node.log_path} ends with:\n{tail}"
         )
 
-    def _signal(self, node: KafkaNode, signum: int) -> None:
-        if node.process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                node.process.send_signal(signum)
-
     def _reap(self, node: KafkaNode, deadline: float) -> None:
         if node.process is None:
             return
@@ -697,15 +645,12 @@ class LocalKafkaCluster:
             node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             log.warning("Kafka node %d did not stop in time; killing it", node.node_id)
-            self._signal(node, signal.SIGKILL)
+            node.signal(signal.SIGKILL)
             node.process.wait()
 
     def _kill_all(self) -> None:
         for node in self._nodes:
-            if node.is_running():
-                self._signal(node, signal.SIGKILL)
-                assert node.process is not None
-                node.process.wait()
+            node.kill()
 
 
 def parse_topic_spec(spec: str) -> tuple[str, int]:

@@ -1,0 +1,24 @@
+"""This machine standing in for several: hosts as network namespaces on a bridge, and what
+the local Kafka and Spark clusters share about their processes."""
+
+from spark_statestore.connectors.local.errors import HostsError, HostsUnavailableError
+from spark_statestore.connectors.local.hosts import (
+    DEFAULT_PREFIX,
+    Host,
+    LocalHosts,
+    check_host_tools,
+    remove_stale_hosts,
+)
+from spark_statestore.connectors.local.processes import die_with_parent, free_ports
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "Host",
+    "HostsError",
+    "HostsUnavailableError",
+    "LocalHosts",
+    "check_host_tools",
+    "die_with_parent",
+    "free_ports",
+    "remove_stale_hosts",
+]

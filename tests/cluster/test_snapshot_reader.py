@@ -1,0 +1,43 @@
+"""The snapshot reader's data view on a cluster: its tasks run on executors that cannot see
+the store's directory, so they must read through what the driver planned (the owner's
+location, or a server the plugin starts on the store's host).
+
+Acceptance tests of DESIGN §11; they fail until readers stop looking for the store's files
+on their own disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_statestore.store import Store
+from tests.cluster.test_follower import live_follower
+from tests.integration.test_spark_enrich import make_prices
+
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_engine]
+
+FORMAT = "spark_statestore"
+
+
+def read_data(spark: Any, path: Path) -> dict[bytes, bytes]:
+    rows = spark.read.format(FORMAT).load(str(path)).select("key", "value").collect()
+    return {bytes(r["key"]): bytes(r["value"]) for r in rows}
+
+
+def test_a_store_with_no_live_owner_reads_as_its_contents(spark: Any, tmp_path: Path) -> None:
+    path = make_prices(tmp_path / "prices")
+    with Store.open(path) as store, store.snapshot() as snapshot:
+        expected = dict(snapshot.items())
+    assert len(expected) == 50
+    assert read_data(spark, path) == expected
+
+
+def test_a_live_follower_store_reads_as_the_changelogs_fold(
+    spark: Any, make_changelog: Any, tmp_path: Path
+) -> None:
+    log = make_changelog(4)
+    store = tmp_path / "store"
+    with live_follower(spark, log, store, tmp_path / "checkpoint"):
+        assert read_data(spark, store) == log.model
