@@ -7,12 +7,15 @@ until the engine stops staging rows on the executors' own disks."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from spark_statestore.connectors.spark.leader.remote import stop_sink_server
+from spark_statestore.errors import StateStoreError
 from spark_statestore.store import Store
 from tests.cluster.sink_input import (
     FORMAT,
@@ -69,7 +72,13 @@ def test_each_micro_batch_is_committed_once(
     changelog = sink_changelog(kafka_broker) if publish else None
     store, checkpoint = tmp_path / "store", tmp_path / "checkpoint"
     writer = sink_writer(spark, source, checkpoint, changelog, serve)
-    run_two_rounds(lambda: writer.start(str(store)), source)
+    try:
+        run_two_rounds(lambda: writer.start(str(store)), source)
+    finally:
+        # The sink's store server outlives the query (until the driver stops): stop it while
+        # Kafka is up, so it does not wait on an unreachable broker after the run.
+        with contextlib.suppress(StateStoreError):
+            stop_sink_server(str(store))
     assert len(committed_batches(checkpoint)) >= 2
     assert_exactly_once(source, store, checkpoint, None if changelog is None else changelog[1])
 
