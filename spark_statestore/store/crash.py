@@ -11,6 +11,11 @@ ways to act at a point:
   to a point's name and ``SPARK_STATESTORE_CRASH_PGID`` to the process group to kill (the
   driver's; Spark's worker daemons run in groups of their own). The point SIGKILLs that group
   and its own process.
+* across processes started before the test knew the point: ``SPARK_STATESTORE_CRASH_FILE``
+  names a file (set in the environment of what starts them, e.g. a Spark driver's, whose
+  Python workers and the servers they start inherit it); the test writes a point's name into
+  the file when it wants the crash, and the first process to reach that point claims the file
+  (an atomic rename to ``<file>.fired.<pid>``) and SIGKILLs itself.
 
 The points: :data:`SINK_POINTS`, and the store's chunked commit: ``redo.sealed``,
 ``redo.marked``, ``redo.after_chunk.<n>``, ``redo.before_metadata`` and
@@ -23,10 +28,11 @@ import os
 import signal
 from collections.abc import Callable
 
-__all__ = ["CRASH_AT", "CRASH_PGID", "SINK_POINTS", "crash_point", "hook"]
+__all__ = ["CRASH_AT", "CRASH_FILE", "CRASH_PGID", "SINK_POINTS", "crash_point", "hook"]
 
 CRASH_AT = "SPARK_STATESTORE_CRASH_AT"
 CRASH_PGID = "SPARK_STATESTORE_CRASH_PGID"
+CRASH_FILE = "SPARK_STATESTORE_CRASH_FILE"
 
 SINK_POINTS = (
     "sink.staged",  # a task has staged its file (executor side)
@@ -44,9 +50,24 @@ def crash_point(name: str) -> None:
     group (and this process) if ``SPARK_STATESTORE_CRASH_AT`` names this point."""
     if hook is not None:
         hook(name)
+    armed = os.environ.get(CRASH_FILE)
+    if armed and _claim(armed, name):
+        os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get(CRASH_AT) != name:
         return
     group = os.environ.get(CRASH_PGID)
     if group:
         os.killpg(int(group), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _claim(path: str, name: str) -> bool:
+    """Whether the crash file at ``path`` names point ``name`` and this process claimed it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read().strip() != name:
+                return False
+        os.rename(path, f"{path}.fired.{os.getpid()}")  # one process wins
+    except OSError:
+        return False
+    return True

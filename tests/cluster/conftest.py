@@ -12,12 +12,16 @@ helpers of the integration tests work unchanged here.
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from spark_statestore.store.crash import CRASH_FILE
 from tests.conftest import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -69,12 +73,21 @@ def kafka_broker(kafka_starting: Future[LocalKafkaCluster]) -> LocalKafkaCluster
     return kafka_starting.result()
 
 
+def crash_file_path() -> Path:
+    """The file a test writes a crash point's name into to SIGKILL the driver-side process
+    that reaches it next (see ``spark_statestore.store.crash``)."""
+    return Path(tempfile.gettempdir()) / f"sss-crash-{os.getpid()}"
+
+
 @pytest.fixture(scope="session")
 def spark(spark_cluster: LocalSparkCluster, kafka_starting: Future[LocalKafkaCluster]) -> Any:
     """This process's SparkSession, the cluster's driver (Spark's Kafka connector on its
     classpath), with an executor on each Worker registered."""
     import spark_statestore
 
+    # The crash seam of the driver's processes (the sink's commit and store server): they
+    # inherit the driver JVM's environment, fixed when it starts, here.
+    os.environ[CRASH_FILE] = str(crash_file_path())
     # Functions a test module defines are pickled by reference to it (tests.cluster....):
     # executors import them from the repository, as local mode's do from its cwd.
     session = spark_cluster.session(
