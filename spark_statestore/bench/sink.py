@@ -124,7 +124,7 @@ def sink_records(options: BenchOptions) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Stream:
+class SinkStream:
     """The input directory and what writing all of it must produce."""
 
     directory: str
@@ -182,8 +182,8 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
     topics = [f"{APPLICATION_ID}-{n}-changelog" for n in range(2 * (rounds + 1))]
     with tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root:
         start = time.perf_counter()
-        stream = _write_stream(os.path.join(root, "input"), records, batches)
-        warmup = _write_stream(
+        stream = write_stream(os.path.join(root, "input"), records, batches)
+        warmup = write_stream(
             os.path.join(root, "warmup"), min(WARMUP_RECORDS, records), QUICK_BATCHES
         )
         empty_file = _write_empty_file(os.path.join(root, "empty.parquet"))
@@ -207,14 +207,14 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
             changelogs = _Changelogs(bootstrap, topics)
 
-            def sides(data: _Stream) -> dict[str, Callable[[], float]]:
+            def sides(data: SinkStream) -> dict[str, Callable[[], float]]:
                 return {
-                    "store": partial(_sink_run, spark, root, data, "store", None),
-                    "store_changelog": partial(_sink_run, spark, root, data, "store", changelogs),
+                    "store": partial(sink_run, spark, root, data, "store", None),
+                    "store_changelog": partial(sink_run, spark, root, data, "store", changelogs),
                     "store_served": partial(
-                        _sink_run, spark, root, data, "store", changelogs, serve=True
+                        sink_run, spark, root, data, "store", changelogs, serve=True
                     ),
-                    "parquet": partial(_sink_run, spark, root, data, "parquet", None),
+                    "parquet": partial(sink_run, spark, root, data, "parquet", None),
                 }
 
             for run in sides(warmup).values():
@@ -314,10 +314,10 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
 
 
 # -- timed runs ---------------------------------------------------------------------------
-def _sink_run(
+def sink_run(
     spark: Any,
     root: str,
-    data: _Stream,
+    data: SinkStream,
     sink: str,
     changelogs: _Changelogs | None,
     *,
@@ -505,7 +505,7 @@ def _arrow_schema() -> Any:
     )
 
 
-def _write_stream(directory: str, records: int, batches: int) -> _Stream:
+def write_stream(directory: str, records: int, batches: int) -> SinkStream:
     """Write ``records`` input rows as up to ``batches * FILES_PER_BATCH`` Parquet files.
 
     Row ``i`` has key ``(i * 7919) % keys`` (7919 is prime, so every key of the space
@@ -539,7 +539,7 @@ def _write_stream(directory: str, records: int, batches: int) -> _Stream:
         os.utime(path, ns=(time.time_ns(), 1_700_000_000_000_000_000 + n * 1_000_000_000))
         size += os.path.getsize(path)
     distinct = len({i * 7919 % keys for i in range(records)})
-    return _Stream(directory, records, distinct, -(-files // FILES_PER_BATCH), files, size)
+    return SinkStream(directory, records, distinct, -(-files // FILES_PER_BATCH), files, size)
 
 
 def _write_empty_file(path: str) -> str:

@@ -156,12 +156,12 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
         )
         with spark_session() as (spark, startup_s, started):
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
-            parquet = partial(_scan_run, spark, data, "parquet", None)
+            parquet = partial(scan_run, spark, data, "parquet", None)
             store = open_store(data.store_path, "spark-statestore bench (live owner)")
             try:
                 with StoreServer(store) as server:
-                    owner = _Owner(server.location, server.token)
-                    scan = partial(_scan_run, spark, data, "store", owner)
+                    owner = ScanOwner(server.location, server.token)
+                    scan = partial(scan_run, spark, data, "store", owner)
                     owner_rates = interleave_warm({"store": scan, "parquet": parquet}, rounds)
                     keys = data.lookup_keys(rounds + 1, options.seed)
                     lookup_rates = interleave_warm(
@@ -177,7 +177,7 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
                     )
             finally:
                 store.close()
-            local = partial(_scan_run, spark, data, "store", None)
+            local = partial(scan_run, spark, data, "store", None)
             local_rates = interleave_warm({"store": local, "parquet": parquet}, rounds)
     common = {
         "records": records,
@@ -258,20 +258,22 @@ def interleave_warm(runs: dict[str, Callable[[], float]], rounds: int) -> dict[s
 
 # -- timed paths ----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class _Owner:
+class ScanOwner:
     """The live owner's Flight location and token, for its scan counters."""
 
     location: str
     token: str
+    tls_root_certs: bytes | None = None
 
     def rows_examined(self) -> int:
         from spark_statestore.serve import StoreClient
 
-        with StoreClient(self.location, token=self.token) as client:
+        client = StoreClient(self.location, token=self.token, tls_root_certs=self.tls_root_certs)
+        with client:
             return client.stats()["rows_examined"]
 
 
-def _scan_run(spark: Any, data: Dataset, source: str, owner: _Owner | None) -> float:
+def scan_run(spark: Any, data: Dataset, source: str, owner: ScanOwner | None) -> float:
     """Rows/s of one fully consumed read of ``source`` (``"store"`` or ``"parquet"``)."""
     if source == "parquet":
 
@@ -305,7 +307,7 @@ def _consume(df: Any) -> Checksum:
 def _lookup_run(
     spark: Any,
     data: Dataset,
-    owner: _Owner,
+    owner: ScanOwner,
     keys: Iterator[tuple[bytes, bytes]],
     *,
     by_option: bool,
@@ -340,7 +342,7 @@ def _lookup_run(
     return 1 / seconds
 
 
-def _check_examined(owner: _Owner, before: int, expected: int, what: str) -> None:
+def _check_examined(owner: ScanOwner, before: int, expected: int, what: str) -> None:
     examined = owner.rows_examined() - before
     if examined != expected:
         raise BenchError(

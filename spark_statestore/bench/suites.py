@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from types import MappingProxyType
 
+from spark_statestore.bench.cluster import run_cluster_suite
 from spark_statestore.bench.enrich import run_enrich_suite
 from spark_statestore.bench.follower import run_follower_suite
 from spark_statestore.bench.latency import run_latency_suite
@@ -40,6 +41,7 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
         "streams": run_streams_suite,
         "enrich": run_enrich_suite,
         "remote": run_remote_suite,
+        "cluster": run_cluster_suite,
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""
