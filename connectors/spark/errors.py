@@ -10,6 +10,7 @@ from __future__ import annotations
 from spark_statestore.errors import OptionError, StateStoreError
 
 __all__ = [
+    "ConnectServerError",
     "DDLError",
     "DecodeError",
     "EncodeError",
@@ -82,3 +83,8 @@ class StaleSnapshotError(SparkSourceError):
 
 class NotUpToBoundError(StaleSnapshotError):
     """The store has not reached ``positionBound`` (within ``positionBoundTimeoutMs``)."""
+
+
+class ConnectServerError(SparkSourceError):
+    """A local Spark Connect server (:mod:`spark_statestore.connectors.spark.local.connect`)
+    did not start, or its process is gone."""

@@ -55,6 +55,7 @@ __all__ = [
     "KafkaNode",
     "LocalKafkaCluster",
     "create_topics",
+    "die_with_parent",
     "find_java",
     "parse_topic_spec",
 ]
@@ -177,7 +178,7 @@ def _free_ports(host: str, count: int) -> list[int]:
             s.close()
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """Ask Linux to SIGKILL this child when the process that started it dies."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
@@ -659,7 +660,7 @@ class LocalKafkaCluster:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                    preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
                 )
             except OSError as exc:
                 raise BrokerStartError(f"could not start Kafka node {node.node_id}: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Local Spark processes for development and tests, started from the installed PySpark."""
