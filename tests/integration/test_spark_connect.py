@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from spark_statestore.changelog import ChangelogRecord
-from spark_statestore.connectors.spark.leader.server import ProcessId
 from spark_statestore.connectors.spark.local.connect import LocalConnectServer
+from spark_statestore.connectors.spark.processes import ProcessId
 from spark_statestore.store import Role, Store, StoreSpec
 from tests.conftest import REPO_ROOT
 from tests.integration.test_follower import INPUT, ChangelogWriter, random_changes

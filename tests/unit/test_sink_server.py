@@ -23,11 +23,11 @@ from spark_statestore.connectors.spark.leader.server import (
     ACTION_COMMIT,
     ACTION_STOP,
     LeaderServer,
-    ProcessId,
     batch_to_json,
     read_server_record,
 )
 from spark_statestore.connectors.spark.options import SinkOptions, parse_sink_options
+from spark_statestore.connectors.spark.processes import ProcessId
 from spark_statestore.serve.client import connect_to_owner
 from spark_statestore.serve.errors import AuthenticationError, BadRequestError
 from spark_statestore.sink.commit import BatchToCommit, CommitOutcome

@@ -27,13 +27,12 @@ from spark_statestore.connectors.spark.leader.server import (
     ACTION_COMMIT,
     ACTION_STOP,
     LOG_FILE,
-    ProcessId,
     ServerRecord,
     batch_to_json,
     fingerprint,
     read_server_record,
-    spark_jvm,
 )
+from spark_statestore.connectors.spark.processes import ProcessId, spark_jvm
 
 if TYPE_CHECKING:
     from spark_statestore.connectors.spark.options import SinkOptions

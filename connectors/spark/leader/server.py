@@ -41,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_statestore.connectors.spark.processes import ProcessId
+
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
     from spark_statestore.connectors.spark.options import SinkOptions
@@ -53,7 +55,6 @@ __all__ = [
     "LOG_FILE",
     "SERVER_FILE",
     "LeaderServer",
-    "ProcessId",
     "ServerRecord",
     "batch_from_json",
     "batch_to_json",
@@ -70,54 +71,6 @@ ACTION_COMMIT = "sink_commit"
 ACTION_STOP = "sink_stop"
 WATCH_INTERVAL_S = 0.5
 """How often the server checks that the Spark driver JVM that started it is alive."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessId:
-    """A process that can be told apart from a later one with the same pid."""
-
-    pid: int
-    start: str
-    """Its start time in clock ticks since boot (``/proc/<pid>/stat`` field 22)."""
-
-    @classmethod
-    def of(cls, pid: int) -> ProcessId | None:
-        """The process ``pid`` now, or None when there is none."""
-        stat = _stat(pid)
-        return None if stat is None else cls(pid, stat[19])
-
-    def alive(self) -> bool:
-        """True while this process (not a later one with its pid) runs."""
-        stat = _stat(self.pid)
-        return stat is not None and stat[19] == self.start and stat[0] != "Z"
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2 :].split()
-
-
-def spark_jvm() -> ProcessId | None:
-    """The nearest ancestor of this process that is a JVM (the Spark driver), or None."""
-    pid = os.getppid()
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
-                command = handle.read().strip()
-        except OSError:
-            return None
-        if command == "java":
-            return ProcessId.of(pid)
-        stat = _stat(pid)
-        if stat is None:
-            return None
-        pid = int(stat[1])
-    return None
 
 
 @dataclass(frozen=True, slots=True)

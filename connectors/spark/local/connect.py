@@ -313,7 +313,9 @@ class LocalConnectServer:
         the driver-side processes of Python data sources), JVM first."""
         if not self.is_running():
             return []
-        return [self.pid, *_descendants(self.pid)]
+        from spark_statestore.connectors.spark.processes import descendants
+
+        return [self.pid, *descendants(self.pid)]
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the server's log, for error messages."""
@@ -372,28 +374,6 @@ class LocalConnectServer:
     def _join_pump(self) -> None:
         if self._pump is not None:
             self._pump.join(timeout=10)
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` in the process tree, now (parents before children)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        parent = int(stat[stat.rfind(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry))
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        below = children.get(pending.pop(), [])
-        found.extend(below)
-        pending.extend(below)
-    return found
 
 
 def _pidfds(pids: Sequence[int]) -> dict[int, int]:
