@@ -84,7 +84,8 @@ def enrich(
     df
         A batch or streaming DataFrame.
     path
-        The store directory (on every executor's host: the store's owner serves it there).
+        The store directory (on every executor's host: the store's owner serves it there); a
+        relative one is relative to the working directory of Spark's JVM.
         Give exactly one of ``path`` and ``changelog``.
     changelog
         Look up in the live replicas of this changelog, on any host, through the router
@@ -94,10 +95,11 @@ def enrich(
     token_file
         With ``changelog`` (required): a file holding the bearer token the replicas share
         (``spark-statestore serve --token-file``, the follower source's ``serveTokenFile``);
-        read on the driver, so the executors need not have it.
+        read where ``enrich`` is called (the driver; a Spark Connect client's own process),
+        so the executors need not have it.
     tls_root_certs_file
-        With ``changelog``: PEM certificates to trust for ``grpc+tls`` replicas (read on the
-        driver; None: the system's roots).
+        With ``changelog``: PEM certificates to trust for ``grpc+tls`` replicas (read where
+        ``enrich`` is called; None: the system's roots).
     max_lag
         With ``changelog``: skip followers lagging by more than this many records on the
         key's partition (None: any).
@@ -196,7 +198,8 @@ def _route(
     max_lag: int | None,
     kafka_config: Mapping[str, str] | None,
 ) -> ReplicaRoute | None:
-    """The replicas to look up in (None: the store at ``path``), checked on the driver."""
+    """The replicas to look up in (None: the store at ``path``), checked where ``enrich`` is
+    called (the driver, or a Spark Connect client)."""
     routing = {
         "bootstrap_servers": bootstrap_servers,
         "token_file": token_file,
@@ -275,9 +278,13 @@ class _Plan:
 
     @property
     def local_path(self) -> str:
-        """The store directory (lookups through its owner or a private checkpoint)."""
+        """The store directory (lookups through its owner or a private checkpoint); a
+        relative one as Spark's JVM resolves it, resolved in the task (under Spark Connect,
+        :func:`enrich` runs in the client, which cannot know the server's directory)."""
         assert self.path is not None
-        return self.path
+        from spark_statestore.connectors.spark.paths import resolve_local_path
+
+        return resolve_local_path(self.path)
 
 
 _Lookup = Callable[[_Plan, list[bytes], PositionBound], tuple[dict[bytes, bytes], Position]]

@@ -220,7 +220,10 @@ def test_the_sink_and_the_batch_writer_in_foreach_batch(
     write_input(source, "1.json", [row(f"k{i}", str(i), i) for i in range(6)])
     write_input(source, "2.json", [row("k1", None, 6), row("k2", "changed", 7, partition=1)])
     write_input(counts_source, "1.json", [row("a", "x", 0), row("b", "x", 1), row("a", "x", 2)])
-    store, counts_store = tmp_path / "store", tmp_path / "counts"
+    # The leader's store and checkpoint are relative: to the server's working directory, as
+    # Spark resolves the checkpoint (not to the per-session directory its workers run in).
+    relative = Path(tmp_path.name)
+    store, counts_store = connect_server.working_directory / relative / "store", tmp_path / "counts"
 
     report = run_client(
         connect_server,
@@ -229,14 +232,15 @@ def test_the_sink_and_the_batch_writer_in_foreach_batch(
         changelog=changelog,
         application_id="connect-app",
         source=str(source),
-        store=str(store),
-        checkpoint=str(tmp_path / "cp"),
+        store=str(relative / "store"),
+        checkpoint=str(relative / "cp"),
         counts_source=str(counts_source),
         counts_store=str(counts_store),
         counts_checkpoint=str(tmp_path / "counts-cp"),
     )
 
     assert report["leader_batches"] == [0, 1]
+    assert (connect_server.working_directory / relative / "cp" / "metadata").is_file()
     expected = {f"k{i}".encode(): str(i).encode() for i in range(6) if i != 1}
     expected[b"k2"] = b"changed"
     assert store_content(store) == expected
@@ -262,13 +266,14 @@ def test_the_sink_and_the_batch_writer_in_foreach_batch(
 def test_enrich_looks_up_a_clients_rows_on_the_executors(
     connect_server: LocalConnectServer, tmp_path: Path
 ) -> None:
-    path = make_prices(tmp_path / "prices", items=20)
+    relative = Path(tmp_path.name) / "prices"  # resolved in the task, not in the client
+    path = make_prices(connect_server.working_directory / relative, items=20)
     items = [f"item-{i:02d}" for i in range(0, 30, 4)] + [None]
     with Store.open(path) as store, store.snapshot() as snapshot:
         prices = {k.decode(): struct.unpack(">q", v)[0] for k, v in snapshot.items()}
     assert len(prices) == 20
 
-    report = run_client(connect_server, "enrich", path=str(path), items=items)
+    report = run_client(connect_server, "enrich", path=str(relative), items=items)
 
     assert report["columns"] == ["item", "n", "price"]
     assert report["rows"] == [

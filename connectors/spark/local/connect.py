@@ -111,8 +111,9 @@ class LocalConnectServer:
         Directories put first on the ``PYTHONPATH`` of the server's Python workers (for
         example a directory with a plain, non-editable install of a plugin).
     log_dir
-        Where ``server.log`` and the log configuration go (default: a temporary directory,
-        kept after :meth:`stop` so its log can be read).
+        The server's working directory: its ``server.log`` and log configuration, and where
+        relative paths resolve (default: a temporary directory, kept after :meth:`stop` so
+        its log can be read).
     token
         The token clients must send (default: a new random one).
     start_timeout_s
@@ -298,11 +299,17 @@ class LocalConnectServer:
         return self._process.pid
 
     @property
-    def log_path(self) -> Path:
-        """The server's output (``server.log`` in ``log_dir``)."""
+    def working_directory(self) -> Path:
+        """The server's working directory (``log_dir``): Spark, and the plugin, resolve
+        relative paths against it."""
         if self._log_dir is None:
             raise ConnectServerError("the Connect server has not started")
-        return self._log_dir / "server.log"
+        return self._log_dir
+
+    @property
+    def log_path(self) -> Path:
+        """The server's output (``server.log`` in ``log_dir``)."""
+        return self.working_directory / "server.log"
 
     def is_running(self) -> bool:
         """True while the server JVM exists."""
