@@ -2,8 +2,8 @@
 # Set up everything the project needs on a fresh machine, idempotently:
 #   1. Java 17+ (Spark and Kafka need it) and Maven (resolves the Kafka jars): detected,
 #      installed with apt when missing and we are root, else we say what to install.
-#   2. A virtualenv in .venv/ with the project (editable), its dev dependencies and the
-#      versions pinned in constraints.txt.
+#   2. A virtualenv in .venv/ with the project (editable), its dev and Spark Connect
+#      (grpcio, ...) dependencies and the versions pinned in constraints.txt.
 #   3. The jars of Apache Kafka and of Spark's Kafka connector, resolved from Maven Central
 #      into ~/.cache/spark-statestore/jars (`spark-statestore jars`; nothing when cached).
 # Re-running is cheap: each step is skipped while its inputs are unchanged.
@@ -91,12 +91,12 @@ want="$(cat pyproject.toml setup.cfg constraints.txt | sha256sum | cut -d' ' -f1
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing spark-statestore and its dependencies into $VENV (first run takes a few minutes)"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip "setuptools>=77" wheel
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev,connect]"
     echo "$want" > "$stamp"
 else
     say "virtualenv up to date"
 fi
-"$VENV/bin/python" -c 'import spark_statestore.connectors.kafka, pyspark, pyarrow, plyvel, confluent_kafka' \
+"$VENV/bin/python" -c 'import spark_statestore.connectors.kafka, pyspark, pyarrow, plyvel, confluent_kafka, pyspark.sql.connect.session' \
     || die "the virtualenv in $VENV is broken; delete it and run again"
 
 # --- jars: Apache Kafka and Spark's Kafka connector ---------------------------------------

@@ -100,6 +100,39 @@ def make_topic(
     return factory
 
 
+# Everything but the sources of the package (and nothing written into the work tree: the
+# build runs on a copy, setuptools would leave build/ and egg-info behind).
+NOT_PACKAGED = shutil.ignore_patterns(
+    ".*", "build", "dist", "*.egg-info", "__pycache__", "tests", "docs", "scripts"
+)
+
+
+def pip(*args: str) -> None:
+    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.fixture(scope="session")
+def installed_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site directory holding a real (non-editable) install of the project's wheel.
+
+    Spark registers ``spark_statestore`` by itself only from such an install: editable
+    installs hide the top-level ``pyspark_statestore`` module from ``pkgutil.iter_modules``.
+    """
+    root = tmp_path_factory.mktemp("wheel")
+    source, dist, site = root / "src", root / "dist", root / "site"
+    shutil.copytree(REPO_ROOT, source, ignore=NOT_PACKAGED)
+    # Offline: the build backend comes from the venv, the dependencies are not needed.
+    pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(dist), str(source))
+    wheels = list(dist.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    pip("install", "--no-deps", "--no-index", "--target", str(site), str(wheels[0]))
+    assert (site / "pyspark_statestore" / "__init__.py").is_file()
+    assert not list(site.glob("*.pth")), "the install must be a plain copy, not editable"
+    return site
+
+
 def run_python(
     code: str, *args: str, timeout: float = 120, check: bool = True
 ) -> subprocess.CompletedProcess[str]:

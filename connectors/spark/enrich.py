@@ -87,7 +87,8 @@ def enrich(
     df
         A batch or streaming DataFrame.
     path
-        The store directory on the driver's host: the tasks, wherever they run, look keys
+        The store directory on the driver's host (a relative one is relative to the
+        working directory of Spark's JVM): the tasks, wherever they run, look keys
         up through the driver's store host, which reads the store through its live owner or
         from a private checkpoint.
         Give exactly one of ``path`` and ``changelog``.
@@ -99,10 +100,11 @@ def enrich(
     token_file
         With ``changelog`` (required): a file holding the bearer token the replicas share
         (``spark-statestore serve --token-file``, the follower source's ``serveTokenFile``);
-        read on the driver, so the executors need not have it.
+        read where ``enrich`` is called (the driver; a Spark Connect client's own process),
+        so the executors need not have it.
     tls_root_certs_file
-        With ``changelog``: PEM certificates to trust for ``grpc+tls`` replicas (read on the
-        driver; None: the system's roots).
+        With ``changelog``: PEM certificates to trust for ``grpc+tls`` replicas (read where
+        ``enrich`` is called; None: the system's roots).
     max_lag
         With ``changelog``: skip followers lagging by more than this many records on the
         key's partition (None: any).
@@ -203,7 +205,8 @@ def _route(
     max_lag: int | None,
     kafka_config: Mapping[str, str] | None,
 ) -> ReplicaRoute | None:
-    """The replicas to look up in (None: the store at ``path``), checked on the driver."""
+    """The replicas to look up in (None: the store at ``path``), checked where ``enrich`` is
+    called (the driver, or a Spark Connect client)."""
     routing = {
         "bootstrap_servers": bootstrap_servers,
         "token_file": token_file,
@@ -286,7 +289,9 @@ class _Plan:
     def local_path(self) -> str:
         """The store directory on the driver's host."""
         assert self.path is not None
-        return self.path
+        from spark_statestore.connectors.spark.paths import resolve_local_path
+
+        return resolve_local_path(self.path)
 
 
 def _store_host(df: DataFrame, path: str | None) -> tuple[HostRef, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from spark_statestore.errors import OptionError, StateStoreError
 
 __all__ = [
+    "ConnectServerError",
     "DDLError",
     "DecodeError",
     "EncodeError",
@@ -105,3 +106,8 @@ class SparkClusterStartError(LocalSparkError):
     def __init__(self, message: str, *, port_taken: bool = False) -> None:
         super().__init__(message)
         self.port_taken = port_taken
+
+
+class ConnectServerError(SparkSourceError):
+    """A local Spark Connect server (:mod:`spark_statestore.connectors.spark.local.connect`)
+    did not start, or its process is gone."""

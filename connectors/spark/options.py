@@ -32,6 +32,7 @@ from spark_statestore.connectors.spark.option_table import (
     ValueFormat,
     View,
 )
+from spark_statestore.connectors.spark.paths import resolve_local_path
 from spark_statestore.connectors.spark.serve_options import (
     SERVE_OPTIONS,
     ServeSettings,
@@ -232,7 +233,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         Naming the unknown, misspelled, malformed or missing option.
     """
     options = OptionReader(raw, Surface.SOURCE)
-    path = options.required("path")
+    path = resolve_local_path(options.required("path"))
     bootstrap = options.required("kafka.bootstrap.servers")
     kafka = options.kafka()
     changelog = options.kafka_name("changelog", "topic")
@@ -319,7 +320,7 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
         Naming the unknown, misspelled, malformed or missing option.
     """
     options = OptionReader(raw, Surface.READER)
-    path = options.required("path")
+    path = resolve_local_path(options.required("path"))
     bound_text = options.text("positionBound")
     bound = PositionBound.unbounded()
     if bound_text is not None:
@@ -400,7 +401,7 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         Naming the unknown, misspelled, malformed or missing option.
     """
     options = OptionReader(raw, Surface.SINK if streaming else Surface.BATCH_WRITER)
-    path = options.required("path")
+    path = resolve_local_path(options.required("path"))
     bootstrap = options.text("kafka.bootstrap.servers")
     kafka = options.kafka()
     changelog = options.kafka_name("changelog", "topic")
@@ -431,6 +432,10 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
             "(df.write); a streaming sink commits per micro-batch id already"
         )
     checkpoint = options.text("checkpointLocation")  # required by the streaming sink
+    if checkpoint is not None and ":" not in checkpoint.split("/", 1)[0]:
+        # A relative local path, as Spark resolves it (a first segment with a ':' is a URI,
+        # or malformed: the checkpoint's parser names it).
+        checkpoint = resolve_local_path(checkpoint)
     if not streaming and (txn_app_id is None) != (txn_version is None):
         raise OptionError(
             "options 'txnAppId' and 'txnVersion' go together: give both (e.g. "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spark_statestore.connectors.spark.option_table import OptionReader
+from spark_statestore.connectors.spark.paths import resolve_local_path
 from spark_statestore.errors import OptionError
 
 __all__ = [
@@ -74,7 +75,7 @@ def serve_settings(options: OptionReader) -> ServeSettings:
     interval = options.integer("announceIntervalMs")
     assert interval is not None  # has a default
     serve_host = options.text("serveHost")
-    tls_cert, tls_key = options.text("serveTlsCert"), options.text("serveTlsKey")
+    tls_cert, tls_key = _local_file(options, "serveTlsCert"), _local_file(options, "serveTlsKey")
     if (tls_cert is None) != (tls_key is None):
         raise OptionError(
             "options 'serveTlsCert' and 'serveTlsKey' go together: the PEM certificate chain "
@@ -88,7 +89,7 @@ def serve_settings(options: OptionReader) -> ServeSettings:
             "server must use TLS: set 'serveTlsCert' and 'serveTlsKey' (PEM files), or serve "
             "on 127.0.0.1"
         )
-    token_file = options.text("serveTokenFile")
+    token_file = _local_file(options, "serveTokenFile")
     if token_file is not None:
         from spark_statestore.serve.auth import read_token_file
 
@@ -128,3 +129,8 @@ def serving_address(
 
         tls = self_signed_certificate([deployment.host], common_name="spark-statestore store")
     return deployment.host, tls
+
+
+def _local_file(options: OptionReader, name: str) -> str | None:
+    path = options.text(name)
+    return None if path is None else resolve_local_path(path)

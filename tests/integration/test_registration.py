@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,15 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
-
 pytestmark = pytest.mark.integration
-
-# Everything but the sources of the package (and nothing written into the work tree: the
-# build runs on a copy, setuptools would leave build/ and egg-info behind).
-NOT_PACKAGED = shutil.ignore_patterns(
-    ".*", "build", "dist", "*.egg-info", "__pycache__", "tests", "docs", "scripts"
-)
 
 CHILD = """
 import json, sys
@@ -79,30 +70,8 @@ spark.stop()
 """
 
 
-def pip(*args: str) -> None:
-    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
-
-
-@pytest.fixture(scope="module")
-def installed_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A site directory holding a real (non-editable) install of the project's wheel."""
-    root = tmp_path_factory.mktemp("wheel")
-    source, dist, site = root / "src", root / "dist", root / "site"
-    shutil.copytree(REPO_ROOT, source, ignore=NOT_PACKAGED)
-    # Offline: the build backend comes from the venv, the dependencies are not needed.
-    pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(dist), str(source))
-    wheels = list(dist.glob("*.whl"))
-    assert len(wheels) == 1, wheels
-    pip("install", "--no-deps", "--no-index", "--target", str(site), str(wheels[0]))
-    assert (site / "pyspark_statestore" / "__init__.py").is_file()
-    assert not list(site.glob("*.pth")), "the install must be a plain copy, not editable"
-    return site
-
-
 def test_spark_registers_the_installed_package_by_itself(
-    installed_copy: Path, tmp_path: Path
+    installed_package: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
     # Not the repository: its pyspark_statestore/ must not be importable from the cwd.
@@ -110,13 +79,13 @@ def test_spark_registers_the_installed_package_by_itself(
     workdir.mkdir()
     env = dict(
         os.environ,
-        PYTHONPATH=str(installed_copy),
+        PYTHONPATH=str(installed_package),
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         PYTHONUNBUFFERED="1",
     )
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD), str(installed_copy), str(store)],
+        [sys.executable, "-c", textwrap.dedent(CHILD), str(installed_package), str(store)],
         capture_output=True,
         text=True,
         timeout=240,
