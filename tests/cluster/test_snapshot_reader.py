@@ -34,6 +34,14 @@ def test_a_store_with_no_live_owner_reads_as_its_contents(spark: Any, tmp_path: 
         expected = dict(snapshot.items())
     assert len(expected) == 50
     assert read_data(spark, path) == expected
+    # The same through SQL over a temporary view, whole and by key.
+    view = f"prices_{tmp_path.name.replace('-', '_')}"
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {view} USING {FORMAT} OPTIONS (path '{path}')")
+    rows = spark.sql(f"SELECT key, value FROM {view}").collect()
+    assert {bytes(r["key"]): bytes(r["value"]) for r in rows} == expected
+    key, value = sorted(expected.items())[7]
+    found = spark.sql(f"SELECT value FROM {view} WHERE key = X'{key.hex()}'").collect()
+    assert [bytes(r["value"]) for r in found] == [value]
 
 
 def test_a_live_follower_store_reads_as_the_changelogs_fold(
