@@ -18,6 +18,7 @@ from pathlib import Path
 
 __all__ = [
     "LoggedProcess",
+    "descendants",
     "die_with_parent",
     "free_ports",
     "launch",
@@ -74,6 +75,31 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` in the process tree now, parents before children (empty
+    without Linux's ``/proc``)."""
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return []
+    children: dict[int, list[int]] = {}
+    for child in entries:
+        try:
+            with open(f"/proc/{child}/stat", encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        parent = int(stat[stat.rfind(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(child)
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        below = children.get(pending.pop(0), [])
+        found.extend(below)
+        pending.extend(below)
+    return found
 
 
 def owned_tempdir(kind: str, owner: str) -> Path:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 __all__ = [
     "Deployment",
     "ProcessId",
-    "descendants",
     "driver_deployment",
     "parse_submit_arguments",
     "routable_address",
@@ -77,26 +76,6 @@ def spark_jvm() -> ProcessId | None:
             return None
         pid = int(stat[1])
     return None
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` in the process tree now, parents before children."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    children: dict[int, list[int]] = {}
-    for entry in entries:
-        stat = _stat(int(entry)) if entry.isdigit() else None
-        if stat is not None:
-            children.setdefault(int(stat[1]), []).append(int(entry))
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        below = children.get(pending.pop(0), [])
-        found.extend(below)
-        pending.extend(below)
-    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,8 +87,7 @@ def enrich(
     df
         A batch or streaming DataFrame.
     path
-        The store directory on the driver's host (a relative one is relative to the
-        working directory of Spark's JVM): the tasks, wherever they run, look keys
+        The store directory on the driver's host: the tasks, wherever they run, look keys
         up through the driver's store host, which reads the store through its live owner or
         from a private checkpoint.
         Give exactly one of ``path`` and ``changelog``.
@@ -289,9 +288,7 @@ class _Plan:
     def local_path(self) -> str:
         """The store directory on the driver's host."""
         assert self.path is not None
-        from spark_statestore.connectors.spark.paths import resolve_local_path
-
-        return resolve_local_path(self.path)
+        return self.path
 
 
 def _store_host(df: DataFrame, path: str | None) -> tuple[HostRef, str]:

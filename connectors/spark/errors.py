@@ -3,7 +3,8 @@
 :class:`SparkSourceError` is the root of every error the Spark connector raises on purpose;
 it derives from :class:`~spark_statestore.errors.StateStoreError`. Option problems also
 derive from :class:`~spark_statestore.errors.OptionError` (a ``ValueError``).
-:class:`LocalSparkError` is the root of the local standalone cluster's errors.
+:class:`LocalSparkError` is the root of the errors of local Spark processes (the standalone
+cluster, the Connect server).
 """
 
 from __future__ import annotations
@@ -108,6 +109,6 @@ class SparkClusterStartError(LocalSparkError):
         self.port_taken = port_taken
 
 
-class ConnectServerError(SparkSourceError):
+class ConnectServerError(LocalSparkError):
     """A local Spark Connect server (:mod:`spark_statestore.connectors.spark.local.connect`)
-    did not start, or its process is gone."""
+    did not start, or its process is gone; the message has the end of its log."""

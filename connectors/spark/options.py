@@ -432,10 +432,6 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
             "(df.write); a streaming sink commits per micro-batch id already"
         )
     checkpoint = options.text("checkpointLocation")  # required by the streaming sink
-    if checkpoint is not None and ":" not in checkpoint.split("/", 1)[0]:
-        # A relative local path, as Spark resolves it (a first segment with a ':' is a URI,
-        # or malformed: the checkpoint's parser names it).
-        checkpoint = resolve_local_path(checkpoint)
     if not streaming and (txn_app_id is None) != (txn_version is None):
         raise OptionError(
             "options 'txnAppId' and 'txnVersion' go together: give both (e.g. "

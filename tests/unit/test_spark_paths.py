@@ -29,7 +29,7 @@ options = parse_sink_options(
 print(json.dumps({
     "base": spark_working_directory(),
     "path": options.path,
-    "checkpoint": options.checkpoint_location,
+    "checkpoint": options.checkpoint.location.path,
     "token": options.serve.token_file,
 }))
 """
@@ -55,7 +55,8 @@ def test_without_a_jvm_above_a_relative_path_is_this_process_s(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     options = parse_sink_options({"path": "s", "checkpointLocation": "cp"}, streaming=True)
-    assert (options.path, options.checkpoint_location) == (
+    assert options.checkpoint is not None
+    assert (options.path, options.checkpoint.location.path) == (
         str(tmp_path / "s"),
         str(tmp_path / "cp"),
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from spark_statestore.connectors.spark.checkpoint_fs.errors import CheckpointReadError
@@ -18,6 +18,7 @@ from spark_statestore.connectors.spark.checkpoint_fs.filesystems import check_re
 from spark_statestore.connectors.spark.checkpoint_fs.location import CheckpointLocation
 from spark_statestore.connectors.spark.checkpoint_fs.settings import FilesystemSettings
 from spark_statestore.connectors.spark.option_table import OptionReader
+from spark_statestore.connectors.spark.paths import resolve_local_path
 
 __all__ = ["QueryCheckpoint", "parse_offset_log"]
 
@@ -52,6 +53,10 @@ class QueryCheckpoint:
         """
         settings = FilesystemSettings.from_options(options)
         location = CheckpointLocation.parse(text).qualified(settings.default_fs)
+        if location.scheme is None and not location.path.startswith("/"):
+            # On the local disk, where Spark puts it: below its JVM's working directory, not
+            # this worker's (Spark Connect runs workers in a per-session directory).
+            location = replace(location, path=resolve_local_path(location.path))
         check_readable(location, settings)
         return cls(location, settings)
 

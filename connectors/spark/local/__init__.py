@@ -1,6 +1,4 @@
-"""Local Spark processes for development and tests, started from the installed PySpark: a
-standalone cluster whose Workers live on hosts of their own (:mod:`.cluster`), a Spark
-Connect server (:mod:`.connect`)."""
+"""A Spark standalone cluster as local JVM processes, its Workers on hosts of their own."""
 
 from spark_statestore.connectors.spark.local.cluster import DEFAULT_PREFIX, LocalSparkCluster
 from spark_statestore.connectors.spark.local.daemons import SparkDaemon, spark_home

@@ -39,7 +39,7 @@ from typing import IO
 
 from spark_statestore.connectors.spark.errors import ConnectServerError
 
-__all__ = ["CONNECT_SERVER_CLASS", "LocalConnectServer", "spark_home"]
+__all__ = ["CONNECT_SERVER_CLASS", "LocalConnectServer", "connect_jar"]
 
 log = logging.getLogger(__name__)
 
@@ -71,28 +71,21 @@ logger.connect.level = info
 """
 
 
-def spark_home() -> Path:
-    """The installed PySpark's package directory: its ``bin/spark-submit`` and ``jars/``.
+def connect_jar(home: Path) -> Path:
+    """PySpark's ``spark-connect`` jar in ``home`` (its ``jars/``).
 
     Raises
     ------
     ConnectServerError
-        The installed PySpark has no ``bin/spark-submit`` or no ``spark-connect`` jar.
+        There is none: a Connect server needs PySpark 4.0 or later installed from PyPI.
     """
-    import pyspark
-
-    home = Path(pyspark.__file__).resolve().parent
-    if not (home / "bin" / "spark-submit").is_file():
-        raise ConnectServerError(
-            f"the installed PySpark ({home}) has no bin/spark-submit: install PySpark from "
-            "PyPI (pip install pyspark), which ships Spark's launcher and jars"
-        )
-    if not list((home / "jars").glob("spark-connect_*.jar")):
+    jars = sorted((home / "jars").glob("spark-connect_*.jar"))
+    if not jars:
         raise ConnectServerError(
             f"the installed PySpark ({home}) has no spark-connect jar in jars/: a Connect "
             "server needs PySpark 4.0 or later installed from PyPI"
         )
-    return home
+    return jars[0]
 
 
 class LocalConnectServer:
@@ -155,19 +148,21 @@ class LocalConnectServer:
 
         Raises
         ------
-        JavaNotFoundError, JarsMissingError
+        JavaNotFoundError, JarsMissingError, LocalSparkError
             What the message says to install or run.
         ConnectServerError
             It was started already, exited while starting, or did not listen in time; the
             message has its log's end.
         """
         from spark_statestore.connectors.kafka.local.cluster import find_java
-        from spark_statestore.connectors.local.processes import die_with_parent
+        from spark_statestore.connectors.local.processes import linked_to_parent
+        from spark_statestore.connectors.spark.local.daemons import spark_home
 
         if self._process is not None:
             raise ConnectServerError(f"this Connect server was started already ({self})")
         java = find_java()
         home = spark_home()
+        connect_jar(home)
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="spark-statestore-connect-"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
@@ -204,7 +199,7 @@ class LocalConnectServer:
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=self._log_dir,
-                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=linked_to_parent(),
             )
         except OSError as exc:
             log_file.close()
@@ -321,16 +316,15 @@ class LocalConnectServer:
         the driver-side processes of Python data sources), JVM first."""
         if not self.is_running():
             return []
-        from spark_statestore.connectors.spark.driver import descendants
+        from spark_statestore.connectors.local.processes import descendants
 
         return [self.pid, *descendants(self.pid)]
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the server's log, for error messages."""
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:].strip()
-        except (OSError, ConnectServerError):
-            return ""
+        from spark_statestore.connectors.local.processes import log_tail
+
+        return "" if self._log_dir is None else log_tail(self.log_path, chars)
 
     def __repr__(self) -> str:
         where = self.address if self._port is not None else "not listening"
