@@ -21,6 +21,7 @@ bench: setup
 # Long crash/soak variants (300 SIGKILLs of a committing store by default); not part of CI.
 soak: setup
 	SPARK_STATESTORE_SOAK=1 bash scripts/run-tests.sh -m soak
+	SPARK_STATESTORE_SOAK=1 bash scripts/run-tests.sh tests/cluster -m soak
 
 clean:
 	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis interop/kafka-streams/target

@@ -1,6 +1,8 @@
 """The crash tests' fault on its own: an executor SIGKILLed in the middle of a job is
 replaced by its Worker, and Spark runs the lost task again, so the job still returns every
-row once. (If this fails, a failing crash test says nothing about the engine.)"""
+row once. (If this fails, a failing crash test says nothing about the engine.) A soak test:
+CI's crash test of the sink (an executor killed mid-batch) needs the same replacement and
+fails if it does not happen."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from tests.cluster.gate import Gate, gated
 from tests.cluster.sink_input import upserts
 from tests.kafka_util import poll_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.soak]
 
 
 def test_a_killed_executors_task_runs_again_on_its_replacement(

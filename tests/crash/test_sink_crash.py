@@ -101,7 +101,10 @@ SERVED_PHASES = {"redo.after_chunk.1"}
 """Phases whose crashing run writes with option ``serve``: the sink's store server commits,
 and it is the process that dies at the point (with the driver); the restart, without
 ``serve``, completes the commit it left."""
-CI_RANDOM_KILL_AFTER = {"sink.after_publish", "redo.after_chunk.1"}
+CI_RANDOM_KILL_AFTER = {"sink.after_publish"}
+"""In CI one random kill (after the roll-forward from the changelog); the soak kills at random
+after every phase (the redo completion's random kill moved there when the cluster and Spark
+Connect tests needed CI's time)."""
 SOAK_PHASES = [
     ("sink.before_publish", False),  # nothing published yet: the restart commits it afresh
     *CI_PHASES,
