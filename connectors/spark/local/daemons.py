@@ -133,7 +133,8 @@ class SparkDaemon(LoggedProcess):
             "--work-dir", str(self.work_dir),
             master_url,
         ]  # fmt: skip
-        self._launch(self.host.isolated_command(spark_class, keep=[self.directory], hide=hide), env)
+        keep = [self.directory, *code_directories(home)]
+        self._launch(self.host.isolated_command(spark_class, keep=keep, hide=hide), env)
 
     def start_error(self) -> SparkClusterStartError:
         """What went wrong, from the log of a daemon that exited while starting."""
@@ -176,3 +177,28 @@ class SparkDaemon(LoggedProcess):
             self.process = launch(command, self.log_path, env=env, cwd=self.directory)
         except OSError as exc:
             raise SparkClusterStartError(f"could not start the Spark {self.name}: {exc}") from exc
+
+
+def code_directories(home: Path) -> list[Path]:
+    """What a Worker and its executors run that lives under ``/tmp`` (private on their
+    hosts): the Python environment (``PYSPARK_PYTHON`` is this interpreter), Spark's home and
+    the directories the plugin's packages are imported from (a checkout, for an editable
+    install), e.g. a fresh clone under ``/tmp``. Elsewhere they are visible already."""
+    import sys
+
+    import spark_statestore
+    import spark_statestore.connectors
+
+    candidates = [Path(sys.prefix), home]
+    for package in (spark_statestore, spark_statestore.connectors):
+        if package.__file__ is not None:
+            candidates.append(Path(package.__file__).resolve().parent.parent)
+    tmp = Path("/tmp")
+    found: list[Path] = []
+    for candidate in candidates:
+        resolved = candidate.resolve()
+        if tmp in resolved.parents and not any(
+            k == resolved or k in resolved.parents for k in found
+        ):
+            found = [k for k in found if resolved not in k.parents] + [resolved]
+    return found
