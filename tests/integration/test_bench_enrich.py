@@ -15,6 +15,7 @@ from tests.integration.bench_checks import one_round_each
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.soak  # half a minute of Spark; `spark-statestore bench` runs it in full
 def test_the_enrich_suite_measures_enrichment_against_a_broadcast_join(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,7 @@ from tests.integration.bench_checks import one_round_each
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.soak  # half a minute of Spark; `spark-statestore bench` runs it in full
 def test_the_spark_suite_measures_scans_and_lookups_against_their_baselines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

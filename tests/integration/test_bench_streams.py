@@ -26,6 +26,7 @@ from tests.integration.bench_checks import one_round_each
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.soak  # a minute of Kafka Streams and Spark; `spark-statestore bench` runs it in full
 def test_the_streams_suite_measures_our_follower_against_kafka_streams(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
