@@ -71,6 +71,7 @@ def enrich(
     tls_root_certs_file: str | None = None,
     max_lag: int | None = None,
     kafka_config: Mapping[str, str] | None = None,
+    membership_keys_file: str | None = None,
     value_column: str = "value",
     key_format: str = "binary",
     value_format: str = "binary",
@@ -103,13 +104,19 @@ def enrich(
         so the executors need not have it.
     tls_root_certs_file
         With ``changelog``: PEM certificates to trust for ``grpc+tls`` replicas (read where
-        ``enrich`` is called; None: the system's roots).
+        ``enrich`` is called). Required for ``grpc+tls`` replicas: the replicas' token is
+        never sent under the system's roots.
     max_lag
         With ``changelog``: skip followers lagging by more than this many records on the
         key's partition (None: any).
     kafka_config
         With ``changelog``: librdkafka settings for reading the replicas topic (e.g.
         ``security.protocol``).
+    membership_keys_file
+        With ``changelog``: PEM file(s) (comma-separated) of the public keys the replicas
+        sign their announcements with (read where ``enrich`` is called; None: the public
+        half of that user's default membership key). Announcements not signed by one of
+        them are ignored.
     key_column
         The column holding the keys, of the type ``key_format`` decodes to (``binary``,
         ``string``, ``long``, ``int``, ``double``).
@@ -175,6 +182,7 @@ def enrich(
         tls_root_certs_file=tls_root_certs_file,
         max_lag=max_lag,
         kafka_config=kafka_config,
+        membership_keys_file=membership_keys_file,
     )
     fields = [*df.schema.fields, StructField(value_column, value_codec.spark_type, True)]
     if lookup_position_column is not None:
@@ -203,6 +211,7 @@ def _route(
     tls_root_certs_file: str | None,
     max_lag: int | None,
     kafka_config: Mapping[str, str] | None,
+    membership_keys_file: str | None = None,
 ) -> ReplicaRoute | None:
     """The replicas to look up in (None: the store at ``path``), checked where ``enrich`` is
     called (the driver, or a Spark Connect client)."""
@@ -212,6 +221,7 @@ def _route(
         "tls_root_certs_file": tls_root_certs_file,
         "max_lag": max_lag,
         "kafka_config": kafka_config,
+        "membership_keys_file": membership_keys_file,
     }
     if (path is None) == (changelog is None):
         raise OptionError(
@@ -251,12 +261,24 @@ def _route(
             raise OptionError(
                 f"enrich: tls_root_certs_file: cannot read {tls_root_certs_file}: {exc.strerror}"
             ) from None
+    from spark_statestore.discovery.errors import DiscoveryError
+    from spark_statestore.discovery.signing import MembershipKeys
+
+    try:
+        keys = (
+            MembershipKeys.default()
+            if membership_keys_file is None
+            else MembershipKeys.load(membership_keys_file, "membership_keys_file")
+        )
+    except DiscoveryError as exc:
+        raise OptionError(f"enrich: {exc}") from None
     return ReplicaRoute(
         changelog=changelog,
         bootstrap_servers=bootstrap_servers,
         credentials=ServeCredentials(read_token_file(token_file, "token_file"), None, certs),
         max_lag=max_lag,
         kafka_config=tuple(sorted((str(k), str(v)) for k, v in (kafka_config or {}).items())),
+        membership_keys=keys.to_pem() if keys.keys else b"",
     )
 
 

@@ -302,6 +302,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         default="5000",
         minimum=100,
     ),
+    OptionSpec(
+        "announceKeyFile",
+        str,
+        _SERVERS,
+        "PEM file of the membership key announcements are signed with (default: this "
+        "user's, created on first use); readers verify with its public key",
+        names_file=True,
+    ),
     # -- typed keys and values (the source and the reader) ----------------------------------
     OptionSpec("keyFormat", ValueFormat, _DECODERS, "how keys are decoded", default="binary"),
     OptionSpec("valueFormat", ValueFormat, _DECODERS, "how values are decoded", default="binary"),

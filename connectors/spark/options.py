@@ -124,6 +124,8 @@ class SourceOptions:
     """Announce the replica on ``<changelog>-replicas`` while the query runs."""
     announce_interval_ms: int = 5000
     """The announcement's heartbeat interval (it is stale after three)."""
+    announce_key_file: str | None = None
+    """The membership key announcements are signed with (None: this user's default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +279,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         history_retention_ms=retention,
         announce=serve.announce,
         announce_interval_ms=serve.announce_interval_ms,
+        announce_key_file=serve.announce_key_file,
     )
 
 

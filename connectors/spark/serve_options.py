@@ -36,6 +36,8 @@ class ServeSettings:
     """The announcement's heartbeat interval (it is stale after three)."""
     token_file: str | None = None
     """A file holding the server's bearer token (None: a random one)."""
+    announce_key_file: str | None = None
+    """The membership key (PEM) announcements are signed with (None: this user's default)."""
 
 
 SERVE_OPTIONS = (
@@ -46,6 +48,7 @@ SERVE_OPTIONS = (
     "serveTokenFile",
     "announce",
     "announceIntervalMs",
+    "announceKeyFile",
 )
 
 
@@ -95,6 +98,15 @@ def serve_settings(options: OptionReader) -> ServeSettings:
 
         # Read here too, so a bad file fails at load(), not later in the serving process.
         read_token_file(token_file, "'serveTokenFile'")
+    key_file = _local_file(options, "announceKeyFile")
+    if key_file is not None:
+        from spark_statestore.discovery.errors import DiscoveryError
+        from spark_statestore.discovery.signing import MembershipKey
+
+        try:  # read here too, so a bad file fails at load(), not in the serving process
+            MembershipKey.load(key_file, "'announceKeyFile'")
+        except DiscoveryError as exc:
+            raise OptionError(str(exc)) from None
     return ServeSettings(
         host=serve_host,
         port=0 if serve_port is None else serve_port,
@@ -103,6 +115,7 @@ def serve_settings(options: OptionReader) -> ServeSettings:
         announce=options.boolean("announce"),
         announce_interval_ms=interval,
         token_file=token_file,
+        announce_key_file=key_file,
     )
 
 

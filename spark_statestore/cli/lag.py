@@ -29,6 +29,7 @@ from spark_statestore.query import LagInfo
 
 if TYPE_CHECKING:
     from spark_statestore.discovery import ReplicaAnnouncement
+    from spark_statestore.discovery.signing import MembershipKeys
 
 __all__ = [
     "HEADERS",
@@ -76,19 +77,30 @@ _REPLICA_JSON_NAMES = (
 
 
 def run_replica_lag(
-    changelog: str, *, bootstrap_servers: str, kafka_config: Mapping[str, Any], as_json: bool
+    changelog: str,
+    *,
+    bootstrap_servers: str,
+    kafka_config: Mapping[str, Any],
+    as_json: bool,
+    membership_keys: MembershipKeys | None = None,
 ) -> int:
     """Print one row per live replica of ``changelog`` and held partition, from their
-    announcements; returns the exit code (0 also when no replica is live: it says so)."""
+    announcements signed under ``membership_keys`` (None: this user's default key); returns
+    the exit code (0 also when no replica is live: it says so, and why records were
+    refused)."""
     from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
 
-    with ReplicaRegistry(bootstrap_servers, changelog, config=kafka_config) as registry:
-        replicas = registry.all_metadata()
+    with ReplicaRegistry(
+        bootstrap_servers, changelog, config=kafka_config, keys=membership_keys
+    ) as registry:
+        view = registry.replicas()
+        replicas = view.all_metadata()
     rows = replica_lag_rows(replicas)
     _print_rows(REPLICA_HEADERS, _REPLICA_JSON_NAMES, rows, as_json=as_json)
     if not replicas:
+        refused = "".join(f"\n  refused {why}" for why in view.refused)
         print(
-            f"no live replica of {changelog} announces itself on {changelog}-replicas",
+            f"no live replica of {changelog} announces itself on {changelog}-replicas{refused}",
             file=sys.stderr,
         )
     return 0

@@ -112,6 +112,7 @@ class QueryOptions:
         token_file: str | None = None,
         tls_root_cert: str | None = None,
         changelog: str | None = None,
+        membership_keys: str | None = None,
     ) -> QueryOptions:
         """Build the options from the command's flags (no key, range or prefix: ``--all``).
 
@@ -136,7 +137,10 @@ class QueryOptions:
                     "query --changelog: give --bootstrap-servers (replicas announce there)"
                 )
             target = StoreTarget.for_changelog(
-                changelog, token_file=token_file, tls_root_cert=tls_root_cert
+                changelog,
+                token_file=token_file,
+                tls_root_cert=tls_root_cert,
+                membership_keys=membership_keys,
             )
         if key_format not in KEY_FORMATS:
             raise OptionError(f"option --key-format: {key_format!r} is not one of {KEY_FORMATS}")

@@ -47,22 +47,24 @@ def open_routed_answer(options: QueryOptions) -> Iterator[Answer]:
     DiscoveryError
         No replica of the changelog is live.
     """
-    import spark_statestore
     from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
     from spark_statestore.discovery import Router
+    from spark_statestore.discovery.trust import connect_replica
     from spark_statestore.query import StateQueryRequest
+    from spark_statestore.serve.auth import ServeCredentials
 
     target = options.target
     changelog, bootstrap = target.changelog, options.bootstrap_servers
-    assert changelog is not None and bootstrap is not None
+    assert changelog is not None and bootstrap is not None and target.token is not None
+    credentials = ServeCredentials(target.token, None, target.tls_root_certs)
 
     def connect(replica: Any) -> Any:
-        return spark_statestore.connect(
-            replica.location, token=target.token, tls_root_certs=target.tls_root_certs
-        )
+        return connect_replica(replica, credentials)
 
     with (
-        ReplicaRegistry(bootstrap, changelog, config=options.kafka_config) as registry,
+        ReplicaRegistry(
+            bootstrap, changelog, config=options.kafka_config, keys=target.membership_keys
+        ) as registry,
         Router(registry.view, connect, max_lag=options.max_lag) as router,
     ):
         registry.refresh()

@@ -29,6 +29,7 @@ from spark_statestore.errors import OptionError
 
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
+    from spark_statestore.discovery.signing import MembershipKey
     from spark_statestore.query import LagInfo
     from spark_statestore.store import Store
 
@@ -56,6 +57,8 @@ class ServeOptions:
         The changelog's cluster, to announce the store and report its lags; None: neither.
     announce_interval_s
         Seconds between two heartbeats of the announcement.
+    announce_key
+        The membership key announcements are signed with (None: this user's default).
     """
 
     path: str
@@ -66,6 +69,7 @@ class ServeOptions:
     bootstrap_servers: str | None = None
     kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     announce_interval_s: float = 5.0
+    announce_key: MembershipKey | None = None
 
     @classmethod
     def from_cli(
@@ -79,6 +83,7 @@ class ServeOptions:
         token_file: str | None = None,
         bootstrap_servers: str | None = None,
         kafka: Sequence[str] = (),
+        announce_key: str | None = None,
     ) -> ServeOptions:
         """Build the options from the command's flags, reading the TLS files.
 
@@ -120,6 +125,15 @@ class ServeOptions:
             from spark_statestore.cli.store_state import kafka_settings
 
             kafka_config = MappingProxyType(kafka_settings(kafka))
+        key = None
+        if announce_key is not None:
+            from spark_statestore.discovery.errors import DiscoveryError
+            from spark_statestore.discovery.signing import MembershipKey
+
+            try:
+                key = MembershipKey.load(announce_key, "--announce-key")
+            except DiscoveryError as exc:
+                raise OptionError(str(exc)) from None
         return cls(
             os.path.abspath(path),
             host,
@@ -128,6 +142,7 @@ class ServeOptions:
             token=token,
             bootstrap_servers=bootstrap_servers,
             kafka_config=kafka_config,
+            announce_key=key,
         )
 
 
@@ -208,4 +223,5 @@ def _announcer(
         lambda: (store.metadata.position, lags()),
         config=options.kafka_config,
         interval_s=options.announce_interval_s,
+        key=options.announce_key,
     )

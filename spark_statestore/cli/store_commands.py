@@ -30,6 +30,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         token_file=args.token_file,
         bootstrap_servers=args.bootstrap_servers,
         kafka=args.kafka,
+        announce_key=args.announce_key,
     )
     return run_serve(options)
 
@@ -61,6 +62,15 @@ def _add_target(parser: argparse.ArgumentParser, *, optional: bool = False) -> N
     )
 
 
+def _add_membership_keys(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--membership-keys",
+        metavar="F[,F]",
+        help="with --changelog: PEM file(s) of the public keys replicas sign their "
+        "announcements with (default: this user's membership key); others are ignored",
+    )
+
+
 def _add_kafka(parser: argparse.ArgumentParser, what: str) -> None:
     """``--bootstrap-servers B`` (used for ``what``) and ``--kafka KEY=VALUE``."""
     parser.add_argument("--bootstrap-servers", metavar="B", help=what)
@@ -85,11 +95,15 @@ def _cmd_lag(args: argparse.Namespace) -> int:
     if args.changelog is not None:
         if args.bootstrap_servers is None:
             raise OptionError("lag --changelog: give --bootstrap-servers (replicas announce there)")
+        from spark_statestore.cli.store_state import read_membership_keys
+
+        keys = None if args.membership_keys is None else read_membership_keys(args.membership_keys)
         return run_replica_lag(
             args.changelog,
             bootstrap_servers=args.bootstrap_servers,
             kafka_config=kafka_settings(args.kafka),
             as_json=args.json,
+            membership_keys=keys,
         )
     return run_lag(
         _target(args),
@@ -121,6 +135,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         as_of=args.as_of,
         bootstrap_servers=args.bootstrap_servers,
         kafka=args.kafka,
+        membership_keys=args.membership_keys,
     )
     return run_query(options)
 
@@ -154,6 +169,12 @@ def add_store_commands(sub: Any) -> None:
         serve,
         "announce the store as a replica of its changelog on <changelog>-replicas "
         "while serving, and report its lags",
+    )
+    serve.add_argument(
+        "--announce-key",
+        metavar="F",
+        help="PEM file of the membership key announcements are signed with (default: this "
+        "user's, created on first use)",
     )
     serve.set_defaults(func=_cmd_serve)
 
@@ -190,6 +211,7 @@ def add_store_commands(sub: Any) -> None:
         "Kafka bootstrap servers: where --changelog's replicas announce, or for a store nobody "
         "follows now",
     )
+    _add_membership_keys(lag)
     lag.add_argument("--json", action="store_true", help="one JSON object per partition")
     lag.set_defaults(func=_cmd_lag)
 
@@ -209,6 +231,7 @@ def add_store_commands(sub: Any) -> None:
         help="instead of STORE: route the query over the live replicas of this changelog "
         "(announced on TOPIC-replicas; needs --bootstrap-servers and their shared --token-file)",
     )
+    _add_membership_keys(query)
     what = query.add_mutually_exclusive_group(required=True)
     what.add_argument("--key", action="append", metavar="K", help="a key to look up (repeatable)")
     what.add_argument(

@@ -23,6 +23,7 @@ from spark_statestore.serve.protocol import StoreDescription
 from spark_statestore.store.ownership import OwnerInfo
 
 if TYPE_CHECKING:
+    from spark_statestore.discovery.signing import MembershipKeys
     from spark_statestore.serve.client import StoreClient
 
 __all__ = [
@@ -73,13 +74,21 @@ class StoreTarget:
     token: str | None = None
     tls_root_certs: bytes | None = None
     changelog: str | None = None
+    membership_keys: MembershipKeys | None = None
+    """The keys the replicas' announcements must be signed with (None: the user's default)."""
 
     @classmethod
     def for_changelog(
-        cls, changelog: str, *, token_file: str | None, tls_root_cert: str | None = None
+        cls,
+        changelog: str,
+        *,
+        token_file: str | None,
+        tls_root_cert: str | None = None,
+        membership_keys: str | None = None,
     ) -> StoreTarget:
         """The live replicas of ``changelog`` (``--changelog``), reached with the token
-        they share.
+        they share, as announced under the keys of ``--membership-keys`` (None: this user's
+        default key).
 
         Raises
         ------
@@ -95,7 +104,8 @@ class StoreTarget:
             )
         token = read_token_file(token_file, "--token-file")
         certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
-        return cls(None, None, token, certs, changelog)
+        keys = None if membership_keys is None else read_membership_keys(membership_keys)
+        return cls(None, None, token, certs, changelog, keys)
 
     @classmethod
     def from_cli(
@@ -266,3 +276,20 @@ def changelog_lag_infos(
         description.changelog_offsets,
         config=kafka_config,
     )
+
+
+def read_membership_keys(paths: str) -> MembershipKeys:
+    """The public keys in the ``--membership-keys`` file(s) (comma-separated).
+
+    Raises
+    ------
+    OptionError
+        Naming the flag and the file, when one is unreadable or holds no key.
+    """
+    from spark_statestore.discovery.errors import DiscoveryError
+    from spark_statestore.discovery.signing import MembershipKeys
+
+    try:
+        return MembershipKeys.load(paths, "--membership-keys")
+    except DiscoveryError as exc:
+        raise OptionError(str(exc)) from None

@@ -46,13 +46,14 @@ def run_routing(
     problems: list[str],
 ) -> None:
     """Section 8 (see the module docstring); appends what went wrong to ``problems``."""
-    import spark_statestore
     from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
     from spark_statestore.discovery import ReplicaSet, Router
+    from spark_statestore.discovery.trust import connect_replica
     from spark_statestore.query import KeyQuery, StateQueryRequest
+    from spark_statestore.serve.auth import ServeCredentials
     from spark_statestore.store import Role
 
-    token = token_file.read_text().strip()
+    credentials = ServeCredentials(token_file.read_text().strip())
     both = {Role.LEADER, Role.FOLLOWER}
     with ReplicaRegistry(bootstrap, changelog) as registry:
         found = registry.wait_for(lambda s: {r.role for r in s.replicas} == both, WAIT_S)
@@ -66,7 +67,8 @@ def run_routing(
         say()
 
         def connect(replica: Any) -> Any:
-            return spark_statestore.connect(replica.location, token=token)
+            # Only a verified location gets the token: here, this host's own loopback.
+            return connect_replica(replica, credentials)
 
         request = (
             StateQueryRequest.in_store("groups")
@@ -77,7 +79,7 @@ def run_routing(
             say(f"-- Router(...).query(KeyQuery {key!r}): the leader first")
             first = _answer(router.query(request), problems)
             say()
-            say("-- the leader query stops, and its store server with it (a tombstone)")
+            say("-- the leader query stops, and its store server with it (a signed withdrawal)")
             stop_leader()
 
             def leaderless(replicas: ReplicaSet) -> bool:

@@ -46,7 +46,9 @@ __all__ = [
 REPLICAS_SUFFIX: Final = "-replicas"
 """The replicas topic of changelog ``c`` is ``c + REPLICAS_SUFFIX``."""
 
-ANNOUNCEMENT_FORMAT_VERSION: Final = 1
+ANNOUNCEMENT_FORMAT_VERSION: Final = 2
+"""Version 2 adds ``loopback`` and ``withdrawn``; it travels signed
+(:mod:`~spark_statestore.discovery.signing`)."""
 
 MAX_ANNOUNCEMENT_BYTES: Final = 1024 * 1024
 """The largest announcement decoded (Kafka's default ``max.message.bytes``)."""
@@ -155,6 +157,18 @@ class ReplicaAnnouncement:
     store_name
         The store's name in IQv2 requests on this replica (replicas of one changelog may
         have different names); None when not announced (an older announcer).
+    loopback
+        The identity of the announcer's loopback interface (:func:`~spark_statestore.
+        discovery.trust.loopback_identity`), required with a loopback ``location``: a reader
+        dials a loopback location only when its own loopback is this one (the same machine
+        and network namespace), never its own port of that number elsewhere.
+    withdrawn
+        True in the owner's last announcement, on a clean stop: readers forget the replica
+        (a signed withdrawal; a null tombstone, which anyone could write, is not believed).
+    seen_ms
+        Set by the reader, not announced: when the record was appended by the broker's
+        clock (LogAppendTime), no later than when this reader read it. Liveness is measured
+        from it when set, else from ``heartbeat_ms``.
     """
 
     replica_id: str
@@ -172,6 +186,9 @@ class ReplicaAnnouncement:
     started_ms: int = 0
     pid: int = 0
     store_name: str | None = None
+    loopback: str | None = None
+    withdrawn: bool = False
+    seen_ms: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _text(self.replica_id, "replica_id")
@@ -228,6 +245,13 @@ class ReplicaAnnouncement:
         _count(self.started_ms, "started_ms", 0)
         _count(self.pid, "pid", 0, 2**31 - 1)
         _text(self.store_name, "store_name", optional=True)
+        _text(self.loopback, "loopback", optional=True)
+        if not isinstance(self.withdrawn, bool):
+            raise AnnouncementError(
+                f"replica announcement: withdrawn must be true or false, got {self.withdrawn!r:.80}"
+            )
+        if self.seen_ms is not None:
+            _count(self.seen_ms, "seen_ms", 0)
 
     @classmethod
     def of_store(
@@ -241,6 +265,8 @@ class ReplicaAnnouncement:
         DiscoveryError
             If the store has no changelog (a leader that publishes none has no replicas topic).
         """
+        from spark_statestore.discovery.trust import loopback_identity
+
         manifest = store.manifest
         if manifest.changelog_topic is None:
             raise DiscoveryError(
@@ -260,6 +286,7 @@ class ReplicaAnnouncement:
             started_ms=int(time.time() * 1000) if started_ms is None else started_ms,
             pid=os.getpid(),
             store_name=manifest.name,
+            loopback=loopback_identity(),
         )
 
     # -- derived ----------------------------------------------------------------------------
@@ -278,9 +305,11 @@ class ReplicaAnnouncement:
         return self.holds(partition) and (prefix is None or key.startswith(prefix))
 
     def expires_ms(self, ttl_ms: int | None = None) -> int:
-        """When the announcement goes stale without a newer one (epoch ms); ``ttl_ms``
-        overrides the announced TTL."""
-        return self.heartbeat_ms + (self.ttl_ms if ttl_ms is None else ttl_ms)
+        """When the announcement goes stale without a newer one (epoch ms): its
+        :attr:`seen_ms` (else its ``heartbeat_ms``) plus its TTL; ``ttl_ms`` overrides the
+        announced TTL."""
+        since = self.heartbeat_ms if self.seen_ms is None else self.seen_ms
+        return since + (self.ttl_ms if ttl_ms is None else ttl_ms)
 
     def is_live(self, now_ms: int, ttl_ms: int | None = None) -> bool:
         """True while ``now_ms`` is before :meth:`expires_ms`."""
@@ -313,6 +342,8 @@ class ReplicaAnnouncement:
             "started_ms": self.started_ms,
             "pid": self.pid,
             **({} if self.store_name is None else {"store_name": self.store_name}),
+            **({} if self.loopback is None else {"loopback": self.loopback}),
+            **({"withdrawn": True} if self.withdrawn else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -408,6 +439,8 @@ class ReplicaAnnouncement:
             started_ms=data.get("started_ms", 0),
             pid=data.get("pid", 0),
             store_name=data.get("store_name"),
+            loopback=data.get("loopback"),
+            withdrawn=data.get("withdrawn", False),
         )
 
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from spark_statestore.errors import StateStoreError
 
-__all__ = ["AnnouncementError", "DiscoveryError"]
+__all__ = ["AnnouncementError", "DiscoveryError", "UnverifiableReplicaError"]
 
 
 class DiscoveryError(StateStoreError):
@@ -14,3 +14,9 @@ class DiscoveryError(StateStoreError):
 class AnnouncementError(DiscoveryError, ValueError):
     """A replica announcement is malformed (bad JSON, a missing field, a wrong type, too
     large, a newer format version)."""
+
+
+class UnverifiableReplicaError(DiscoveryError):
+    """A replica's announced location is one the reader cannot verify, so it is not sent the
+    credential (a plain location beyond this host's loopback, TLS without configured roots,
+    a unix socket)."""

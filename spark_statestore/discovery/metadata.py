@@ -36,10 +36,14 @@ class ReplicaSet:
         The changelog topic.
     replicas
         The live announcements (one per replica id); build it with :meth:`of`.
+    refused
+        Why the reader refused the last few records of the replicas topic (unsigned, a
+        signature that does not verify, a clock off), for messages when none is live.
     """
 
     changelog: str
     replicas: tuple[ReplicaAnnouncement, ...]
+    refused: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -49,18 +53,22 @@ class ReplicaSet:
         *,
         now_ms: int,
         ttl_ms: int | None = None,
+        partitions: int | None = None,
     ) -> ReplicaSet:
         """The replicas of ``changelog`` among ``announcements`` that are live at ``now_ms``.
 
-        Announcements of another changelog are left out, and so are those whose heartbeat
-        is older than their TTL (``ttl_ms`` overrides each one's own), and those that give
-        another partition count than the newest announcement (made before the changelog
-        was re-created): their partitions would not be the key's.
+        Announcements of another changelog are left out, and so are withdrawn ones and
+        those whose liveness time (the broker's append time, as the reader saw it, else the
+        heartbeat) is older than their TTL (``ttl_ms`` overrides each one's own). With
+        ``partitions`` (the changelog's partition count, as Kafka says), announcements that
+        give another count are left out (made before the changelog was re-created: their
+        partitions would not be the key's); without it the live announcements must agree.
 
         Raises
         ------
         DiscoveryError
-            If two announcements have the same replica id.
+            If two announcements have the same replica id, or, without ``partitions``, the
+            live ones give different partition counts.
         """
         live: dict[str, ReplicaAnnouncement] = {}
         for announcement in announcements:
@@ -68,11 +76,22 @@ class ReplicaSet:
                 raise DiscoveryError(
                     f"replica {announcement.replica_id!r} of {changelog!r} is given twice"
                 )
-            if announcement.changelog == changelog and announcement.is_live(now_ms, ttl_ms):
+            if (
+                announcement.changelog == changelog
+                and not announcement.withdrawn
+                and announcement.is_live(now_ms, ttl_ms)
+            ):
                 live[announcement.replica_id] = announcement
-        if live:
-            newest = max(live.values(), key=lambda a: (a.heartbeat_ms, a.replica_id))
-            live = {k: a for k, a in live.items() if a.partitions == newest.partitions}
+        if partitions is not None:
+            live = {k: a for k, a in live.items() if a.partitions == partitions}
+        else:
+            counts = sorted({a.partitions for a in live.values()})
+            if len(counts) > 1:
+                raise DiscoveryError(
+                    f"the live replicas of {changelog!r} announce different partition counts "
+                    f"{counts}: the changelog was re-created; give its partition count (the "
+                    "registry reads it from Kafka)"
+                )
         return cls(changelog, tuple(live[k] for k in sorted(live)))
 
     @property

@@ -120,9 +120,14 @@ class Router:
         view = self._replicas()
         count = view.partitions
         if count is None:
+            refused = (
+                f"; records refused on its replicas topic: {'; '.join(view.refused)}"
+                if view.refused
+                else ""
+            )
             raise DiscoveryError(
                 f"no live replica of {view.changelog!r} announces itself: nothing to route "
-                f"{type(request.query).__name__} to"
+                f"{type(request.query).__name__} to{refused}"
             )
         query = request.query
         key = _key_of(query)
@@ -228,6 +233,7 @@ class Router:
 
         Clients are kept per replica (and location) for the next requests; one that fails is
         closed and made again next time."""
+        from spark_statestore.discovery.trust import UnverifiableReplicaError
         from spark_statestore.serve.errors import ServeError
 
         slot = (replica.replica_id, replica.location)
@@ -247,7 +253,7 @@ class Router:
                         return lagging
                     request = request.with_partitions(asked)
             answer = self._checked(replica, request, client.query(request, wait_s=wait_s))
-        except (ServeError, OSError, TimeoutError) as exc:
+        except (ServeError, UnverifiableReplicaError, OSError, TimeoutError) as exc:
             _log.warning(
                 "replica %s at %s of %s did not answer: %s",
                 replica.replica_id,

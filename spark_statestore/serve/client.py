@@ -655,6 +655,7 @@ def connect(
     token: str | None = None,
     tls_root_certs: bytes | None = None,
     timeout_s: float = 30.0,
+    store_id: str | None = None,
 ) -> StoreClient:
     """A client of a live store, queried with :meth:`StoreClient.query` as a local store.
 
@@ -672,6 +673,10 @@ def connect(
         PEM certificates to trust for a ``grpc+tls`` location (None: the system's roots).
     timeout_s
         Deadline of each call (a query's ``wait_s`` is added to it).
+    store_id
+        With a location: the id of the store meant; answers of a server of another store
+        raise :class:`~spark_statestore.serve.errors.WrongStoreError` (a path checks the id
+        its owner wrote).
 
     Raises
     ------
@@ -690,11 +695,17 @@ def connect(
                 "next to it",
                 target,
             )
-        return StoreClient(target, timeout_s=timeout_s, token=token, tls_root_certs=tls_root_certs)
-    if token is not None or tls_root_certs is not None:
+        return StoreClient(
+            target,
+            timeout_s=timeout_s,
+            token=token,
+            tls_root_certs=tls_root_certs,
+            store_id=store_id,
+        )
+    if token is not None or tls_root_certs is not None or store_id is not None:
         raise ServerConfigError(
             f"connect({os.fspath(target)!r}): a store path brings its own credentials (its "
-            "owner's _serve.json); pass token and tls_root_certs only with a location"
+            "owner's _serve.json); pass token, tls_root_certs and store_id only with a location"
         )
     client = connect_to_owner(target, timeout_s=timeout_s)
     if client is None:

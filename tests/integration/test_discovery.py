@@ -5,6 +5,7 @@ its tombstone and a SIGKILLed one once its TTL has passed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -33,13 +34,13 @@ INTERVAL_MS = 300  # announced TTL: three intervals
 
 OWNER = textwrap.dedent(
     """
-    import signal, sys, threading
+    import json, signal, sys, threading
     from spark_statestore.connectors.spark.follower.runtime import FollowerRuntime
     from spark_statestore.connectors.spark.options import parse_source_options
 
-    path, bootstrap, changelog, interval, partitions = sys.argv[1:6]
+    path, bootstrap, changelog, interval, partitions, extra = sys.argv[1:7]
     options = {"path": path, "kafka.bootstrap.servers": bootstrap, "changelog": changelog,
-               "announceIntervalMs": interval}
+               "announceIntervalMs": interval, **json.loads(extra)}
     if partitions:
         options["partitions"] = partitions
     stop = threading.Event()
@@ -54,13 +55,21 @@ OWNER = textwrap.dedent(
 
 
 class Owner:
-    """A follower store owner (the Spark follower runtime) in a child process."""
+    """A follower store owner (the Spark follower runtime) in a child process; ``options``
+    are more source options (``serveTokenFile``...)."""
 
-    def __init__(self, path: Path, bootstrap: str, changelog: str, partitions: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        bootstrap: str,
+        changelog: str,
+        partitions: str,
+        options: dict[str, str] | None = None,
+    ) -> None:
         self.path = path
         self.process = subprocess.Popen(
             [sys.executable, "-c", OWNER, str(path), bootstrap, changelog, str(INTERVAL_MS),
-             partitions],
+             partitions, json.dumps(options or {})],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -103,8 +112,10 @@ class Owner:
 def start_owner(tmp_path: Path) -> Iterator[Callable[..., Owner]]:
     owners: list[Owner] = []
 
-    def factory(name: str, bootstrap: str, changelog: str, partitions: str = "") -> Owner:
-        owners.append(Owner(tmp_path / name, bootstrap, changelog, partitions))
+    def factory(
+        name: str, bootstrap: str, changelog: str, partitions: str = "", **options: str
+    ) -> Owner:
+        owners.append(Owner(tmp_path / name, bootstrap, changelog, partitions, options))
         return owners[-1]
 
     yield factory
@@ -169,19 +180,20 @@ def test_owners_announce_and_vanish_at_a_tombstone_or_after_their_ttl(
         assert registry.metadata_for_key(_key_in(3)).standbys == {every_host}
         assert set(registry.lags()) == {r.replica_id for r in found.replicas}
 
-        # A clean stop: a tombstone, seen long before any TTL (the registry's is an hour).
+        # A clean stop: a signed withdrawal, seen long before any TTL (the registry's is an
+        # hour).
         with ReplicaRegistry(bootstrap, changelog, ttl_s=3600) as patient:
             low.stop()
             gone = patient.wait_for(lambda s: low.pid not in {r.pid for r in s.replicas}, 30)
             assert gone is not None and [r.pid for r in gone.replicas] == [every.pid]
 
-            # SIGKILL: no tombstone; the last announcement stays in the topic and goes stale
+            # SIGKILL: no withdrawal; the last announcement stays in the topic and goes stale
             # once its TTL has passed without a heartbeat.
             every.kill()
             stale = registry.wait_for(lambda s: not s.replicas, timeout_s=30)
             assert stale is not None
             assert registry.metadata_for_key(_key_in(3)) == KeyQueryMetadata.not_available()
-            kept = patient.replicas()  # with an hour's TTL it is still there: no tombstone
+            kept = patient.replicas()  # with an hour's TTL it is still there: no withdrawal
             assert [r.pid for r in kept.replicas] == [every.pid]
             last = kept.replicas[0]
             assert registry.view().replicas == ()

@@ -101,7 +101,7 @@ def test_the_record_value_is_versioned_json_with_every_field() -> None:
     )
     body = json.loads(announcement.to_bytes())
     assert body == {
-        "version": 1,
+        "version": 2,
         "replica_id": "r1",
         "changelog": CHANGELOG,
         "role": "follower",
@@ -126,7 +126,7 @@ def _valid() -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 2}, "format version 2"),
+        ({"version": 3}, "format version 3"),
         ({"version": True}, "version must be an int"),
         ({"role": "owner"}, "role must be"),
         ({"replica_id": ""}, "replica_id"),
@@ -223,8 +223,32 @@ def test_announcements_of_another_changelog_or_partition_count_are_left_out() ->
     ours = make_announcement(replica_id="a", heartbeat_ms=1_000_100)
     other = make_announcement(replica_id="b", changelog="other-changelog")
     before_recreation = make_announcement(replica_id="c", partitions=2, held_partitions=(0, 1))
-    found = ReplicaSet.of(CHANGELOG, [ours, other, before_recreation], now_ms=1_000_200)
+    found = ReplicaSet.of(
+        CHANGELOG, [ours, other, before_recreation], now_ms=1_000_200, partitions=4
+    )
     assert [r.replica_id for r in found.replicas] == ["a"]
+
+
+def test_the_partition_count_is_kafkas_not_the_newest_heartbeats() -> None:
+    """Finding 2: one record with a heartbeat far in the future and another partition count
+    left only itself live (the newest heartbeat decided the count)."""
+    real = [make_announcement(replica_id=r, heartbeat_ms=1_000_100) for r in ("a", "b")]
+    forged = make_announcement(
+        replica_id="z", partitions=2, held_partitions=(0, 1), heartbeat_ms=9_000_000_000
+    )
+    found = ReplicaSet.of(CHANGELOG, [*real, forged], now_ms=1_000_200, partitions=4)
+    assert [r.replica_id for r in found.replicas] == ["a", "b"]
+    with pytest.raises(DiscoveryError, match="different partition counts"):
+        ReplicaSet.of(CHANGELOG, [*real, forged], now_ms=1_000_200)
+
+
+def test_a_withdrawn_replica_is_not_live_and_liveness_runs_from_seen_ms() -> None:
+    gone = make_announcement(replica_id="a", withdrawn=True)
+    assert ReplicaSet.of(CHANGELOG, [gone], now_ms=1_000_200).replicas == ()
+    # A heartbeat far in the future counts from when the broker appended it.
+    future = make_announcement(replica_id="b", heartbeat_ms=9_000_000_000, seen_ms=1_000_000)
+    assert future.is_live(1_000_000 + future.ttl_ms - 1)
+    assert not future.is_live(1_000_000 + future.ttl_ms)
 
 
 def test_a_replica_given_twice_is_an_error() -> None:

@@ -1,10 +1,12 @@
 """A live store owner announcing itself on its changelog's replicas topic.
 
-:class:`ReplicaAnnouncer` creates ``<changelog>-replicas`` (compacted, one partition) when it
-is missing, publishes the owner's :class:`~spark_statestore.discovery.ReplicaAnnouncement`
-when it starts and again every heartbeat interval from a daemon thread (with fresh position
-and lags), and publishes a tombstone for its key when it is closed. An owner that dies
-without closing leaves its last announcement, which readers drop once its TTL has passed.
+:class:`ReplicaAnnouncer` creates ``<changelog>-replicas`` (compacted, one partition,
+``LogAppendTime``: readers judge liveness by the broker's clock) when it is missing,
+publishes the owner's :class:`~spark_statestore.discovery.ReplicaAnnouncement`, signed with
+its membership key, when it starts and again every heartbeat interval from a daemon thread
+(with fresh position and lags), and when it is closed a signed withdrawal followed by a
+tombstone (which lets compaction drop the key). An owner that dies without closing leaves
+its last announcement, which readers drop once its TTL has passed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
@@ -20,6 +23,8 @@ from confluent_kafka import KafkaException
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import client_error
 from spark_statestore.discovery import REPLICAS_SUFFIX, DiscoveryError, ReplicaAnnouncement
+from spark_statestore.discovery.records import announcement_record
+from spark_statestore.discovery.signing import MembershipKey
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
@@ -39,6 +44,8 @@ _log = logging.getLogger(__name__)
 
 REPLICAS_TOPIC_CONFIG: Mapping[str, str] = {
     "cleanup.policy": "compact",
+    # Liveness is judged by the broker's clock, not by whoever produced the record.
+    "message.timestamp.type": "LogAppendTime",
     # Tombstones of stopped replicas are removed a while after compaction.
     "delete.retention.ms": "3600000",
 }
@@ -91,6 +98,9 @@ class ReplicaAnnouncer:
     timeout_s
         How long creating the topic and delivering the first announcement and the tombstone
         may take.
+    key
+        The membership key announcements are signed with (None: this user's default key,
+        created when missing: :meth:`MembershipKey.default`).
     """
 
     def __init__(
@@ -102,6 +112,7 @@ class ReplicaAnnouncer:
         config: Mapping[str, Any] | None = None,
         interval_s: float = 5.0,
         timeout_s: float = 30.0,
+        key: MembershipKey | None = None,
     ) -> None:
         if not interval_s > 0:
             raise DiscoveryError(f"the heartbeat interval must be > 0 s, got {interval_s!r}")
@@ -112,6 +123,7 @@ class ReplicaAnnouncer:
         self._config = dict(config or {})
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        self.membership_key = MembershipKey.default() if key is None else key
         self.heartbeats = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -160,7 +172,7 @@ class ReplicaAnnouncer:
         current = self.announcement.with_heartbeat(
             int(time.time() * 1000), position=position, lags=lags
         )
-        self._send(current.to_bytes())
+        self._send(announcement_record(current, self.membership_key))
         self.announcement = current
         self.heartbeats += 1
         return current
@@ -199,8 +211,9 @@ class ReplicaAnnouncer:
                 _log.warning("replica heartbeat on %s failed: %s", self.topic, exc)
 
     def close(self) -> None:
-        """Stop the heartbeats and publish a tombstone (idempotent); a tombstone that cannot
-        be delivered is logged: readers drop the replica after its TTL anyway."""
+        """Stop the heartbeats and publish a signed withdrawal and a tombstone (idempotent);
+        one that cannot be delivered is logged: readers drop the replica after its TTL
+        anyway."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timeout_s)
@@ -208,6 +221,10 @@ class ReplicaAnnouncer:
         if self._producer is None:
             return
         try:
+            withdrawn = replace(
+                self.announcement, heartbeat_ms=int(time.time() * 1000), withdrawn=True
+            )
+            self._send(announcement_record(withdrawn, self.membership_key))
             self._send(None)
         except StateStoreError as exc:  # the TTL covers an undelivered tombstone
             _log.warning("replica tombstone on %s failed: %s", self.topic, exc)
@@ -223,10 +240,19 @@ def announce_store(
     bootstrap_servers: str,
     config: Mapping[str, Any] | None,
     interval_ms: int,
+    key_file: str | None = None,
 ) -> ReplicaAnnouncer | None:
     """Start announcing the open ``store``, served at ``location``, with its position and
-    ``lags()`` at each heartbeat; None (with a warning) when Kafka refuses: the owner works
-    without being discoverable."""
+    ``lags()`` at each heartbeat, signed with the membership key in ``key_file`` (option
+    ``announceKeyFile``; None: this user's default key); None (with a warning) when Kafka
+    refuses: the owner works without being discoverable.
+
+    Raises
+    ------
+    DiscoveryError
+        If ``key_file`` cannot be read or holds no membership key.
+    """
+    key = None if key_file is None else MembershipKey.load(key_file, "'announceKeyFile'")
     announcer = ReplicaAnnouncer(
         bootstrap_servers,
         ReplicaAnnouncement.of_store(
@@ -235,6 +261,7 @@ def announce_store(
         lambda: (store.metadata.position, lags()),
         config=config,
         interval_s=interval_ms / 1000,
+        key=key,
     )
     try:
         announcer.start()

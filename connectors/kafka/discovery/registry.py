@@ -1,9 +1,23 @@
 """Reading a changelog's replicas topic: who serves the store, what each holds, how far behind.
 
 :class:`ReplicaRegistry` reads ``<changelog>-replicas`` with read_committed from the
-beginning, keeps the latest announcement per key, forgets a key at its tombstone, and gives
-the live ones as a :class:`~spark_statestore.discovery.ReplicaSet` (announcements older than
-the TTL left out) for KIP-535's ``metadata_for_key``, ``all_metadata`` and lags.
+beginning and keeps, per key, the latest announcement it can believe:
+
+* signed under one of the reader's membership keys, for that replica id on that topic
+  (:mod:`~spark_statestore.discovery.signing`); anything else is refused and counted;
+* live by the broker's clock: the topic is created with ``LogAppendTime``, so a record's
+  timestamp is when the broker appended it, whatever the announcer's clock says. An
+  announcement whose own heartbeat lies further than ``max_skew_s`` from that time is
+  refused (an announcer with a wrong clock, or an old record replayed); its liveness runs
+  from the append time, never later than when this reader read it. On a topic with
+  ``CreateTime`` the signed heartbeat is used instead, clamped the same way;
+* not older than the one it replaces (a replayed earlier announcement of the replica);
+* forgotten at the replica's signed withdrawal; a null tombstone, which anyone may write, is
+  not believed (compaction uses it; readers wait for the TTL).
+
+The partition count is the changelog topic's own, read from Kafka, not announced. The live
+replicas come as a :class:`~spark_statestore.discovery.ReplicaSet` for KIP-535's
+``metadata_for_key``, ``all_metadata`` and lags.
 """
 
 from __future__ import annotations
@@ -11,9 +25,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
 
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError, describe_error
@@ -23,6 +45,8 @@ from spark_statestore.discovery import (
     ReplicaAnnouncement,
     ReplicaSet,
 )
+from spark_statestore.discovery.records import verified_announcement
+from spark_statestore.discovery.signing import MembershipKeys
 from spark_statestore.query import KeyQueryMetadata, LagInfo
 
 __all__ = ["ReplicaRegistry"]
@@ -31,6 +55,9 @@ _log = logging.getLogger(__name__)
 
 _CONSUME_BATCH = 500
 _MAX_WAIT_STEP_S = 1.0  # re-reads the end offsets at least this often while waiting
+DEFAULT_MAX_SKEW_S = 60.0
+"""How far an announcement's heartbeat may lie from the broker's append time."""
+_REFUSALS_KEPT = 8
 
 
 class ReplicaRegistry:
@@ -48,6 +75,11 @@ class ReplicaRegistry:
         How long one :meth:`refresh` may take to read up to the topic's end.
     clock
         Epoch seconds (the announcers' heartbeat times are epoch milliseconds).
+    keys
+        The membership keys announcements must be signed with (None: the public half of
+        this user's default key, :meth:`MembershipKeys.default`).
+    max_skew_s
+        The most an announcement's heartbeat may differ from the broker's append time.
 
     Notes
     -----
@@ -63,8 +95,12 @@ class ReplicaRegistry:
         ttl_s: float | None = None,
         timeout_s: float = 30.0,
         clock: Callable[[], float] = time.time,
+        keys: MembershipKeys | None = None,
+        max_skew_s: float = DEFAULT_MAX_SKEW_S,
     ) -> None:
         self.changelog = changelog
+        self.keys = MembershipKeys.default() if keys is None else keys
+        self.max_skew_ms = int(max_skew_s * 1000)
         self.topic = changelog + REPLICAS_SUFFIX
         self.ttl_ms = None if ttl_s is None else int(ttl_s * 1000)
         self.timeout_s = timeout_s
@@ -77,7 +113,12 @@ class ReplicaRegistry:
         )
         self._next: dict[int, int] = {}
         self._latest: dict[bytes, ReplicaAnnouncement] = {}
+        self._partitions: int | None = None
+        self._create_time_warned = False
         self.malformed = 0
+        """Records refused (unsigned, a bad signature, malformed, a replay, a clock off)."""
+        self.refusals: list[str] = []
+        """Why the last few records were refused, newest last (for messages)."""
 
     # -- KIP-535 ----------------------------------------------------------------------------
     def replicas(self) -> ReplicaSet:
@@ -101,9 +142,14 @@ class ReplicaRegistry:
     def view(self) -> ReplicaSet:
         """The live replicas among what has been read so far (no Kafka request)."""
         now_ms = int(self._clock() * 1000)
-        return ReplicaSet.of(
-            self.changelog, self._latest.values(), now_ms=now_ms, ttl_ms=self.ttl_ms
+        view = ReplicaSet.of(
+            self.changelog,
+            self._latest.values(),
+            now_ms=now_ms,
+            ttl_ms=self.ttl_ms,
+            partitions=self._partitions,
         )
+        return view if not self.refusals else replace(view, refused=tuple(self.refusals))
 
     def refresh(self) -> None:
         """Read the replicas topic up to its current end.
@@ -117,6 +163,9 @@ class ReplicaRegistry:
         KafkaClientError
             The topic cannot be read within the timeout.
         """
+        count = clients.partition_count(self._consumer, self.changelog, self.timeout_s)
+        if count is not None:
+            self._partitions = count
         if not self._assigned():
             return
         ends = {
@@ -198,23 +247,71 @@ class ReplicaRegistry:
             self._skip(partition, offset, "it has no key")
             return
         if value is None:
-            self._latest.pop(key, None)
-            return
+            return  # anyone may write a tombstone: only a signed withdrawal removes a replica
         try:
-            announcement = ReplicaAnnouncement.from_bytes(value)
+            announcement = verified_announcement(
+                value, keys=self.keys, topic=self.topic, record_key=key
+            )
         except AnnouncementError as exc:
             self._skip(partition, offset, str(exc))
-            return
-        if announcement.replica_id.encode("utf-8") != key:
-            self._skip(partition, offset, f"its key is not replica {announcement.replica_id!r}")
             return
         if announcement.changelog != self.changelog:
             self._skip(partition, offset, f"it announces changelog {announcement.changelog!r}")
             return
-        self._latest[key] = announcement
+        seen_ms = self._seen_ms(message, announcement, partition, offset)
+        if seen_ms is None:
+            return
+        current = self._latest.get(key)
+        if current is not None and (announcement.started_ms, announcement.heartbeat_ms) < (
+            current.started_ms,
+            current.heartbeat_ms,
+        ):
+            self._skip(
+                partition,
+                offset,
+                f"it is older than the announcement of replica {announcement.replica_id!r} "
+                "read before (a replay)",
+            )
+            return
+        if announcement.withdrawn:
+            self._latest.pop(key, None)
+            return
+        self._latest[key] = replace(announcement, seen_ms=seen_ms)
+
+    def _seen_ms(
+        self, message: Message, announcement: ReplicaAnnouncement, partition: int, offset: int
+    ) -> int | None:
+        """When the record counts as made: the broker's append time (LogAppendTime), else
+        the signed heartbeat, never later than now by this reader's clock; None when its
+        heartbeat lies too far from the append time (refused)."""
+        now_ms = int(self._clock() * 1000)
+        kind, stamp = message.timestamp()
+        if kind != TIMESTAMP_LOG_APPEND_TIME:
+            if not self._create_time_warned:
+                self._create_time_warned = True
+                _log.warning(
+                    "replicas topic %s does not use LogAppendTime: liveness follows the "
+                    "announcers' signed clocks; set the topic's message.timestamp.type to "
+                    "LogAppendTime",
+                    self.topic,
+                )
+            return min(announcement.heartbeat_ms, now_ms)
+        skew = announcement.heartbeat_ms - stamp
+        if abs(skew) > self.max_skew_ms:
+            self._skip(
+                partition,
+                offset,
+                f"replica {announcement.replica_id!r} made it at {announcement.heartbeat_ms} "
+                f"but the broker appended it at {stamp} ({skew / 1000:+.1f} s, more than "
+                f"{self.max_skew_ms / 1000:g} s): a replayed record, or the announcer's clock "
+                "is off",
+            )
+            return None
+        return min(stamp, now_ms)
 
     def _skip(self, partition: int, offset: int, why: str) -> None:
         self.malformed += 1
+        self.refusals = [*self.refusals[-(_REFUSALS_KEPT - 1) :], f"{partition}@{offset}: {why}"]
         _log.warning("skipping replica record %s-%d@%d: %s", self.topic, partition, offset, why)
 
     def close(self) -> None:

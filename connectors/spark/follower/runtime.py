@@ -142,6 +142,7 @@ class FollowerRuntime:
             bootstrap_servers=self.options.bootstrap_servers,
             config=self.options.kafka,
             interval_ms=self.options.announce_interval_ms,
+            key_file=self.options.announce_key_file,
         )
 
     def check(self) -> None:

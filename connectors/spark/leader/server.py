@@ -250,6 +250,7 @@ class LeaderServer:
             bootstrap_servers=self.options.bootstrap_servers,
             config=self.options.kafka,
             interval_ms=self.settings.announce_interval_ms,
+            key_file=self.settings.announce_key_file,
         )
 
     # -- actions (on gRPC threads) ----------------------------------------------------------

@@ -43,6 +43,9 @@ class ReplicaRoute:
         trust (the replicas are many stores: no store id).
     max_lag
         Skip followers lagging by more than this on the key's partition (None: any).
+    membership_keys
+        PEM public keys the replicas' announcements must be signed with (empty: none is
+        believed).
     """
 
     changelog: str
@@ -50,6 +53,7 @@ class ReplicaRoute:
     credentials: ServeCredentials
     max_lag: int | None = None
     kafka_config: tuple[tuple[str, str], ...] = ()
+    membership_keys: bytes = b""
 
     @property
     def name(self) -> str:
@@ -61,20 +65,24 @@ class ReplicaRoute:
 def routed_key_lookup(route: ReplicaRoute) -> Iterator[KeyLookup]:
     """A :data:`KeyLookup` over ``route``'s replicas as announced when it starts: the
     announcements are read once, the replicas' clients kept until the block ends."""
-    import spark_statestore
     from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
     from spark_statestore.discovery import Router
+    from spark_statestore.discovery.signing import MembershipKeys
+    from spark_statestore.discovery.trust import connect_replica
 
     def connect(replica: Any) -> Any:
-        return spark_statestore.connect(
-            replica.location,
-            token=route.credentials.token,
-            tls_root_certs=route.credentials.tls_root_certs,
-        )
+        return connect_replica(replica, route.credentials)
 
+    keys = (
+        MembershipKeys.from_pem(route.membership_keys, "enrich's membership_keys_file")
+        if route.membership_keys
+        else MembershipKeys({}, "enrich's membership keys (none: the default key is missing)")
+    )
     config = dict(route.kafka_config)
     with (
-        ReplicaRegistry(route.bootstrap_servers, route.changelog, config=config) as registry,
+        ReplicaRegistry(
+            route.bootstrap_servers, route.changelog, config=config, keys=keys
+        ) as registry,
         Router(registry.view, connect, max_lag=route.max_lag) as router,
     ):
         registry.refresh()
