@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from spark_statestore import __version__
 from spark_statestore.cli.arguments import integer as _integer
 from spark_statestore.cli.arguments import seconds as _seconds
+from spark_statestore.cli.membership import add_membership_commands
 from spark_statestore.cli.store_commands import add_store_commands
 from spark_statestore.errors import StateStoreError, closest_hint
 
@@ -388,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(func=_cmd_bench)
     add_store_commands(sub)
+    add_membership_commands(sub)
     return parser
 
 

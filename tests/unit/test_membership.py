@@ -232,3 +232,36 @@ def test_an_announcement_made_from_a_store_names_this_loopback(make_store: Any) 
     store = make_store(topic=CHANGELOG, partitions=2)
     made = ReplicaAnnouncement.of_store(store, location="grpc://127.0.0.1:1", ttl_ms=1000)
     assert made.loopback == loopback_identity()
+
+
+# -- the CLI --------------------------------------------------------------------------------
+def test_membership_key_new_writes_an_owner_only_key_once(
+    tmp_path: Any, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    from spark_statestore.cli import main
+
+    path = tmp_path / "replicas.pem"
+    assert main(["membership-key", "new", str(path)]) == 0
+    public = capsysbinary.readouterr().out
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    key = MembershipKey.load(str(path), "x")
+    assert MembershipKeys.from_pem(public).keys == key.verifier().keys
+    assert main(["membership-key", "new", str(path)]) == 2  # never overwritten
+    assert MembershipKey.load(str(path), "x").key_id == key.key_id
+    assert main(["membership-key", "public", str(path)]) == 0
+    assert capsysbinary.readouterr().out == public
+
+
+def test_membership_keys_flag_fails_naming_the_file(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spark_statestore.cli import main
+
+    bad = tmp_path / "nothing.pem"
+    bad.write_text("no key here")
+    args = ["query", "--changelog", "c", "--bootstrap-servers", "b", "--all"]
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    code = main([*args, "--token-file", str(token), "--membership-keys", str(bad)])
+    assert code == 2
+    assert f"--membership-keys: {bad}" in capsys.readouterr().err
