@@ -1,13 +1,15 @@
 """Replica discovery through Kafka and KIP-535 key metadata.
 
 Every live owner of a store of a changelog announces itself on the changelog's compacted
-replicas topic (``<changelog>-replicas``, key = replica id, value = a
-:class:`ReplicaAnnouncement`); a tombstone on a clean stop, and an announcement older than
-its TTL counts as gone. :class:`ReplicaSet` holds the live replicas a reader found and
-answers ``metadata_for_key``, ``all_metadata`` and ``lags`` (KIP-535); a :class:`Router`
-sends IQv2 requests to the replicas that can answer them, failing over. The Kafka side (the
-announcer and the registry reading the topic) is in
-``spark_statestore.connectors.kafka.discovery``.
+replicas topic (``<changelog>-replicas``, key = replica id, value = a signed
+:class:`ReplicaAnnouncement`); a signed withdrawal on a clean stop, and an announcement
+older than its TTL (by the broker's clock) counts as gone. :class:`ReplicaSet` holds the
+live replicas a reader found and answers ``metadata_for_key``, ``all_metadata`` and
+``lags`` (KIP-535); a :class:`Router` sends IQv2 requests to the replicas that can answer
+them, failing over. Announcements are signed with a :class:`MembershipKey` and believed
+only under the reader's :class:`MembershipKeys`; :func:`connect_replica` sends the
+replicas' token only to a location it can verify. The Kafka side (the announcer and the
+registry reading the topic) is in ``spark_statestore.connectors.kafka.discovery``.
 """
 
 from spark_statestore.discovery.announcement import (
@@ -17,9 +19,15 @@ from spark_statestore.discovery.announcement import (
     ReplicaAnnouncement,
     host_info_of,
 )
-from spark_statestore.discovery.errors import AnnouncementError, DiscoveryError
+from spark_statestore.discovery.errors import (
+    AnnouncementError,
+    DiscoveryError,
+    UnverifiableReplicaError,
+)
 from spark_statestore.discovery.metadata import ReplicaSet
 from spark_statestore.discovery.router import Router, merged_rows
+from spark_statestore.discovery.signing import MembershipKey, MembershipKeys
+from spark_statestore.discovery.trust import connect_replica
 
 __all__ = [
     "ANNOUNCEMENT_FORMAT_VERSION",
@@ -27,9 +35,13 @@ __all__ = [
     "REPLICAS_SUFFIX",
     "AnnouncementError",
     "DiscoveryError",
+    "MembershipKey",
+    "MembershipKeys",
     "ReplicaAnnouncement",
     "ReplicaSet",
     "Router",
+    "UnverifiableReplicaError",
+    "connect_replica",
     "host_info_of",
     "merged_rows",
 ]
