@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from spark_statestore.errors import StateStoreError
 
-__all__ = ["AnnouncementError", "DiscoveryError", "UnverifiableReplicaError"]
+__all__ = [
+    "AnnouncementError",
+    "AnnouncementNotDeliveredError",
+    "DiscoveryError",
+    "UnverifiableReplicaError",
+]
 
 
 class DiscoveryError(StateStoreError):
@@ -20,3 +25,8 @@ class UnverifiableReplicaError(DiscoveryError):
     """A replica's announced location is one the reader cannot verify, so it is not sent the
     credential (a plain location beyond this host's loopback, TLS without configured roots,
     a unix socket)."""
+
+
+class AnnouncementNotDeliveredError(DiscoveryError):
+    """An announcement was still queued when its wait (at most its TTL) ended: Kafka is
+    slow, not refusing it."""

@@ -265,3 +265,50 @@ def test_membership_keys_flag_fails_naming_the_file(
     code = main([*args, "--token-file", str(token), "--membership-keys", str(bad)])
     assert code == 2
     assert f"--membership-keys: {bad}" in capsys.readouterr().err
+
+
+# -- the announcer's waits ------------------------------------------------------------------
+class _SlowProducer:
+    """A producer whose records are never delivered (a slow cluster): records what it was
+    asked to wait."""
+
+    def __init__(self) -> None:
+        self.produced: list[bytes | None] = []
+        self.waits: list[float] = []
+
+    def produce(self, topic: str, *, key: bytes, value: bytes | None, on_delivery: Any) -> None:
+        self.produced.append(value)
+
+    def flush(self, timeout: float) -> int:
+        self.waits.append(timeout)
+        return len(self.produced)  # still queued
+
+
+def test_an_announcer_waits_at_most_a_ttl_and_a_slow_first_delivery_is_not_fatal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Finding 6: the first announcement and the tombstone could each block 30 s, twice the
+    default TTL, after which neither matters any more."""
+    from spark_statestore.connectors.kafka import clients
+    from spark_statestore.connectors.kafka.discovery import announcer as module
+
+    producer = _SlowProducer()
+    monkeypatch.setattr(module, "ensure_replicas_topic", lambda *args: TOPIC)
+    monkeypatch.setattr(clients, "producer", lambda *args, **kwargs: producer)
+    announcer = module.ReplicaAnnouncer(
+        "unused:9092",
+        announcement(ttl_ms=2_000),
+        lambda: (announcement().position, {}),
+        interval_s=3600,
+        timeout_s=30,
+        key=KEY,
+    )
+    announcer.start()  # not delivered within its TTL: a warning, the heartbeats go on
+    assert announcer._thread is not None
+    announcer.close()
+    assert producer.waits == [2.0, 2.0]  # the first announcement; the withdrawal
+    first, withdrawal, tombstone = producer.produced
+    assert tombstone is None and first is not None and withdrawal is not None
+    assert verified_announcement(
+        withdrawal, keys=KEY.verifier(), topic=TOPIC, record_key=b"r1"
+    ).withdrawn

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import client_error
 from spark_statestore.discovery import REPLICAS_SUFFIX, DiscoveryError, ReplicaAnnouncement
+from spark_statestore.discovery.errors import AnnouncementNotDeliveredError
 from spark_statestore.discovery.records import announcement_record
 from spark_statestore.discovery.signing import MembershipKey
 from spark_statestore.errors import StateStoreError
@@ -82,7 +83,7 @@ def ensure_replicas_topic(
 
 
 class ReplicaAnnouncer:
-    """Publishes one replica's announcement on start, every ``interval_s``, and a tombstone
+    """Publishes one replica's announcement on start, every ``interval_s``, and a withdrawal
     on :meth:`close`.
 
     Parameters
@@ -96,8 +97,10 @@ class ReplicaAnnouncer:
     interval_s
         Seconds between heartbeats.
     timeout_s
-        How long creating the topic and delivering the first announcement and the tombstone
-        may take.
+        How long creating the topic may take. Delivering an announcement or the withdrawal
+        waits at most this and the announcement's TTL (past its TTL a record no longer
+        matters: the first one's delivery is then left to the heartbeats, a withdrawal to
+        the readers' TTL).
     key
         The membership key announcements are signed with (None: this user's default key,
         created when missing: :meth:`MembershipKey.default`).
@@ -154,7 +157,11 @@ class ReplicaAnnouncer:
             {"acks": "all", "linger.ms": 0, **self._config},
             what=f"replicas topic {self.topic!r}",
         )
-        self.announce()
+        try:
+            self.announce()
+        except AnnouncementNotDeliveredError as exc:
+            # Kafka is slow, not refusing: the heartbeats deliver it (the record stays queued)
+            _log.warning("%s; the heartbeats go on announcing it", exc)
         self._thread = threading.Thread(
             target=self._run, name=f"announcer-{self.topic}", daemon=True
         )
@@ -177,7 +184,14 @@ class ReplicaAnnouncer:
         self.heartbeats += 1
         return current
 
-    def _send(self, value: bytes | None) -> None:
+    @property
+    def delivery_timeout_s(self) -> float:
+        """How long a record's delivery is awaited: the timeout, at most the TTL."""
+        return min(self.timeout_s, self.announcement.ttl_ms / 1000)
+
+    def _send(self, *values: bytes | None) -> None:
+        """Produce ``values`` in order and wait for their delivery (at most
+        :attr:`delivery_timeout_s` for all of them)."""
         failures: list[Any] = []
 
         def delivered(error: Any, _message: Any) -> None:
@@ -189,13 +203,19 @@ class ReplicaAnnouncer:
             if producer is None:
                 raise DiscoveryError(f"the announcer of {self.topic!r} is not started")
             try:
-                producer.produce(self.topic, key=self.key, value=value, on_delivery=delivered)
-                left = producer.flush(self.timeout_s)
+                for value in values:
+                    producer.produce(self.topic, key=self.key, value=value, on_delivery=delivered)
+                left = producer.flush(self.delivery_timeout_s)
             except KafkaException as exc:
                 raise client_error(exc, f"cannot announce on {self.topic!r}") from exc
-        if failures or left:
-            what = "a tombstone" if value is None else "an announcement"
-            reason = failures[0] if failures else f"not delivered in {self.timeout_s} s"
+        what = "a withdrawal" if len(values) > 1 else "an announcement"
+        if left and not failures:
+            raise AnnouncementNotDeliveredError(
+                f"{what} of replica {self.announcement.replica_id!r} on {self.topic!r} was not "
+                f"delivered in {self.delivery_timeout_s:g} s (its TTL)"
+            )
+        if failures:
+            reason = failures[0]
             raise DiscoveryError(
                 f"{what} of replica {self.announcement.replica_id!r} on {self.topic!r} "
                 f"failed: {reason}"
@@ -224,10 +244,9 @@ class ReplicaAnnouncer:
             withdrawn = replace(
                 self.announcement, heartbeat_ms=int(time.time() * 1000), withdrawn=True
             )
-            self._send(announcement_record(withdrawn, self.membership_key))
-            self._send(None)
-        except StateStoreError as exc:  # the TTL covers an undelivered tombstone
-            _log.warning("replica tombstone on %s failed: %s", self.topic, exc)
+            self._send(announcement_record(withdrawn, self.membership_key), None)
+        except StateStoreError as exc:  # the TTL covers an undelivered withdrawal
+            _log.warning("replica withdrawal on %s failed: %s", self.topic, exc)
         finally:
             self._producer = None
 
