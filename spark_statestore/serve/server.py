@@ -52,6 +52,7 @@ from spark_statestore.serve.protocol import (
     ACTIONS,
     MAX_PIN_WAIT_S,
     MAX_REQUEST_BYTES,
+    MAX_RESULT_BYTES,
     DescribeReply,
     ScanTicket,
     StoreDescription,
@@ -130,6 +131,11 @@ class StoreServer:
         holds a server thread), in all and per client.
     max_request_bytes
         The largest ticket or action body accepted.
+    max_result_bytes
+        The most bytes of keys and values an IQv2 range, prefix or scan reply carries: a
+        larger answer is stopped while it is read and refused (``STORE_EXCEPTION``, saying
+        to read in pages: ``pin`` and ``do_get``, as a routed scan does), so no reply is
+        built beyond it.
     actions
         More actions, ``{name: (description, handler)}``: ``handler(body, client)`` gets the
         action's decoded JSON object and the caller's client id and returns the JSON object
@@ -161,6 +167,7 @@ class StoreServer:
         max_waiting: int = 16,
         max_waiting_per_client: int = 4,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_result_bytes: int = MAX_RESULT_BYTES,
         actions: Mapping[str, tuple[str, ActionHandler]] | None = None,
     ) -> None:
         if not isinstance(host, str) or not host.strip():
@@ -181,6 +188,7 @@ class StoreServer:
             ("max_waiting", max_waiting),
             ("max_waiting_per_client", max_waiting_per_client),
             ("max_request_bytes", max_request_bytes),
+            ("max_result_bytes", max_result_bytes),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ServerConfigError(f"{name} must be an int >= 1, got {value!r}")
@@ -207,6 +215,7 @@ class StoreServer:
         self.token = new_token() if token is None else check_token(token)
         self._tls = tls_certificates
         self._max_request_bytes = max_request_bytes
+        self._max_result_bytes = max_result_bytes
         self._max_waiting = max_waiting
         self._max_waiting_per_client = max_waiting_per_client
         self._waiting_by_client: dict[str, int] = {}
@@ -460,7 +469,7 @@ class StoreServer:
             if asked and not reached(store.metadata):
                 self._wait_for_commit(reached, wait_s, client)
         before = is_store_wide(store, store.metadata)
-        result = store.query(request)
+        result = store.query(request, max_result_bytes=self._max_result_bytes)
         # The rule is that of the snapshot the query took, a commit between these two: when
         # they differ the stricter is told, so the client never checks more loosely.
         return result, before or is_store_wide(store, store.metadata)
