@@ -51,7 +51,6 @@ from spark_statestore.serve.protocol import (
     ACTION_RELEASE,
     ACTION_STATS,
     MAX_PIN_WAIT_S,
-    MAX_REPLY_BYTES,
     DescribeReply,
     ScanTicket,
     StoreDescription,
@@ -70,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
+    "MAX_REPLY_BYTES",
     "PinnedSnapshotInfo",
     "StoreClient",
     "client_for_store",
@@ -81,6 +81,10 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1  # gRPC's limits are C ints
+
+MAX_REPLY_BYTES = 256 * 1024 * 1024
+"""The largest message a client accepts by default: one action reply or one streamed record
+batch (a server's ``batch_rows`` rows)."""
 
 DEFAULT_IDLE_TIMEOUT_S = 120.0
 """How long a scan waits by default for the server's next batch before failing."""

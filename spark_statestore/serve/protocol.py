@@ -73,9 +73,7 @@ __all__ = [
     "ACTION_RELEASE",
     "ACTION_STATS",
     "MAX_PIN_WAIT_S",
-    "MAX_REPLY_BYTES",
     "MAX_REQUEST_BYTES",
-    "MAX_RESULT_BYTES",
     "DescribeReply",
     "ScanTicket",
     "StoreDescription",
@@ -109,13 +107,6 @@ _INT32_MAX: Final = 2**31 - 1
 MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
 """The largest ticket or action body a server accepts by default (a ``keys`` lookup of
 100,000 keys of 100 bytes is about 14 MB of base64 JSON)."""
-MAX_RESULT_BYTES: Final = 16 * 1024 * 1024
-"""The most bytes of keys and values one IQv2 range, prefix or scan reply of a server carries
-by default (its base64 JSON is about 4/3 of it): larger answers are refused, to be read in
-pages from a pinned snapshot."""
-MAX_REPLY_BYTES: Final = 256 * 1024 * 1024
-"""The largest message a client accepts by default: one action reply or one streamed record
-batch (a server's ``batch_rows`` rows)."""
 
 
 @dataclass(frozen=True, slots=True)

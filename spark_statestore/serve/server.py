@@ -52,7 +52,6 @@ from spark_statestore.serve.protocol import (
     ACTIONS,
     MAX_PIN_WAIT_S,
     MAX_REQUEST_BYTES,
-    MAX_RESULT_BYTES,
     DescribeReply,
     ScanTicket,
     StoreDescription,
@@ -76,7 +75,11 @@ if TYPE_CHECKING:
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.store import Store
 
-__all__ = ["ActionHandler", "StoreServer"]
+__all__ = ["MAX_RESULT_BYTES", "ActionHandler", "StoreServer"]
+
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+"""The most bytes of keys and values one IQv2 range, prefix or scan reply carries by default
+(its base64 JSON is about 4/3 of it): a larger answer is refused, to be read in pages."""
 
 ActionHandler = Callable[[Mapping[str, Any], str], dict[str, Any]]
 """An extra action of a :class:`StoreServer`: (decoded JSON body, client id) -> JSON reply."""
