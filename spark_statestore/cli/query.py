@@ -20,12 +20,13 @@ import json
 import re
 import struct
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from spark_statestore.cli.errors import CommandError, StaleStoreError
+from spark_statestore.discovery.scan import DEFAULT_PAGE_ROWS
 from spark_statestore.errors import InvalidPositionError, OptionError
 from spark_statestore.integer_spec import ascii_integer
 from spark_statestore.position import Position, PositionBound
@@ -76,6 +77,8 @@ class QueryOptions:
     bootstrap_servers, kafka_config
         Where to read the changelog's end offsets for ``max_lag`` when no live follower
         reports its lags.
+    page_rows
+        The most rows of one page of a routed scan (``--changelog``).
     """
 
     target: StoreTarget
@@ -89,6 +92,7 @@ class QueryOptions:
     max_lag: int | None = None
     bootstrap_servers: str | None = None
     kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    page_rows: int = DEFAULT_PAGE_ROWS
 
     @classmethod
     def from_cli(
@@ -112,6 +116,7 @@ class QueryOptions:
         token_file: str | None = None,
         tls_root_cert: str | None = None,
         changelog: str | None = None,
+        page_rows: int | None = None,
     ) -> QueryOptions:
         """Build the options from the command's flags (no key, range or prefix: ``--all``).
 
@@ -121,7 +126,8 @@ class QueryOptions:
             Naming the flag: an empty path, a key not written in its ``--key-format``, a
             range over numbers below zero, a prefix of a numeric key, a malformed
             ``--position-bound``, a negative ``--max-lag`` or ``--limit``, a ``json`` value
-            format without ``--value-schema`` (or a schema without it).
+            format without ``--value-schema`` (or a schema without it), ``--page-rows``
+            below 1 or without ``--changelog``.
         """
         from spark_statestore.cli.store_state import StoreTarget
 
@@ -152,6 +158,8 @@ class QueryOptions:
         for flag, number in (("--max-lag", max_lag), ("--limit", limit)):
             if number is not None and number < 0:
                 raise OptionError(f"option {flag} must be >= 0, got {number}")
+        if page_rows is not None and (changelog is None or page_rows < 1):
+            raise OptionError(f"option --page-rows must be >= 1, with --changelog: {page_rows}")
         spec = _scan_spec(keys, key_range, prefix, key_format)
         if limit is not None:
             spec = spec.with_limit(limit)
@@ -183,6 +191,7 @@ class QueryOptions:
             max_lag=max_lag,
             bootstrap_servers=bootstrap_servers,
             kafka_config=kafka_config,
+            page_rows=DEFAULT_PAGE_ROWS if page_rows is None else page_rows,
         )
 
 
@@ -199,12 +208,16 @@ class Answer:
         The snapshot's position and commit (None: routed over several replicas).
     location
         What the rows come through (a server, the replicas); None when read from disk.
+    read_position
+        The position of the rows read, once they are, when it can differ from ``position``
+        (a routed scan that continued on a newer snapshot); None: ``position``.
     """
 
     batches: Iterator[pa.RecordBatch]
     position: Position
     commit_seq: int | None
     location: str | None
+    read_position: Callable[[], Position] | None = None
 
 
 def run_query(options: QueryOptions) -> int:
@@ -236,10 +249,8 @@ def run_query(options: QueryOptions) -> int:
     sys.stdout.flush()
     via = f"through {answer.location}" if answer.location else "from the store on disk"
     commit = "" if answer.commit_seq is None else f", commit {answer.commit_seq}"
-    print(
-        f"{count} row(s) {via}{commit}, position {answer.position.to_json()}",
-        file=sys.stderr,
-    )
+    position = answer.position if answer.read_position is None else answer.read_position()
+    print(f"{count} row(s) {via}{commit}, position {position.to_json()}", file=sys.stderr)
     return 0
 
 
