@@ -252,7 +252,7 @@ def add_store_commands(sub: Any) -> None:
         type=_integer,
         metavar="N",
         help="with --changelog: read a range, prefix or --all in pages of at most N rows per "
-        "replica (default 8192)",
+        "replica (default 4096)",
     )
     query.add_argument(
         "--as-of", type=_integer, metavar="MS", help="a versioned store's values at this time"

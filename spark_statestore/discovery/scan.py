@@ -69,7 +69,7 @@ __all__ = ["DEFAULT_PAGE_ROWS", "RoutedScan"]
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_PAGE_ROWS: Final = 8192
+DEFAULT_PAGE_ROWS: Final = 4096
 """The most rows one page of a routed scan holds (one ``do_get`` of a pinned snapshot)."""
 _MAX_STALLS: Final = 3  # replacements in a row that fail before their first page
 
