@@ -1,13 +1,17 @@
-"""Bounded replies: a server refuses an IQv2 scan answer larger than its cap while it reads
-it (never building it whole), and a client refuses any message larger than its own."""
+"""Bounded replies and caps: a server refuses an IQv2 scan answer larger than its cap while
+it reads it (never building it whole), a client refuses any message larger than its own, and
+a client's pins and waiting calls count against its peer, whatever id it declares."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from spark_statestore.position import Position, PositionBound
 from spark_statestore.query import (
     FailureReason,
     PrefixQuery,
@@ -15,7 +19,14 @@ from spark_statestore.query import (
     RawScanQuery,
     StateQueryRequest,
 )
-from spark_statestore.serve import ReplyTooLargeError, ServerConfigError, StoreClient, StoreServer
+from spark_statestore.serve import (
+    ReplyTooLargeError,
+    ServerConfigError,
+    StoreClient,
+    StoreServer,
+    TooManyPinsError,
+)
+from spark_statestore.serve.callers import caller_key, peer_of
 from spark_statestore.store import ScanSpec, Store
 from spark_statestore.store.queries import ROW_BYTES
 
@@ -106,3 +117,65 @@ def test_caps_must_be_positive_ints(make_store: MakeStore, value: Any) -> None:
     if value != 2**31:
         with pytest.raises(ServerConfigError, match="max_result_bytes"):
             StoreServer(make_store(), max_result_bytes=value)
+
+
+# -- caps a client cannot dodge by changing its declared id ------------------------------------
+def test_pins_are_capped_per_peer_whatever_id_a_client_declares(
+    served: Callable[..., StoreServer],
+) -> None:
+    """Every client here comes from 127.0.0.1, one peer: fresh ids (a new client each) get
+    no more than the peer's cap, short of the server's."""
+    server = served(max_pins=10, max_pins_per_client=2, max_pins_per_peer=4)
+    clients = [server.client() for _ in range(3)]
+    pins = [client.pin() for client in clients[:2] for _ in range(2)]
+    with pytest.raises(TooManyPinsError, match="max_pins_per_client=2"):
+        clients[0].pin()
+    with pytest.raises(
+        TooManyPinsError, match=r"peer 'ipv4:127\.0\.0\.1' hold 4 \(max_pins_per_peer=4"
+    ):
+        clients[2].pin()
+    clients[0].release(pins[0].snapshot_id)
+    assert clients[2].pin().snapshot_id
+
+
+def test_waiting_calls_are_capped_per_peer(served: Callable[..., StoreServer]) -> None:
+    server = served(max_waiting=6, max_waiting_per_client=2, max_waiting_per_peer=3)
+    bound = PositionBound.at(Position.from_map({"input": {0: 10_000}}))
+    waiters = [server.client(timeout_s=30) for _ in range(2)]
+    results: list[object] = []
+
+    def wait_with(client: StoreClient) -> None:
+        try:
+            results.append(client.pin(bound, wait_s=60))
+        except Exception as exc:  # reported below
+            results.append(exc)
+
+    threads = []
+    observer = server.client()
+    for count, client in enumerate([*waiters, waiters[0]], start=1):
+        threads.append(threading.Thread(target=wait_with, args=(client,)))
+        threads[-1].start()
+        while observer.stats()["waiting"] < count:
+            assert threads[-1].is_alive(), results
+            time.sleep(0.01)  # polling the server's state, not waiting for time
+    with pytest.raises(TooManyPinsError, match="max_waiting_per_peer=3"):
+        server.client().pin(bound, wait_s=60)
+    with server.store.begin() as txn:
+        txn.record_source("input", 0, 10_000)
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 3 and not any(isinstance(r, Exception) for r in results), results
+
+
+def test_caller_keys_name_the_peer_not_its_port() -> None:
+    same = caller_key("id-1", "ipv4:10.0.0.7:5001"), caller_key("id-1", "ipv4:10.0.0.7:6002")
+    assert same[0] == same[1] and peer_of(same[0]) == "ipv4:10.0.0.7"
+    assert caller_key("id-1", "ipv4:10.0.0.8:5001") != same[0]  # an id counts within its peer
+    assert peer_of(caller_key("x", "ipv6:[::1]:7000")) == "ipv6:[::1]"
+    assert peer_of(caller_key("x", "unix:/tmp/s.sock")) == "unix:/tmp/s.sock"
+    # Under mutual TLS the certificate's identity is the peer, wherever the call comes from.
+    tls = (
+        caller_key("x", "ipv4:10.0.0.7:5001", b"CN=reader"),
+        caller_key("y", "ipv4:10.9.9.9:1", b"CN=reader"),
+    )
+    assert {peer_of(key) for key in tls} == {"tls:CN=reader"}
