@@ -23,8 +23,8 @@ class UnboundedStore(Store):
     """A store that answers every query as if the request had no position bound: it says
     success, with its real position, under a bound it has not reached."""
 
-    def query(self, request: StateQueryRequest) -> StateQueryResult[Any]:
-        return super().query(request.with_position_bound(PositionBound.unbounded()))
+    def query(self, request: StateQueryRequest, **options: Any) -> StateQueryResult[Any]:
+        return super().query(request.with_position_bound(PositionBound.unbounded()), **options)
 
     def honest_query(self, request: StateQueryRequest) -> StateQueryResult[Any]:
         """The answer the store gives when it checks the bound, as every store does."""

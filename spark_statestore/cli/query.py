@@ -17,17 +17,16 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import re
-import struct
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from spark_statestore.cli.errors import CommandError, StaleStoreError
+from spark_statestore.cli.keys import key_bytes
+from spark_statestore.discovery.scan import DEFAULT_PAGE_ROWS
 from spark_statestore.errors import InvalidPositionError, OptionError
-from spark_statestore.integer_spec import ascii_integer
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.store.scan import ScanSpec
 
@@ -47,7 +46,6 @@ VALUE_FORMATS = (*KEY_FORMATS, "json")
 """How values are shown (binary: hex; json: decoded with ``--value-schema``)."""
 
 Output = Literal["table", "json"]
-_DECIMAL = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _ORDERED_NUMBERS = ("long", "int", "double")
 
 
@@ -76,6 +74,8 @@ class QueryOptions:
     bootstrap_servers, kafka_config
         Where to read the changelog's end offsets for ``max_lag`` when no live follower
         reports its lags.
+    page_rows
+        The most rows of one page of a routed scan (``--changelog``).
     """
 
     target: StoreTarget
@@ -89,6 +89,7 @@ class QueryOptions:
     max_lag: int | None = None
     bootstrap_servers: str | None = None
     kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    page_rows: int = DEFAULT_PAGE_ROWS
 
     @classmethod
     def from_cli(
@@ -113,6 +114,7 @@ class QueryOptions:
         tls_root_cert: str | None = None,
         changelog: str | None = None,
         membership_keys: str | None = None,
+        page_rows: int | None = None,
     ) -> QueryOptions:
         """Build the options from the command's flags (no key, range or prefix: ``--all``).
 
@@ -122,7 +124,8 @@ class QueryOptions:
             Naming the flag: an empty path, a key not written in its ``--key-format``, a
             range over numbers below zero, a prefix of a numeric key, a malformed
             ``--position-bound``, a negative ``--max-lag`` or ``--limit``, a ``json`` value
-            format without ``--value-schema`` (or a schema without it).
+            format without ``--value-schema`` (or a schema without it), ``--page-rows``
+            below 1 or without ``--changelog``.
         """
         from spark_statestore.cli.store_state import StoreTarget
 
@@ -156,6 +159,8 @@ class QueryOptions:
         for flag, number in (("--max-lag", max_lag), ("--limit", limit)):
             if number is not None and number < 0:
                 raise OptionError(f"option {flag} must be >= 0, got {number}")
+        if page_rows is not None and (changelog is None or page_rows < 1):
+            raise OptionError(f"option --page-rows must be >= 1, with --changelog: {page_rows}")
         spec = _scan_spec(keys, key_range, prefix, key_format)
         if limit is not None:
             spec = spec.with_limit(limit)
@@ -187,6 +192,7 @@ class QueryOptions:
             max_lag=max_lag,
             bootstrap_servers=bootstrap_servers,
             kafka_config=kafka_config,
+            page_rows=DEFAULT_PAGE_ROWS if page_rows is None else page_rows,
         )
 
 
@@ -203,12 +209,16 @@ class Answer:
         The snapshot's position and commit (None: routed over several replicas).
     location
         What the rows come through (a server, the replicas); None when read from disk.
+    read_position
+        The position of the rows read, once they are, when it can differ from ``position``
+        (a routed scan that continued on a newer snapshot); None: ``position``.
     """
 
     batches: Iterator[pa.RecordBatch]
     position: Position
     commit_seq: int | None
     location: str | None
+    read_position: Callable[[], Position] | None = None
 
 
 def run_query(options: QueryOptions) -> int:
@@ -240,10 +250,8 @@ def run_query(options: QueryOptions) -> int:
     sys.stdout.flush()
     via = f"through {answer.location}" if answer.location else "from the store on disk"
     commit = "" if answer.commit_seq is None else f", commit {answer.commit_seq}"
-    print(
-        f"{count} row(s) {via}{commit}, position {answer.position.to_json()}",
-        file=sys.stderr,
-    )
+    position = answer.position if answer.read_position is None else answer.read_position()
+    print(f"{count} row(s) {via}{commit}, position {position.to_json()}", file=sys.stderr)
     return 0
 
 
@@ -388,41 +396,6 @@ def _scan_spec(
             )
         return ScanSpec.with_prefix(key_bytes(prefix, key_format, "--prefix"))
     return ScanSpec.everything()
-
-
-def key_bytes(text: str, key_format: str, flag: str) -> bytes:
-    """The stored bytes of a key written in ``key_format`` on the command line.
-
-    Raises
-    ------
-    OptionError
-        Naming ``flag``, when ``text`` is not a value of that format.
-    """
-    if key_format == "string":
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise OptionError(f"option {flag}: {text!r} is not valid UTF-8 ({exc})") from None
-    if key_format == "binary":
-        try:
-            return bytes.fromhex(text)
-        except ValueError:
-            raise OptionError(
-                f"option {flag}: {text[:40]!r} is not hex (binary keys are written in hex, "
-                "e.g. 0a1b)"
-            ) from None
-    if key_format == "double":
-        if _DECIMAL.fullmatch(text) is None:
-            raise OptionError(f"option {flag}: {text[:40]!r} is not a decimal number")
-        return struct.pack(">d", float(text))
-    number = ascii_integer(text)
-    width = 8 if key_format == "long" else 4
-    if number is None or not -(1 << (width * 8 - 1)) <= number < 1 << (width * 8 - 1):
-        raise OptionError(
-            f"option {flag}: {text[:40]!r} is not a key of --key-format {key_format} (an "
-            f"integer in ASCII digits, {width * 8}-bit signed)"
-        )
-    return number.to_bytes(width, "big", signed=True)
 
 
 def _codecs(options: QueryOptions) -> tuple[ColumnCodec, ColumnCodec]:

@@ -6,10 +6,12 @@ The replicas announce themselves on ``<changelog>-replicas``
 least lagging follower within ``--max-lag``, failing over on errors; each answer is checked
 against ``--position-bound`` by the replica that gives it and again here, by the router and
 the replica's client (a replica that answers a bound it has not reached is failed over
-too). Keys become IQv2 ``KeyQuery``
-requests (one per key, to the key's partition), a range a ``RangeQuery``, a prefix a
-``PrefixQuery``, ``--all`` a ``RawScanQuery``; scans are merged in key order. IQv2 answers
-carry keys and values only: the rows' partition, offset and timestamp are unknown (``-``).
+too). Keys become IQv2 ``KeyQuery`` requests (one per key, to the key's partition; their
+rows' partition, offset and timestamp are unknown: ``-``). A range, a prefix and ``--all``
+are a :class:`~spark_statestore.discovery.RoutedScan`: one snapshot pinned per replica,
+read in pages of ``--page-rows`` rows and merged in key order as they print, so memory
+holds a page per replica whatever the store's size; ``--limit`` caps what each replica is
+asked for.
 
 Every replica is reached with the one token of ``--token-file``: each store server has its
 own token unless its owner was given one, so routing across replicas needs them to share it.
@@ -18,8 +20,7 @@ own token unless its owner was given one, so routing across replicas needs them 
 from __future__ import annotations
 
 import contextlib
-import itertools
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.cli.errors import CommandError, StaleStoreError
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from spark_statestore.cli.query import Answer, QueryOptions
+    from spark_statestore.discovery import RoutedScan, RoutedScanError, Router
     from spark_statestore.query import StateQueryResult
 
 __all__ = ["open_routed_answer"]
@@ -47,10 +49,10 @@ def open_routed_answer(options: QueryOptions) -> Iterator[Answer]:
     DiscoveryError
         No replica of the changelog is live.
     """
+    from spark_statestore.cli.query import Answer
     from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
-    from spark_statestore.discovery import Router
+    from spark_statestore.discovery import RoutedScan, RoutedScanError, Router
     from spark_statestore.discovery.trust import connect_replica
-    from spark_statestore.query import StateQueryRequest
     from spark_statestore.serve.auth import ServeCredentials
 
     target = options.target
@@ -61,6 +63,7 @@ def open_routed_answer(options: QueryOptions) -> Iterator[Answer]:
     def connect(replica: Any) -> Any:
         return connect_replica(replica, credentials)
 
+    where = f"the replicas of {changelog}"
     with (
         ReplicaRegistry(
             bootstrap, changelog, config=options.kafka_config, keys=target.membership_keys
@@ -68,39 +71,95 @@ def open_routed_answer(options: QueryOptions) -> Iterator[Answer]:
         Router(registry.view, connect, max_lag=options.max_lag) as router,
     ):
         registry.refresh()
-        rows: list[tuple[bytes, bytes]] = []
-        position = Position.empty()
-        for query in _queries(options):
-            request = (
-                StateQueryRequest.in_store(changelog)
-                .with_query(query)
-                .with_position_bound(options.position_bound)
+        if options.scan.keys is not None:
+            rows, position = _key_rows(router, options, changelog)
+            yield Answer(iter([_batch(rows)]), position, None, where)
+            return
+        try:
+            scan = RoutedScan.open(
+                router,
+                _request(options, changelog),
+                wait_s=options.bound_timeout_s,
+                limit=options.scan.limit,
+                page_rows=options.page_rows,
             )
-            result = router.query(request, wait_s=options.bound_timeout_s)
-            _check(result, changelog)
-            position = position.merge(result.position)
-            rows.extend(_rows(query, result))
-    rows.sort(key=lambda row: row[0])
-    if options.scan.limit is not None:
-        rows = list(itertools.islice(rows, options.scan.limit))
-    from spark_statestore.cli.query import Answer
+        except RoutedScanError as exc:
+            raise _refusal(exc, changelog) from exc
+        with scan:
+            batches = _checked_batches(scan, changelog)
+            try:
+                yield Answer(
+                    batches, scan.position, None, where, read_position=lambda: scan.position
+                )
+            finally:
+                batches.close()
 
-    yield Answer(iter([_batch(rows)]), position, None, f"the replicas of {changelog}")
 
-
-def _queries(options: QueryOptions) -> list[Any]:
-    from spark_statestore.query import KeyQuery, PrefixQuery, RangeQuery, RawScanQuery
+def _request(options: QueryOptions, changelog: str) -> Any:
+    from spark_statestore.query import PrefixQuery, RangeQuery, RawScanQuery, StateQueryRequest
 
     scan = options.scan
     if scan.as_of is not None:
         raise CommandError("--as-of is not routed yet: query a replica by its path or location")
-    if scan.keys is not None:
-        return [KeyQuery.with_key(key) for key in scan.keys]
     if scan.prefix is not None:
-        return [PrefixQuery.with_prefix(scan.prefix)]
-    if scan.lower is not None or scan.upper is not None:
-        return [RangeQuery.with_range(scan.lower, scan.upper)]
-    return [RawScanQuery.scan()]
+        query: Any = PrefixQuery.with_prefix(scan.prefix)
+    elif scan.lower is not None or scan.upper is not None:
+        query = RangeQuery.with_range(scan.lower, scan.upper)
+    else:
+        query = RawScanQuery.scan()
+    return (
+        StateQueryRequest.in_store(changelog)
+        .with_query(query)
+        .with_position_bound(options.position_bound)
+    )
+
+
+def _key_rows(
+    router: Router, options: QueryOptions, changelog: str
+) -> tuple[list[tuple[bytes, bytes]], Position]:
+    """The rows of ``--key`` lookups, keys ascending, up to ``--limit``, and their merged
+    position (one routed ``KeyQuery`` per key, until the limit is met)."""
+    from spark_statestore.query import KeyQuery, StateQueryRequest
+
+    scan = options.scan
+    assert scan.keys is not None
+    rows: list[tuple[bytes, bytes]] = []
+    position = Position.empty()
+    for key in scan.keys:  # sorted and distinct
+        if scan.limit is not None and len(rows) >= scan.limit:
+            break
+        request = (
+            StateQueryRequest.in_store(changelog)
+            .with_query(KeyQuery.with_key(key))
+            .with_position_bound(options.position_bound)
+        )
+        result = router.query(request, wait_s=options.bound_timeout_s)
+        _check(result, changelog)
+        position = position.merge(result.position)
+        rows.extend((key, r.result) for r in result.partition_results.values() if r.result)
+    return rows, position
+
+
+def _checked_batches(scan: RoutedScan, changelog: str) -> Generator[pa.RecordBatch, None, None]:
+    """The scan's batches; a replica lost mid-scan that none could replace ends them with
+    the command's error."""
+    from spark_statestore.discovery import RoutedScanError
+
+    try:
+        yield from scan.batches()
+    except RoutedScanError as exc:
+        raise _refusal(exc, changelog) from exc
+
+
+def _refusal(exc: RoutedScanError, changelog: str) -> CommandError:
+    """The command's error for a scan no replica could serve: exit 3 (stale) when the first
+    partition that failed had its replicas all behind the bound or ``--max-lag``, else 2."""
+    from spark_statestore.query import FailureReason
+
+    failed = [answer for _, answer in sorted(exc.failures.items())]
+    if failed and failed[0].failure_reason is FailureReason.NOT_UP_TO_BOUND:
+        return StaleStoreError(f"{changelog}: {exc}")
+    return CommandError(f"{changelog}: {exc}")
 
 
 def _check(result: StateQueryResult[Any], changelog: str) -> None:
@@ -114,16 +173,6 @@ def _check(result: StateQueryResult[Any], changelog: str) -> None:
             raise StaleStoreError(f"NOT_UP_TO_BOUND: {message}")
         reason = answer.failure_reason.value if answer.failure_reason else "failure"
         raise CommandError(f"{reason}: {message}")
-
-
-def _rows(query: Any, result: StateQueryResult[Any]) -> list[tuple[bytes, bytes]]:
-    from spark_statestore.discovery import merged_rows
-    from spark_statestore.query import KeyQuery
-
-    if isinstance(query, KeyQuery):
-        found = [r.result for r in result.partition_results.values() if r.result is not None]
-        return [(query.key, value) for value in found]
-    return [(bytes(key), bytes(value)) for key, value in merged_rows(result)]
 
 
 def _batch(rows: list[tuple[bytes, bytes]]) -> pa.RecordBatch:

@@ -136,6 +136,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         bootstrap_servers=args.bootstrap_servers,
         kafka=args.kafka,
         membership_keys=args.membership_keys,
+        page_rows=args.page_rows,
     )
     return run_query(options)
 
@@ -269,6 +270,13 @@ def add_store_commands(sub: Any) -> None:
         "--max-lag", type=_integer, metavar="N", help="refuse a store lagging more than N records"
     )
     query.add_argument("--limit", type=_integer, metavar="N", help="at most N rows")
+    query.add_argument(
+        "--page-rows",
+        type=_integer,
+        metavar="N",
+        help="with --changelog: read a range, prefix or --all in pages of at most N rows per "
+        "replica (default 4096)",
+    )
     query.add_argument(
         "--as-of", type=_integer, metavar="MS", help="a versioned store's values at this time"
     )

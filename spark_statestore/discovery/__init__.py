@@ -8,7 +8,8 @@ live replicas a reader found and answers ``metadata_for_key``, ``all_metadata`` 
 ``lags`` (KIP-535); a :class:`Router` sends IQv2 requests to the replicas that can answer
 them, failing over. Announcements are signed with a :class:`MembershipKey` and believed
 only under the reader's :class:`MembershipKeys`; :func:`connect_replica` sends the
-replicas' token only to a location it can verify. The Kafka side (the announcer and the
+replicas' token only to a location it can verify; a :class:`RoutedScan` reads large
+scans in pages of pinned snapshots. The Kafka side (the announcer and the
 registry reading the topic) is in ``spark_statestore.connectors.kafka.discovery``.
 """
 
@@ -22,10 +23,12 @@ from spark_statestore.discovery.announcement import (
 from spark_statestore.discovery.errors import (
     AnnouncementError,
     DiscoveryError,
+    RoutedScanError,
     UnverifiableReplicaError,
 )
 from spark_statestore.discovery.metadata import ReplicaSet
 from spark_statestore.discovery.router import Router, merged_rows
+from spark_statestore.discovery.scan import RoutedScan
 from spark_statestore.discovery.signing import MembershipKey, MembershipKeys
 from spark_statestore.discovery.trust import connect_replica
 
@@ -39,6 +42,8 @@ __all__ = [
     "MembershipKeys",
     "ReplicaAnnouncement",
     "ReplicaSet",
+    "RoutedScan",
+    "RoutedScanError",
     "Router",
     "UnverifiableReplicaError",
     "connect_replica",

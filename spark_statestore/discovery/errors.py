@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from spark_statestore.errors import StateStoreError
 
 __all__ = [
     "AnnouncementError",
     "AnnouncementNotDeliveredError",
     "DiscoveryError",
+    "RoutedScanError",
     "UnverifiableReplicaError",
 ]
 
@@ -30,3 +34,17 @@ class UnverifiableReplicaError(DiscoveryError):
 class AnnouncementNotDeliveredError(DiscoveryError):
     """An announcement was still queued when its wait (at most its TTL) ended: Kafka is
     slow, not refusing it."""
+
+
+class RoutedScanError(DiscoveryError):
+    """A routed scan could not read some partitions: no replica could pin a snapshot for
+    them, or one failed in the middle and none could continue from there.
+
+    ``failures`` holds the last routing's failed result of each partition (as
+    ``Router.query`` gives them: reason and message naming the replicas asked); empty when
+    the scan gave up for another reason (the message says which).
+    """
+
+    def __init__(self, message: str, failures: Mapping[int, Any]) -> None:
+        super().__init__(message)
+        self.failures = dict(failures)

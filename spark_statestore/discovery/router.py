@@ -14,7 +14,9 @@ candidate of, and the answers are put together partition by partition
 (:func:`merged_rows` merges them in key order).
 
 Each replica is asked under its own store name (announced with it), so replicas of one
-changelog need not share a name.
+changelog need not share a name. A request's ``wait_s`` (how long replicas may wait for its
+position bound) is one deadline for the whole call: each candidate asked is given what is
+left of it, so a call never waits ``wait_s`` once per candidate.
 
 A partition whose replica fails (it does not answer, the call times out, or it answers
 NOT_UP_TO_BOUND, NOT_ACTIVE, NOT_PRESENT or STORE_EXCEPTION) is asked of its next candidate.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -62,7 +65,7 @@ from spark_statestore.query import (
 )
 from spark_statestore.store.manifest import Role
 
-__all__ = ["Router", "merged_rows"]
+__all__ = ["ReplicaAsk", "Router", "merged_rows"]
 
 _log = logging.getLogger(__name__)
 
@@ -75,6 +78,10 @@ _RETRIED = {
     FailureReason.STORE_EXCEPTION,
 }
 _UNLAGGED = 0
+
+ReplicaAsk = Callable[[ReplicaAnnouncement, Any, StateQueryRequest, float], "StateQueryResult[Any]"]
+"""How :meth:`Router.route` asks one replica: ``(replica, its client, the request for the
+partitions it is asked, seconds left to wait for the bound) -> its answer``."""
 
 
 class Router:
@@ -112,11 +119,25 @@ class Router:
     def query(self, request: StateQueryRequest, *, wait_s: float = 0.0) -> StateQueryResult[Any]:
         """Route ``request``; one result per partition asked (a key query: the key's).
 
+        ``wait_s`` is the longest the whole call waits for replicas to reach the request's
+        bound: one deadline across the candidates asked in turn, each given what is left of
+        it (once it has passed, the next candidates answer at once).
+
         Raises
         ------
         DiscoveryError
             When no replica is live, so not even the partition count is known.
         """
+        return self.route(request, _query_replica, wait_s=wait_s)
+
+    def route(
+        self, request: StateQueryRequest, ask: ReplicaAsk, *, wait_s: float = 0.0
+    ) -> StateQueryResult[Any]:
+        """Route ``request`` as :meth:`query` does (the same candidates, lag checks, bound
+        checks of each answer, failover and failures), asking each replica with
+        ``ask(replica, client, request, wait_s)`` instead of its ``query`` (e.g. to pin a
+        snapshot per replica: :mod:`~spark_statestore.discovery.scan`)."""
+        deadline = time.monotonic() + wait_s
         view = self._replicas()
         count = view.partitions
         if count is None:
@@ -159,7 +180,8 @@ class Router:
                 asking = request.with_partitions(set(asked))
                 if replica.store_name is not None:  # each replica answers to its own name
                     asking = replace(asking, store_name=replica.store_name)
-                answers = self._ask(replica, asking, wait_s)
+                left = max(0.0, deadline - time.monotonic())
+                answers = self._ask(replica, asking, ask, left)
                 for partition in asked:
                     tried[partition].append(_describe(replica, partition))
                     if isinstance(answers, str):
@@ -226,7 +248,11 @@ class Router:
         return sorted(found, key=rank)
 
     def _ask(
-        self, replica: ReplicaAnnouncement, request: StateQueryRequest, wait_s: float
+        self,
+        replica: ReplicaAnnouncement,
+        request: StateQueryRequest,
+        ask: ReplicaAsk,
+        wait_s: float,
     ) -> dict[int, QueryResult[Any]] | str:
         """The replica's answers by partition, or why it could not be asked (the client's
         error: unreachable, timed out, refused our token, ...).
@@ -252,7 +278,7 @@ class Router:
                     if not asked:
                         return lagging
                     request = request.with_partitions(asked)
-            answer = self._checked(replica, request, client.query(request, wait_s=wait_s))
+            answer = self._checked(replica, request, ask(replica, client, request, wait_s))
         except (ServeError, UnverifiableReplicaError, OSError, TimeoutError) as exc:
             _log.warning(
                 "replica %s at %s of %s did not answer: %s",
@@ -356,6 +382,13 @@ class Router:
             if error is not None:
                 why += f"; the last one asked did not: {error}"
         return QueryResult.for_failure(reason, f"{why} (replicas: {seen}{attempts})", position)
+
+
+def _query_replica(
+    replica: ReplicaAnnouncement, client: Any, request: StateQueryRequest, wait_s: float
+) -> StateQueryResult[Any]:
+    answer: StateQueryResult[Any] = client.query(request, wait_s=wait_s)
+    return answer
 
 
 def _key_of(query: Any) -> bytes | None:

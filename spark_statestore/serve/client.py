@@ -34,6 +34,7 @@ from spark_statestore.serve.auth import (
 from spark_statestore.serve.errors import (
     AuthenticationError,
     BadRequestError,
+    ReplyTooLargeError,
     ServeError,
     ServerConfigError,
     ServerUnavailableError,
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
+    "MAX_REPLY_BYTES",
     "PinnedSnapshotInfo",
     "StoreClient",
     "client_for_store",
@@ -77,6 +79,12 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+_INT32_MAX = 2**31 - 1  # gRPC's limits are C ints
+
+MAX_REPLY_BYTES = 256 * 1024 * 1024
+"""The largest message a client accepts by default: one action reply or one streamed record
+batch (a server's ``batch_rows`` rows)."""
 
 DEFAULT_IDLE_TIMEOUT_S = 120.0
 """How long a scan waits by default for the server's next batch before failing."""
@@ -156,11 +164,16 @@ class StoreClient:
     store_id
         The id of the store the caller means: a pin or describe answered by a server of
         another store raises :class:`~spark_statestore.serve.errors.WrongStoreError`.
+    max_reply_bytes
+        The largest message accepted: one action reply or one streamed record batch. gRPC
+        refuses a larger one before buffering it whole, and the call raises
+        :class:`~spark_statestore.serve.errors.ReplyTooLargeError`.
 
     Raises
     ------
     ServerConfigError
-        If ``location`` is not a string or a timeout is not a positive number.
+        If ``location`` is not a string, a timeout is not a positive number or
+        ``max_reply_bytes`` is not an int >= 1.
     """
 
     def __init__(
@@ -173,6 +186,7 @@ class StoreClient:
         token: str | None = None,
         tls_root_certs: bytes | None = None,
         store_id: str | None = None,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         if not isinstance(location, str) or "://" not in location:
             raise ServerConfigError(
@@ -187,6 +201,15 @@ class StoreClient:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ServerConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if (
+            isinstance(max_reply_bytes, bool)
+            or not isinstance(max_reply_bytes, int)
+            or not 1 <= max_reply_bytes <= _INT32_MAX
+        ):
+            raise ServerConfigError(
+                f"max_reply_bytes must be an int in [1, 2**31-1], got {max_reply_bytes!r}"
+            )
+        self.max_reply_bytes = max_reply_bytes
         self.location = location
         self.timeout_s = timeout_s
         self.scan_timeout_s = scan_timeout_s
@@ -557,7 +580,9 @@ class StoreClient:
 
                 try:
                     self._client = flight.FlightClient(
-                        self.location, tls_root_certs=self._tls_root_certs
+                        self.location,
+                        tls_root_certs=self._tls_root_certs,
+                        generic_options=[("grpc.max_receive_message_length", self.max_reply_bytes)],
                     )
                 except pa.ArrowException as exc:
                     raise ServerConfigError(
@@ -568,6 +593,18 @@ class StoreClient:
             return self._client
 
     def _translate(self, exc: BaseException) -> ServeError:
+        import pyarrow.flight as flight
+
+        if isinstance(exc, flight.FlightCancelledError):
+            # This client cancels only streams its caller stopped (or the idle watch, told
+            # apart before): gRPC cancels a call whose message outgrew the receive limit.
+            return ReplyTooLargeError(
+                f"store server {self.location} sent a message larger than this client "
+                f"accepts (max_reply_bytes={self.max_reply_bytes:,}): read large answers in "
+                "pages (spark_statestore.discovery.RoutedScan, or pin and scan with a "
+                "limit), narrow the query, or raise max_reply_bytes",
+                self.location,
+            )
         return translate_flight_error(exc, self.location)
 
     def close(self) -> None:

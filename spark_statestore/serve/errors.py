@@ -17,6 +17,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "RemoteStoreError",
+    "ReplyTooLargeError",
     "ServeError",
     "ServerConfigError",
     "ServerUnavailableError",
@@ -98,6 +99,13 @@ class RemoteStoreError(ServeError):
     kind = "store_error"
 
 
+class ReplyTooLargeError(ServeError):
+    """A reply outgrew the client's ``max_reply_bytes``: gRPC refused it before it was
+    buffered whole. Read large answers in pages (a pinned snapshot's scan)."""
+
+    kind = "reply_too_large"
+
+
 _KINDS: dict[str, type[ServeError]] = {
     cls.kind: cls
     for cls in (
@@ -111,6 +119,7 @@ _KINDS: dict[str, type[ServeError]] = {
         RemoteStoreError,
         AuthenticationError,
         WrongStoreError,
+        ReplyTooLargeError,
     )
 }
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spark_statestore.serve.callers import CallerCounts
 from spark_statestore.serve.errors import SnapshotExpiredError, TooManyPinsError
 
 if TYPE_CHECKING:
@@ -54,8 +55,9 @@ class PinRegistry:
         Seconds without use after which a pin expires.
     max_pins
         The most pins alive at once.
-    max_pins_per_client
-        The most pins alive at once for one client id (None: only ``max_pins``).
+    max_pins_per_client, max_pins_per_peer
+        The most pins alive at once for one client, and for the clients of one peer
+        (None: only ``max_pins``); see :mod:`~spark_statestore.serve.callers`.
     clock
         Monotonic seconds (injectable for tests).
     where
@@ -70,11 +72,16 @@ class PinRegistry:
         clock: Callable[[], float],
         where: str,
         max_pins_per_client: int | None = None,
+        max_pins_per_peer: int | None = None,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_pins = max_pins
-        self.max_pins_per_client = max_pins_per_client
-        self._by_client: dict[str, int] = {}
+        self._held = CallerCounts(
+            per_client=max_pins_per_client,
+            per_peer=max_pins_per_peer,
+            client_option="max_pins_per_client",
+            peer_option="max_pins_per_peer",
+        )
         self.where = where
         self._clock = clock
         self._lock = threading.Lock()
@@ -87,14 +94,15 @@ class PinRegistry:
             return len(self._pins)
 
     def pin(self, snapshot: Snapshot, *, client: str = "") -> str:
-        """Register ``snapshot`` for ``client`` and return its new id; the registry closes
-        it from now on.
+        """Register ``snapshot`` for ``client`` (a
+        :func:`~spark_statestore.serve.callers.caller_key`) and return its new id; the
+        registry closes it from now on.
 
         Raises
         ------
         TooManyPinsError
-            If ``max_pins`` pins are alive, or ``max_pins_per_client`` of ``client``
-            (``snapshot`` is closed then).
+            If ``max_pins`` pins are alive, or ``max_pins_per_client`` of ``client``, or
+            ``max_pins_per_peer`` of its peer's clients (``snapshot`` is closed then).
         SnapshotExpiredError
             If the registry is closed (the server is shutting down).
         """
@@ -112,21 +120,17 @@ class PinRegistry:
                     "use), or start the server with a larger max_pins",
                     self.where,
                 )
-            elif (
-                self.max_pins_per_client is not None
-                and self._by_client.get(client, 0) >= self.max_pins_per_client
-            ):
+            elif (refused := self._held.refusal(client)) is not None:
                 error = TooManyPinsError(
-                    f"this client already holds {self._by_client[client]} pinned snapshots on "
-                    f"store server {self.where} (max_pins_per_client="
-                    f"{self.max_pins_per_client}); release snapshots when their query is done, "
-                    f"or wait for idle pins to expire ({self.ttl_s:g} s without use)",
+                    f"store server {self.where} refuses another pinned snapshot: {refused}; "
+                    "release snapshots when their query is done, or wait for idle pins to "
+                    f"expire ({self.ttl_s:g} s without use)",
                     self.where,
                 )
             else:
                 error = None
                 self._pins[snapshot_id] = _Pin(snapshot, self._clock(), client)
-                self._by_client[client] = self._by_client.get(client, 0) + 1
+                self._held.add(client)
         if error is not None:
             snapshot.close()
             raise error
@@ -214,7 +218,7 @@ class PinRegistry:
             self._closed = True
             pins = list(self._pins.items())
             self._pins.clear()
-            self._by_client.clear()
+            self._held.clear()
             for snapshot_id, pin in pins:
                 pin.dropped = True
                 self._forget(snapshot_id, "was dropped when the server closed")
@@ -224,11 +228,7 @@ class PinRegistry:
 
     # -- internals ------------------------------------------------------------------------
     def _uncount(self, pin: _Pin) -> None:
-        left = self._by_client[pin.client] - 1
-        if left:
-            self._by_client[pin.client] = left
-        else:
-            del self._by_client[pin.client]
+        self._held.remove(pin.client)
 
     def _forget(self, snapshot_id: str, why: str) -> None:
         self._forgotten[snapshot_id] = why

@@ -32,6 +32,7 @@ from spark_statestore.serve.auth import (
     token_matches,
     write_credentials,
 )
+from spark_statestore.serve.callers import CallerCounts, caller_key
 from spark_statestore.serve.errors import (
     BadRequestError,
     RemoteStoreError,
@@ -75,7 +76,11 @@ if TYPE_CHECKING:
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.store import Store
 
-__all__ = ["ActionHandler", "StoreServer"]
+__all__ = ["MAX_RESULT_BYTES", "ActionHandler", "StoreServer"]
+
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+"""The most bytes of keys and values one IQv2 range, prefix or scan reply carries by default
+(its base64 JSON is about 4/3 of it): a larger answer is refused, to be read in pages."""
 
 ActionHandler = Callable[[Mapping[str, Any], str], dict[str, Any]]
 """An extra action of a :class:`StoreServer`: (decoded JSON body, client id) -> JSON reply."""
@@ -123,13 +128,22 @@ class StoreServer:
     tls_certificates
         ``(certificate chain PEM, private key PEM)`` to serve ``grpc+tls``; required on a
         ``host`` beyond loopback.
-    max_pins_per_client
-        The most pins one client (its ``x-spark-statestore-client`` id) holds at once.
-    max_waiting, max_waiting_per_client
+    max_pins_per_client, max_pins_per_peer
+        The most pins one client (its ``x-spark-statestore-client`` id, within its peer)
+        holds at once, and the clients of one peer together: the identity of their client
+        certificate under mutual TLS, else their network address (a client that changes its
+        declared id is still held by its peer's cap; see
+        :mod:`~spark_statestore.serve.callers`).
+    max_waiting, max_waiting_per_client, max_waiting_per_peer
         The most ``pin`` and ``query`` calls waiting for a position bound at once (each
-        holds a server thread), in all and per client.
+        holds a server thread), in all, per client and per peer.
     max_request_bytes
         The largest ticket or action body accepted.
+    max_result_bytes
+        The most bytes of keys and values an IQv2 range, prefix or scan reply carries: a
+        larger answer is stopped while it is read and refused (``STORE_EXCEPTION``, saying
+        to read in pages: ``pin`` and ``do_get``, as a routed scan does), so no reply is
+        built beyond it.
     actions
         More actions, ``{name: (description, handler)}``: ``handler(body, client)`` gets the
         action's decoded JSON object and the caller's client id and returns the JSON object
@@ -158,9 +172,12 @@ class StoreServer:
         token: str | None = None,
         tls_certificates: tuple[bytes, bytes] | None = None,
         max_pins_per_client: int = 16,
+        max_pins_per_peer: int = 32,
         max_waiting: int = 16,
         max_waiting_per_client: int = 4,
+        max_waiting_per_peer: int = 8,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_result_bytes: int = MAX_RESULT_BYTES,
         actions: Mapping[str, tuple[str, ActionHandler]] | None = None,
     ) -> None:
         if not isinstance(host, str) or not host.strip():
@@ -178,9 +195,12 @@ class StoreServer:
         for name, value in (
             ("batch_rows", batch_rows),
             ("max_pins_per_client", max_pins_per_client),
+            ("max_pins_per_peer", max_pins_per_peer),
             ("max_waiting", max_waiting),
             ("max_waiting_per_client", max_waiting_per_client),
+            ("max_waiting_per_peer", max_waiting_per_peer),
             ("max_request_bytes", max_request_bytes),
+            ("max_result_bytes", max_result_bytes),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ServerConfigError(f"{name} must be an int >= 1, got {value!r}")
@@ -207,9 +227,14 @@ class StoreServer:
         self.token = new_token() if token is None else check_token(token)
         self._tls = tls_certificates
         self._max_request_bytes = max_request_bytes
+        self._max_result_bytes = max_result_bytes
         self._max_waiting = max_waiting
-        self._max_waiting_per_client = max_waiting_per_client
-        self._waiting_by_client: dict[str, int] = {}
+        self._waiting_by = CallerCounts(
+            per_client=max_waiting_per_client,
+            per_peer=max_waiting_per_peer,
+            client_option="max_waiting_per_client",
+            peer_option="max_waiting_per_peer",
+        )
         self.store = store
         self.host = host
         self._port = port
@@ -220,6 +245,7 @@ class StoreServer:
             ttl_s=float(pin_ttl_s),
             max_pins=max_pins,
             max_pins_per_client=max_pins_per_client,
+            max_pins_per_peer=max_pins_per_peer,
             clock=clock,
             where=f"of store {store.path}",
         )
@@ -460,7 +486,7 @@ class StoreServer:
             if asked and not reached(store.metadata):
                 self._wait_for_commit(reached, wait_s, client)
         before = is_store_wide(store, store.metadata)
-        result = store.query(request)
+        result = store.query(request, max_result_bytes=self._max_result_bytes)
         # The rule is that of the snapshot the query took, a commit between these two: when
         # they differ the stricter is told, so the client never checks more loosely.
         return result, before or is_store_wide(store, store.metadata)
@@ -475,30 +501,23 @@ class StoreServer:
         finally:
             with self._lock:
                 self._waiting -= 1
-                left = self._waiting_by_client[client] - 1
-                if left:
-                    self._waiting_by_client[client] = left
-                else:
-                    del self._waiting_by_client[client]
+                self._waiting_by.remove(client)
 
     def _start_waiting(self, client: str) -> None:
         """Count one more pin or query waiting for its bound, within the caps."""
         with self._lock:
-            mine = self._waiting_by_client.get(client, 0)
-            if self._waiting >= self._max_waiting or mine >= self._max_waiting_per_client:
-                limit = (
-                    f"max_waiting_per_client={self._max_waiting_per_client}"
-                    if mine >= self._max_waiting_per_client
-                    else f"max_waiting={self._max_waiting}"
-                )
+            refused = self._waiting_by.refusal(client)
+            if refused is None and self._waiting >= self._max_waiting:
+                refused = f"max_waiting={self._max_waiting}"
+            if refused is not None:
                 raise TooManyPinsError(
                     f"store server {self._location} already has {self._waiting} calls waiting "
-                    f"for a position bound ({mine} of them from this client; {limit}); "
-                    "retry later or wait for fewer bounds at once",
+                    f"for a position bound ({refused}); retry later or wait for fewer bounds "
+                    "at once",
                     self._location,
                 )
             self._waiting += 1
-            self._waiting_by_client[client] = mine + 1
+            self._waiting_by.add(client)
 
     def _check_size(self, size: int, what: str) -> None:
         if size > self._max_request_bytes:
@@ -619,8 +638,11 @@ def _service_class() -> type:
             return _Caller(client[:64])
 
     def caller(context: Any) -> str:
+        """The call's :func:`~spark_statestore.serve.callers.caller_key`: its declared id
+        within its peer (its client certificate's identity, else its network address)."""
         middleware = context.get_middleware("auth")
-        return "" if middleware is None else str(middleware.client)
+        declared = "" if middleware is None else str(middleware.client)
+        return caller_key(declared, str(context.peer()), bytes(context.peer_identity() or b""))
 
     class _FlightService(flight.FlightServerBase):  # type: ignore[misc]
         def __init__(

@@ -44,14 +44,24 @@ if TYPE_CHECKING:
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.store import Store
 
-__all__ = ["bound_permits", "execute", "is_store_wide"]
+__all__ = ["ROW_BYTES", "bound_permits", "execute", "is_store_wide"]
+
+ROW_BYTES = 32
+"""What each row of a range, prefix or scan result counts towards ``max_result_bytes``
+besides its key's and value's bytes (its share of the containers that hold it)."""
 
 
 class _BadQuery(StateStoreError, TypeError):
     """A query this store cannot run as given (e.g. a key that is not bytes)."""
 
 
-def execute(store: Store, request: StateQueryRequest) -> StateQueryResult[Any]:
+class _TooLarge(StateStoreError):
+    """A range, prefix or scan result outgrew its ``max_result_bytes``."""
+
+
+def execute(
+    store: Store, request: StateQueryRequest, *, max_result_bytes: int | None = None
+) -> StateQueryResult[Any]:
     """Run ``request`` on one snapshot of ``store``; see :meth:`Store.query`."""
     requested = sorted(request.partitions) if request.partitions is not None else None
     if request.store_name != store.name:
@@ -94,7 +104,7 @@ def execute(store: Store, request: StateQueryRequest) -> StateQueryResult[Any]:
             else:
                 runnable.append(partition)
         if runnable:
-            results.update(_run(store, snapshot, request, runnable, started))
+            results.update(_run(store, snapshot, request, runnable, started, max_result_bytes))
     return StateQueryResult.for_partitions(results)
 
 
@@ -123,6 +133,7 @@ def _run(
     request: StateQueryRequest,
     partitions: list[int],
     started: int,
+    max_result_bytes: int | None,
 ) -> dict[int, QueryResult[Any]]:
     query = request.query
     position = snapshot.position
@@ -179,12 +190,23 @@ def _run(
                 kind = "full scan"
                 rows = snapshot._raw(None, None, False, None, None)
                 limit = query.limit
-            values, examined = _bucket(rows, partitions, counts, limit)
+            values, examined = _bucket(rows, partitions, counts, limit, max_result_bytes)
         else:
             return {
                 p: QueryResult.for_unknown_query_type(query, store.name, position)
                 for p in partitions
             }
+    except _TooLarge as exc:
+        message = (
+            f"store {store.name!r} ({store.path}) refused {type(query).__name__} over "
+            f"partitions {partitions}: {exc}. Read it in pages instead (a routed scan: "
+            "spark_statestore.discovery.RoutedScan or spark-statestore query --changelog; "
+            "one store: StoreClient.pin and scan), or ask for a narrower range or prefix"
+        )
+        return {
+            p: QueryResult.for_failure(FailureReason.STORE_EXCEPTION, message, position)
+            for p in partitions
+        }
     except Exception as exc:  # every store failure becomes a result (KIP-796)
         message = (
             f"store {store.name!r} ({store.path}) failed to execute {type(query).__name__}: "
@@ -228,18 +250,32 @@ def _versioned_get(versions: list[Any], as_of: int | None, cutoff: int) -> Versi
 
 
 def _bucket(
-    rows: Iterable[tuple[bytes, bytes]], partitions: list[int], counts: int, limit: int | None
+    rows: Iterable[tuple[bytes, bytes]],
+    partitions: list[int],
+    counts: int,
+    limit: int | None,
+    max_bytes: int | None,
 ) -> tuple[dict[int, Any], int]:
     buckets: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in partitions}
     open_buckets = len(buckets)
     examined = 0
+    left = -1 if max_bytes is None else max_bytes  # -1: no cap
     for dkey, raw in rows:
         examined += 1
         key = dkey[1:]
         bucket = buckets.get(_partition_of(key, envelope_header(raw)[0], counts))
         if bucket is None or (limit is not None and len(bucket) >= limit):
             continue
-        bucket.append((key, envelope_value(raw)))
+        value = envelope_value(raw)
+        if left >= 0:
+            left -= len(key) + len(value) + ROW_BYTES
+            if left < 0:
+                kept = sum(len(b) for b in buckets.values())
+                raise _TooLarge(
+                    f"its result would hold more than max_result_bytes={max_bytes:,} bytes "
+                    f"(keys and values, {ROW_BYTES} more per row) at row {kept + 1:,}"
+                )
+        bucket.append((key, value))
         if limit is not None and len(bucket) == limit:
             open_buckets -= 1
             if open_buckets == 0:

@@ -401,16 +401,28 @@ class Store:
         with self.snapshot() as snapshot:
             return snapshot.get(key)
 
-    def query(self, request: StateQueryRequest) -> StateQueryResult[Any]:
+    def query(
+        self, request: StateQueryRequest, *, max_result_bytes: int | None = None
+    ) -> StateQueryResult[Any]:
         """Execute an IQv2 request against one snapshot of this store.
 
         Failures (bounds not reached, partitions not held, unknown query types, store
         errors) come back as failed :class:`~spark_statestore.query.QueryResult` objects, not
         as exceptions.
+
+        Parameters
+        ----------
+        request
+            The request.
+        max_result_bytes
+            A range, prefix or scan query whose rows would hold more bytes than this (keys
+            and values, :data:`~spark_statestore.store.queries.ROW_BYTES` more per row) is
+            stopped there and answered ``STORE_EXCEPTION`` on every partition asked, saying
+            to read in pages (a store server sets it: no reply outgrows it). None: no cap.
         """
         from spark_statestore.store.queries import execute
 
-        return execute(self, request)
+        return execute(self, request, max_result_bytes=max_result_bytes)
 
     # -- closing --------------------------------------------------------------------------
     def close(self) -> None:

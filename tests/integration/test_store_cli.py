@@ -7,6 +7,7 @@ needs a Kafka broker (``lag`` of a store nobody follows).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -17,10 +18,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
+from spark_statestore.changelog.partitioner import partition_for_key
 from spark_statestore.cli.lag import HEADERS
 from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
@@ -29,6 +32,7 @@ from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.serve.auth import ServeCredentials, read_credentials, write_credentials
+from spark_statestore.serve.protocol import ACTION_QUERY
 from spark_statestore.store import Role, Store, StoreSpec
 from spark_statestore.store.ownership import OWNER_FILE
 from tests.conftest import REPO_ROOT
@@ -411,6 +415,32 @@ def test_lag_per_replica_of_a_changelog_from_their_announcements(
     assert "no live replica of" in gone.stderr  # the tombstones of a clean stop
 
 
+@contextlib.contextmanager
+def announced_replicas(
+    bootstrap: str, stores: list[Store], token: str, server_class: type[StoreServer] = StoreServer
+) -> Iterator[list[Any]]:
+    """Serve each store with ``token`` and announce it on its changelog's replicas topic
+    until the block ends; the servers, in order. The stores are closed at the end too."""
+    servers: list[Any] = []
+    with contextlib.ExitStack() as stack:
+        for store in stores:
+            stack.callback(store.close)
+        for store in stores:
+            server = server_class(store, token=token)
+            server.start()
+            stack.callback(server.close)
+            servers.append(server)
+            announcement = ReplicaAnnouncement.of_store(
+                store, location=server.location, ttl_ms=60_000
+            )
+            announcer = ReplicaAnnouncer(
+                bootstrap, announcement, lambda store=store: (store.metadata.position, {})
+            )
+            announcer.start()
+            stack.callback(announcer.close)
+        yield servers
+
+
 def test_query_routed_over_a_changelogs_replicas_fails_over(
     tmp_path: Path, kafka_broker: LocalKafkaCluster, make_topic: Callable[..., str]
 ) -> None:
@@ -422,25 +452,16 @@ def test_query_routed_over_a_changelogs_replicas_fails_over(
     token = "shared-token-of-the-replicas"
     (tmp_path / "token").write_text(token)
     keys = [b"apple", b"kiwi", b"pear"]
-    stores, servers, announcers = [], [], []
+    stores = []
     for role, value in ((Role.LEADER, b"L"), (Role.FOLLOWER, b"F")):
         store = Store.open(tmp_path / role.value, StoreSpec(role, changelog, 2), purpose="t")
         stores.append(store)
         with store.begin() as txn:
             for n, key in enumerate(keys):
                 txn.put(key, value, offset=n, source=("orders", 0, 5))
-        server = StoreServer(store, token=token)
-        server.start()
-        servers.append(server)
-        announcement = ReplicaAnnouncement.of_store(store, location=server.location, ttl_ms=60_000)
-        announcer = ReplicaAnnouncer(
-            bootstrap, announcement, lambda store=store: (store.metadata.position, {})
-        )
-        announcer.start()
-        announcers.append(announcer)
     routed = ["query", "--changelog", changelog, "--bootstrap-servers", bootstrap]
     routed += ["--token-file", str(tmp_path / "token"), "--json"]
-    try:
+    with announced_replicas(bootstrap, stores, token) as servers:
         one = cli(*routed, "--key", "kiwi")
         assert one.returncode == 0, one.stderr
         assert json.loads(one.stdout)["value"] == "L"
@@ -462,13 +483,74 @@ def test_query_routed_over_a_changelogs_replicas_fails_over(
         failover = cli(*routed, "--prefix", "p")
         assert failover.returncode == 0, failover.stderr
         assert [json.loads(line)["value"] for line in failover.stdout.splitlines()] == ["F"]
-    finally:
-        for announcer in announcers:
-            announcer.close()
-        for server in servers:
-            server.close()
-        for store in stores:
-            store.close()
+
+
+class CountingServer(StoreServer):
+    """A real server that also counts the rows of its IQv2 ``query`` replies (the rows it
+    streams are in its ``stats()``)."""
+
+    def __init__(self, store: Store, **options: Any) -> None:
+        super().__init__(store, **options)
+        self.replied = 0
+
+    def _handle_action(self, name: str, body: bytes, client: str = "") -> dict[str, Any] | bytes:
+        reply = super()._handle_action(name, body, client)
+        if name == ACTION_QUERY and isinstance(reply, dict):
+            for _, result in reply["result"]["partitions"]:
+                self.replied += len((result["value"] or {}).get("pairs", ()))
+        return reply
+
+    def sent(self) -> int:
+        """Every row this server has sent, in replies and streams."""
+        with self.client() as client:
+            return self.replied + client.stats()["rows_returned"]
+
+
+def test_routed_scans_read_pages_and_the_limit_at_the_replicas(
+    tmp_path: Path, kafka_broker: LocalKafkaCluster, make_topic: Callable[..., str]
+) -> None:
+    """Two followers of one changelog, one partition each: --all, a range and a prefix come
+    merged in key order with their partitions and offsets, in pages; with --limit 5 no
+    replica sends more than 5 rows (before, each sent its whole partition)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    changelog = make_topic(2, suffix="-changelog")
+    (tmp_path / "token").write_text("shared-token-of-the-replicas")
+    keys = [b"key%03d" % i for i in range(120)]
+    stores = []
+    for partition in range(2):
+        spec = StoreSpec(Role.FOLLOWER, changelog, 2, held_partitions=(partition,))
+        store = Store.open(tmp_path / f"p{partition}", spec, purpose="t")
+        stores.append(store)
+        with store.begin() as txn:
+            for n, key in enumerate(keys):
+                if partition_for_key(key, 2) == partition:
+                    txn.put(key, b"v", partition=partition, offset=n, source=("orders", 0, 5))
+            txn.set_changelog_offset(partition, len(keys))
+    routed = ["query", "--changelog", changelog, "--bootstrap-servers", bootstrap]
+    routed += ["--token-file", str(tmp_path / "token"), "--json"]
+    token = "shared-token-of-the-replicas"
+    with announced_replicas(bootstrap, stores, token, CountingServer) as servers:
+        every = cli(*routed, "--all", "--page-rows", "7")
+        assert every.returncode == 0, every.stderr
+        rows = [json.loads(line) for line in every.stdout.splitlines()]
+        assert [r["key"].encode() for r in rows] == keys
+        assert [r["partition"] for r in rows] == [partition_for_key(k, 2) for k in keys]
+        assert [r["offset"] for r in rows] == list(range(len(keys)))
+        assert "120 row(s) through the replicas of" in every.stderr
+        assert '"orders":{"0":5}' in every.stderr  # the snapshots' merged position
+        ranged = cli(*routed, "--range", "key010", "key019", "--page-rows", "3")
+        assert [json.loads(r)["key"] for r in ranged.stdout.splitlines()] == [
+            k.decode() for k in keys[10:20]
+        ]
+        prefixed = cli(*routed, "--prefix", "key11")
+        assert len(prefixed.stdout.splitlines()) == 10, prefixed.stderr
+
+        before = [server.sent() for server in servers]
+        limited = cli(*routed, "--all", "--limit", "5")
+        assert limited.returncode == 0, limited.stderr
+        assert [json.loads(r)["key"].encode() for r in limited.stdout.splitlines()] == keys[:5]
+        sent = [server.sent() - was for server, was in zip(servers, before, strict=True)]
+        assert all(rows <= 5 for rows in sent), sent
 
 
 def test_served_stores_announce_themselves_and_answer_routed_queries(

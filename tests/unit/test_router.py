@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +96,16 @@ class Cluster:
         self.servers[name] = server
         self.announced[name] = announcement
 
-    def router(self, **options: Any) -> Router:
+    def router(self, *, wrap: Callable[[Any], Any] | None = None, **options: Any) -> Router:
+        """A router over the announced replicas; ``wrap`` wraps each client it makes."""
         by_id = {a.replica_id: name for name, a in self.announced.items()}
 
         def view() -> ReplicaSet:
             return ReplicaSet.of(TOPIC, self.announced.values(), now_ms=int(time.time() * 1000))
 
         def connect(replica: ReplicaAnnouncement) -> Any:
-            return spark_statestore.connect(self.paths[by_id[replica.replica_id]])
+            client = spark_statestore.connect(self.paths[by_id[replica.replica_id]])
+            return client if wrap is None else wrap(client)
 
         return Router(view, connect, **options)
 
@@ -317,3 +319,37 @@ def test_enrichment_lookups_never_use_a_refused_answer(cluster: Cluster) -> None
         cluster.stop("full")
         with pytest.raises(NotUpToBoundError, match=f"NOT_UP_TO_BOUND: .*{liar.replica_id}"):
             routed._lookup(router, route, keys, bound, 0.0)
+
+
+class _RecordingClient:
+    """A replica's real client whose queries record the ``wait_s`` they were given."""
+
+    def __init__(self, client: Any, waits: list[float]) -> None:
+        self._client = client
+        self._waits = waits
+
+    def query(self, request: StateQueryRequest, *, wait_s: float) -> Any:
+        self._waits.append(wait_s)
+        return self._client.query(request, wait_s=wait_s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_one_deadline_bounds_the_wait_across_candidates(cluster: Cluster) -> None:
+    """Every replica of partition 0 is behind the bound: the router asks all three in turn,
+    and together they wait at most ``wait_s`` (each is given what is left of one deadline),
+    not ``wait_s`` each."""
+    waits: list[float] = []
+    router = cluster.router(wrap=lambda client: _RecordingClient(client, waits))
+    bound = PositionBound.at(Position.from_map({"orders": {0: 1000}}))
+    started = time.monotonic()
+    result = router.query(
+        _request(KeyQuery.with_key(_key_in(0))).with_position_bound(bound), wait_s=0.5
+    )
+    elapsed = time.monotonic() - started
+    answer = result.partition_results[0]
+    assert answer.failure_reason is FailureReason.NOT_UP_TO_BOUND
+    assert len(waits) == 3 and waits[0] > 0.3, waits
+    assert sum(waits) <= 0.5, waits  # before the fix: 0.5 each, 1.5 in all
+    assert elapsed < 1.2, elapsed
