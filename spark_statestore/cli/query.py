@@ -112,6 +112,8 @@ class QueryOptions:
         token_file: str | None = None,
         tls_root_cert: str | None = None,
         changelog: str | None = None,
+        tls_client_cert: str | None = None,
+        tls_client_key: str | None = None,
     ) -> QueryOptions:
         """Build the options from the command's flags (no key, range or prefix: ``--all``).
 
@@ -127,17 +129,21 @@ class QueryOptions:
 
         if (store is None) == (changelog is None):
             raise OptionError("query: give one of STORE and --changelog TOPIC (its replicas)")
+        credentials = {
+            "token_file": token_file,
+            "tls_root_cert": tls_root_cert,
+            "tls_client_cert": tls_client_cert,
+            "tls_client_key": tls_client_key,
+        }
         if store is not None:
-            target = StoreTarget.from_cli(store, token_file=token_file, tls_root_cert=tls_root_cert)
+            target = StoreTarget.from_cli(store, **credentials)
         else:
             assert changelog is not None
             if bootstrap_servers is None:
                 raise OptionError(
                     "query --changelog: give --bootstrap-servers (replicas announce there)"
                 )
-            target = StoreTarget.for_changelog(
-                changelog, token_file=token_file, tls_root_cert=tls_root_cert
-            )
+            target = StoreTarget.for_changelog(changelog, **credentials)
         if key_format not in KEY_FORMATS:
             raise OptionError(f"option --key-format: {key_format!r} is not one of {KEY_FORMATS}")
         if value_format not in VALUE_FORMATS:

@@ -58,7 +58,11 @@ def open_routed_answer(options: QueryOptions) -> Iterator[Answer]:
 
     def connect(replica: Any) -> Any:
         return spark_statestore.connect(
-            replica.location, token=target.token, tls_root_certs=target.tls_root_certs
+            replica.location,
+            token=target.token,
+            tls_root_certs=target.tls_root_certs,
+            tls_client_cert=target.tls_client_cert,
+            tls_client_key=target.tls_client_key,
         )
 
     with (

@@ -66,6 +66,11 @@ class StoreTarget:
         The server's bearer token (a location only; a path's owner wrote it next to it).
     tls_root_certs
         PEM certificates to trust for a ``grpc+tls`` location (None: the system's roots).
+    changelog
+        ``--changelog``: the live replicas of this changelog instead of one store.
+    tls_client_cert, tls_client_key
+        The client certificate chain and key of ``--tls-client-cert`` and
+        ``--tls-client-key`` (PEM), for servers in mutual-TLS mode (a location only).
     """
 
     path: str | None
@@ -73,13 +78,21 @@ class StoreTarget:
     token: str | None = None
     tls_root_certs: bytes | None = None
     changelog: str | None = None
+    tls_client_cert: bytes | None = None
+    tls_client_key: bytes | None = None
 
     @classmethod
     def for_changelog(
-        cls, changelog: str, *, token_file: str | None, tls_root_cert: str | None = None
+        cls,
+        changelog: str,
+        *,
+        token_file: str | None,
+        tls_root_cert: str | None = None,
+        tls_client_cert: str | None = None,
+        tls_client_key: str | None = None,
     ) -> StoreTarget:
         """The live replicas of ``changelog`` (``--changelog``), reached with the token
-        they share.
+        they share (and the client certificate of ``--tls-client-cert``).
 
         Raises
         ------
@@ -95,28 +108,37 @@ class StoreTarget:
             )
         token = read_token_file(token_file, "--token-file")
         certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
-        return cls(None, None, token, certs, changelog)
+        cert, key = _client_identity(tls_client_cert, tls_client_key)
+        return cls(None, None, token, certs, changelog, cert, key)
 
     @classmethod
     def from_cli(
-        cls, store: str, *, token_file: str | None = None, tls_root_cert: str | None = None
+        cls,
+        store: str,
+        *,
+        token_file: str | None = None,
+        tls_root_cert: str | None = None,
+        tls_client_cert: str | None = None,
+        tls_client_key: str | None = None,
     ) -> StoreTarget:
-        """``STORE`` (a path, or a location when it has ``://``) with ``--token-file`` and
-        ``--tls-root-cert``.
+        """``STORE`` (a path, or a location when it has ``://``) with ``--token-file``,
+        ``--tls-root-cert``, ``--tls-client-cert`` and ``--tls-client-key``.
 
         Raises
         ------
         OptionError
-            For an empty ``STORE``, a location without ``--token-file``, a path with either
-            flag, or a file that cannot be read.
+            For an empty ``STORE``, a location without ``--token-file``, a path with any
+            of these flags, or a file that cannot be read.
         """
         if not store.strip():
             raise OptionError("STORE must not be empty: give a store directory or a location")
         if "://" not in store:
-            if token_file is not None or tls_root_cert is not None:
+            given = (token_file, tls_root_cert, tls_client_cert, tls_client_key)
+            if any(flag is not None for flag in given):
                 raise OptionError(
-                    f"options --token-file and --tls-root-cert go with a location, not a store "
-                    f"directory ({store}): its owner wrote its credentials next to it"
+                    "options --token-file, --tls-root-cert, --tls-client-cert and "
+                    f"--tls-client-key go with a location, not a store directory ({store}): "
+                    "its owner wrote its credentials next to it"
                 )
             return cls(os.path.abspath(store))
         if token_file is None:
@@ -126,7 +148,8 @@ class StoreTarget:
             )
         token = read_token_file(token_file, "--token-file")
         certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
-        return cls(None, store, token, certs)
+        cert, key = _client_identity(tls_client_cert, tls_client_key)
+        return cls(None, store, token, certs, None, cert, key)
 
     @property
     def name(self) -> str:
@@ -147,9 +170,25 @@ class StoreTarget:
         from spark_statestore.serve import connect, connect_to_owner
 
         if self.location is not None:
-            return connect(self.location, token=self.token, tls_root_certs=self.tls_root_certs)
+            return connect(
+                self.location,
+                token=self.token,
+                tls_root_certs=self.tls_root_certs,
+                tls_client_cert=self.tls_client_cert,
+                tls_client_key=self.tls_client_key,
+            )
         assert self.path is not None
         return connect_to_owner(self.path)
+
+
+def _client_identity(cert: str | None, key: str | None) -> tuple[bytes | None, bytes | None]:
+    """The PEM files of ``--tls-client-cert`` and ``--tls-client-key``, checked."""
+    from spark_statestore.serve.mutual_tls import read_client_identity
+
+    identity = read_client_identity(
+        cert, key, cert_option="--tls-client-cert", key_option="--tls-client-key"
+    )
+    return identity or (None, None)
 
 
 def read_file(path: str, flag: str) -> bytes:

@@ -70,6 +70,8 @@ def routed_key_lookup(route: ReplicaRoute) -> Iterator[KeyLookup]:
             replica.location,
             token=route.credentials.token,
             tls_root_certs=route.credentials.tls_root_certs,
+            tls_client_cert=route.credentials.tls_client_cert,
+            tls_client_key=route.credentials.tls_client_key,
         )
 
     config = dict(route.kafka_config)
