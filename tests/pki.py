@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ class Pki:
     """PEM bytes and their files (``directory/<name>.pem``).
 
     ``ca``: the CA of the server and of ``client``; ``server``/``server_key``: the server's
-    certificate (localhost, this host's name, 127.0.0.1); ``client``/``client_key``: a
+    certificate (localhost, this host's name, 127.0.0.1, more addresses if asked);
+    ``client``/``client_key``: a
     client certificate from ``ca``; ``stranger``/``stranger_key``: one from another CA.
     """
 
@@ -36,15 +38,16 @@ class Pki:
         return str(self.directory / f"{name}.pem")
 
 
-def make_pki(directory: Path) -> Pki:
-    """A fresh PKI, its PEM files written into ``directory``."""
+def make_pki(directory: Path, addresses: Sequence[str] = ()) -> Pki:
+    """A fresh PKI, its PEM files written into ``directory``; the server certificate is
+    valid for ``addresses`` (IP addresses) too."""
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
     now = datetime.datetime.now(datetime.timezone.utc)
     ca, ca_key = _certificate("test CA", None, now)
     other, other_key = _certificate("another CA", None, now)
     server, server_key = _certificate(
-        "test server", (ca, ca_key), now, ExtendedKeyUsageOID.SERVER_AUTH, server=True
+        "test server", (ca, ca_key), now, ExtendedKeyUsageOID.SERVER_AUTH, server=addresses
     )
     client, client_key = _certificate(
         "test client", (ca, ca_key), now, ExtendedKeyUsageOID.CLIENT_AUTH
@@ -74,7 +77,7 @@ def _certificate(
     now: datetime.datetime,
     usage: Any = None,
     *,
-    server: bool = False,
+    server: Sequence[str] | None = None,
 ) -> tuple[Any, Any]:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
@@ -95,11 +98,11 @@ def _certificate(
     )
     if usage is not None:
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    if server:
+    if server is not None:
         names: list[x509.GeneralName] = [
             x509.DNSName("localhost"),
             x509.DNSName(socket.gethostname()),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            *(x509.IPAddress(ipaddress.ip_address(a)) for a in {"127.0.0.1", *server}),
         ]
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     return builder.sign(key if issuer is None else issuer[1], hashes.SHA256()), key

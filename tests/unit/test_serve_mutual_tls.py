@@ -242,3 +242,39 @@ def test_a_stopped_server_is_unavailable_not_a_handshake_failure(
     ):
         client.describe()
     assert not isinstance(info.value, TlsHandshakeError)
+
+
+def test_a_certificate_the_plugin_makes_comes_with_mutual_tls(
+    served: Callable[..., StoreServer], pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_statestore.connectors.spark.serve_options import serving_endpoint
+
+    # Executors elsewhere and no serveTlsCert: the server makes its own certificate, which
+    # only the store's own readers (its credentials file, the plans made from it) can verify.
+    monkeypatch.setenv("SPARK_STATESTORE_EXECUTORS", "remote")
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    endpoint = serving_endpoint(None, tls_cert=None, tls_key=None, tls_client_ca=None)
+    assert endpoint.host == "127.0.0.1" and endpoint.tls_certificates is not None
+    assert endpoint.require_client_cert and endpoint.tls_client_ca is None
+    server = served(
+        host=endpoint.host,
+        tls_certificates=endpoint.tls_certificates,
+        require_client_cert=endpoint.require_client_cert,
+    )
+    with connect(server.store.path) as client:
+        assert _value(client) == b"v"
+    server_cert = endpoint.tls_certificates[0]
+    with (
+        StoreClient(server.location, token=server.token, tls_root_certs=server_cert) as client,
+        pytest.raises(TlsHandshakeError, match="presented none"),
+    ):
+        client.describe()
+    # With the user's certificate and CA, the user's CA decides (and the server's own).
+    given = serving_endpoint(
+        None,
+        tls_cert=pki.file("server"),
+        tls_key=pki.file("server_key"),
+        tls_client_ca=pki.file("ca"),
+    )
+    assert given.tls_certificates == (pki.server, pki.server_key)
+    assert given.tls_client_ca == pki.ca and not given.require_client_cert
