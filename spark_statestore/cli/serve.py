@@ -119,9 +119,12 @@ class ServeOptions:
             client_ca = read_client_ca(tls_client_ca, "--tls-client-ca")
         certificates = None
         if tls_cert is not None and tls_key is not None:
-            from spark_statestore.cli.store_state import read_file
+            from spark_statestore.serve.auth import read_option_file
 
-            certificates = (read_file(tls_cert, "--tls-cert"), read_file(tls_key, "--tls-key"))
+            certificates = (
+                read_option_file(tls_cert, "--tls-cert"),
+                read_option_file(tls_key, "--tls-key"),
+            )
         elif not is_loopback(host):
             raise OptionError(
                 f"option --host {host}: serving beyond loopback needs TLS (the token and the "

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import OptionError
 from spark_statestore.query import LagInfo
-from spark_statestore.serve.auth import read_token_file
+from spark_statestore.serve.auth import read_option_file, read_token_file
 from spark_statestore.serve.protocol import StoreDescription
 from spark_statestore.store.ownership import OwnerInfo
 
@@ -106,10 +106,8 @@ class StoreTarget:
                 "--changelog: give the replicas' token with --token-file (every store server "
                 "authenticates; the router reaches each replica with that one token)"
             )
-        token = read_token_file(token_file, "--token-file")
-        certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
-        cert, key = _client_identity(tls_client_cert, tls_client_key)
-        return cls(None, None, token, certs, changelog, cert, key)
+        credentials = _credentials(token_file, tls_root_cert, tls_client_cert, tls_client_key)
+        return cls(None, changelog=changelog, **credentials)
 
     @classmethod
     def from_cli(
@@ -146,10 +144,8 @@ class StoreTarget:
                 f"{store} is a location: give its server's token with --token-file (a file "
                 "holding the token; the owner of a store writes it into <store>/_serve.json)"
             )
-        token = read_token_file(token_file, "--token-file")
-        certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
-        cert, key = _client_identity(tls_client_cert, tls_client_key)
-        return cls(None, store, token, certs, None, cert, key)
+        credentials = _credentials(token_file, tls_root_cert, tls_client_cert, tls_client_key)
+        return cls(None, store, **credentials)
 
     @property
     def name(self) -> str:
@@ -181,32 +177,24 @@ class StoreTarget:
         return connect_to_owner(self.path)
 
 
-def _client_identity(cert: str | None, key: str | None) -> tuple[bytes | None, bytes | None]:
-    """The PEM files of ``--tls-client-cert`` and ``--tls-client-key``, checked."""
+def _credentials(
+    token_file: str, root_cert: str | None, client_cert: str | None, client_key: str | None
+) -> dict[str, Any]:
+    """The :class:`StoreTarget` fields of ``--token-file``, ``--tls-root-cert``,
+    ``--tls-client-cert`` and ``--tls-client-key``: their files read and checked."""
     from spark_statestore.serve.mutual_tls import read_client_identity
 
-    identity = read_client_identity(
-        cert, key, cert_option="--tls-client-cert", key_option="--tls-client-key"
-    )
-    return identity or (None, None)
-
-
-def read_file(path: str, flag: str) -> bytes:
-    """The bytes of the file a flag names.
-
-    Raises
-    ------
-    OptionError
-        Naming ``flag``, when the file cannot be read or is empty.
-    """
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise OptionError(f"option {flag}: cannot read {path}: {exc.strerror}") from None
-    if not data.strip():
-        raise OptionError(f"option {flag}: {path} is empty")
-    return data
+    cert, key = read_client_identity(
+        client_cert, client_key, cert_option="--tls-client-cert", key_option="--tls-client-key"
+    ) or (None, None)
+    return {
+        "token": read_token_file(token_file, "--token-file"),
+        "tls_root_certs": None
+        if root_cert is None
+        else read_option_file(root_cert, "--tls-root-cert"),
+        "tls_client_cert": cert,
+        "tls_client_key": key,
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ __all__ = [
     "is_loopback",
     "new_token",
     "read_credentials",
+    "read_option_file",
     "read_token_file",
     "remove_credentials",
     "require_tls_beyond_loopback",
@@ -174,6 +175,24 @@ def read_token_file(path: str, option: str) -> str:
         return check_token(token, what=f"the token in {path}")
     except ServerConfigError as exc:
         raise OptionError(f"option {option}: {exc}") from None
+
+
+def read_option_file(path: str, option: str) -> bytes:
+    """The bytes of the file an option or flag names (a certificate, a key, CAs).
+
+    Raises
+    ------
+    OptionError
+        Naming ``option`` and ``path``, when the file cannot be read or is empty.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise OptionError(f"option {option}: cannot read {path}: {exc.strerror}") from None
+    if not data.strip():
+        raise OptionError(f"option {option}: {path} is empty")
+    return data
 
 
 def bearer(token: str) -> bytes:

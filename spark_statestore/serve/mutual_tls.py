@@ -30,6 +30,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from spark_statestore.errors import OptionError
+from spark_statestore.serve.auth import read_option_file
 from spark_statestore.serve.errors import ServerConfigError
 
 __all__ = [
@@ -130,8 +131,8 @@ def read_client_identity(
             f"options {cert_option} and {key_option} go together: the client's PEM "
             "certificate chain and its PEM private key (mutual TLS)"
         )
-    cert = _read(cert_path, cert_option)
-    key = _read(key_path, key_option)
+    cert = read_option_file(cert_path, cert_option)
+    key = read_option_file(key_path, key_option)
     try:
         return check_client_identity(cert, key, names=f"options {cert_option} and {key_option}")
     except ServerConfigError as exc:
@@ -147,22 +148,11 @@ def read_client_ca(path: str, option: str) -> bytes:
         Naming ``option`` and ``path``, when the file cannot be read or holds no PEM
         certificate.
     """
-    roots = _read(path, option)
+    roots = read_option_file(path, option)
     try:
         return check_client_ca(roots, names=f"option {option}")
     except ServerConfigError as exc:
         raise OptionError(f"{exc} (file {path})") from None
-
-
-def _read(path: str, option: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise OptionError(f"option {option}: cannot read {path}: {exc.strerror}") from None
-    if not data.strip():
-        raise OptionError(f"option {option}: {path} is empty")
-    return data
 
 
 def handshake_refusal(

@@ -61,18 +61,20 @@ def _value(client: StoreClient) -> Any:
     return client.query(_request()).only_partition_result().result
 
 
+def _client(server: StoreServer, pki: Pki, who: str | None = "client", **kwargs: Any) -> Any:
+    """A client of ``server`` with its token, trusting the test CA, presenting the
+    certificate ``who`` of the PKI (None: none)."""
+    if who is not None:
+        kwargs.update(tls_client_cert=getattr(pki, who), tls_client_key=getattr(pki, f"{who}_key"))
+    return StoreClient(server.location, token=server.token, tls_root_certs=pki.ca, **kwargs)
+
+
 def test_a_client_certificate_of_the_ca_is_served(
     served: Callable[..., StoreServer], pki: Pki
 ) -> None:
     server = served(tls_client_ca=pki.ca)
     assert server.mutual_tls and server.location.startswith("grpc+tls://")
-    with StoreClient(
-        server.location,
-        token=server.token,
-        tls_root_certs=pki.ca,
-        tls_client_cert=pki.client,
-        tls_client_key=pki.client_key,
-    ) as client:
+    with _client(server, pki) as client:
         assert _value(client) == b"v"
         assert client.read_table(ScanSpec.everything()).num_rows == 1
     with spark_statestore.connect(
@@ -91,7 +93,7 @@ def test_a_client_without_a_certificate_fails_the_handshake(
     server = served(tls_client_ca=pki.ca)
     # The right token does not help: the connection ends in the TLS handshake.
     with (
-        StoreClient(server.location, token=server.token, tls_root_certs=pki.ca) as client,
+        _client(server, pki, None) as client,
         pytest.raises(TlsHandshakeError, match="presented none: give a certificate") as info,
     ):
         client.describe()
@@ -112,13 +114,7 @@ def test_a_certificate_of_another_ca_is_refused(
 ) -> None:
     server = served(tls_client_ca=pki.ca)
     with (
-        StoreClient(
-            server.location,
-            token=server.token,
-            tls_root_certs=pki.ca,
-            tls_client_cert=pki.stranger,
-            tls_client_key=pki.stranger_key,
-        ) as client,
+        _client(server, pki, "stranger") as client,
         pytest.raises(TlsHandshakeError, match="refused this client's: it must be signed"),
     ):
         client.query(_request())
@@ -159,13 +155,7 @@ def test_require_client_cert_alone_accepts_the_servers_own_certificate_only(
     with server.client() as client:
         assert _value(client) == b"v"
     with (
-        StoreClient(
-            server.location,
-            token=server.token,
-            tls_root_certs=pki.ca,
-            tls_client_cert=pki.client,
-            tls_client_key=pki.client_key,
-        ) as client,
+        _client(server, pki) as client,
         pytest.raises(TlsHandshakeError, match="refused this client's"),
     ):
         client.describe()
@@ -227,19 +217,8 @@ def test_a_stopped_server_is_unavailable_not_a_handshake_failure(
     served: Callable[..., StoreServer], pki: Pki
 ) -> None:
     server = served(tls_client_ca=pki.ca)
-    location = server.location
-    server.close()
-    with (
-        StoreClient(
-            location,
-            token=server.token,
-            tls_root_certs=pki.ca,
-            tls_client_cert=pki.client,
-            tls_client_key=pki.client_key,
-            timeout_s=5,
-        ) as client,
-        pytest.raises(ServerUnavailableError) as info,
-    ):
+    server.close()  # its location stays known: nothing listens there now
+    with _client(server, pki, timeout_s=5) as client, pytest.raises(ServerUnavailableError) as info:
         client.describe()
     assert not isinstance(info.value, TlsHandshakeError)
 
@@ -278,3 +257,51 @@ def test_a_certificate_the_plugin_makes_comes_with_mutual_tls(
     )
     assert given.tls_certificates == (pki.server, pki.server_key)
     assert given.tls_client_ca == pki.ca and not given.require_client_cert
+
+
+def test_the_sinks_store_server_in_mutual_tls_takes_its_own_commits(
+    pki: Pki, tmp_path: Any
+) -> None:
+    import pyarrow as pa
+
+    from spark_statestore.connectors.spark.leader.server import (
+        ACTION_COMMIT,
+        LeaderServer,
+        batch_to_json,
+        read_server_record,
+    )
+    from spark_statestore.connectors.spark.options import parse_sink_options
+    from spark_statestore.sink.commit import BatchToCommit, CommitOutcome
+    from spark_statestore.sink.staging import StagingArea, staged_schema
+
+    path = tmp_path / "store"
+    options = {
+        "path": str(path),
+        "serve": "true",
+        "serveTlsCert": pki.file("server"),
+        "serveTlsKey": pki.file("server_key"),
+        "serveTlsClientCa": pki.file("ca"),
+    }
+    server = LeaderServer(parse_sink_options(options, streaming=False))
+    try:
+        assert server.server.mutual_tls and server.location.startswith("grpc+tls://")
+        rows = {"key": [b"a"], "value": [b"1"]}
+        columns = {f.name: rows.get(f.name, [None]) for f in staged_schema()}
+        records = pa.RecordBatch.from_pydict(columns, schema=staged_schema())
+        staged = StagingArea(path).stage("app", 0, 0, 0, [records])
+        record = read_server_record(str(path))
+        assert record is not None
+        batch = batch_to_json(BatchToCommit("app", 0, [staged], None, False))
+        body = {"secret": record.secret, "fingerprint": record.fingerprint, **batch}
+        # The sink's commit processes reach it through the store's credentials file.
+        with connect(path) as client:
+            assert client.call(ACTION_COMMIT, body)["outcome"] == CommitOutcome.COMMITTED.value
+        credentials = read_credentials(str(path))
+        assert credentials is not None
+        with (
+            StoreClient(server.location, token=credentials.token, tls_root_certs=pki.ca) as bare,
+            pytest.raises(TlsHandshakeError, match="presented none"),
+        ):
+            bare.describe()
+    finally:
+        server.close()
