@@ -41,18 +41,28 @@ def connect(
     token: str | None = None,
     tls_root_certs: bytes | None = None,
     timeout_s: float = 30.0,
+    tls_client_cert: bytes | None = None,
+    tls_client_key: bytes | None = None,
 ) -> StoreClient:
     """A client of a live store served by its owner: ``connect(path).query(request)``
     answers as ``Store.open(path).query(request)`` would (remote IQv2).
 
     ``target`` is the store's directory (its owner and credentials are found next to it)
     or a Flight location ``grpc+tcp://host:port`` with the server's ``token`` (and
-    ``tls_root_certs`` for ``grpc+tls``). See
+    ``tls_root_certs`` for ``grpc+tls``, and a client certificate ``tls_client_cert`` and
+    its ``tls_client_key`` for a server in mutual-TLS mode). See
     :func:`spark_statestore.serve.client.connect`; pyarrow loads on the first call.
     """
     from spark_statestore.serve.client import connect as connect_client
 
-    return connect_client(target, token=token, tls_root_certs=tls_root_certs, timeout_s=timeout_s)
+    return connect_client(
+        target,
+        token=token,
+        tls_root_certs=tls_root_certs,
+        timeout_s=timeout_s,
+        tls_client_cert=tls_client_cert,
+        tls_client_key=tls_client_key,
+    )
 
 
 def register(spark: Any) -> None:

@@ -209,3 +209,12 @@ def certificate(tmp_path: Path) -> tuple[bytes, bytes]:
     names = ["DNS:localhost", f"DNS:{socket.gethostname()}", "IP:127.0.0.1"]
     cert, key = self_signed_certificate(tmp_path, names)
     return cert.read_bytes(), key.read_bytes()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Any:
+    """A fresh test PKI (:class:`tests.pki.Pki`): a CA, a server certificate for this host,
+    a client certificate of the CA and one of another CA, as bytes and files."""
+    from tests.pki import make_pki
+
+    return make_pki(tmp_path / "pki")

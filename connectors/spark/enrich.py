@@ -72,6 +72,8 @@ def enrich(
     max_lag: int | None = None,
     kafka_config: Mapping[str, str] | None = None,
     membership_keys_file: str | None = None,
+    tls_client_cert_file: str | None = None,
+    tls_client_key_file: str | None = None,
     value_column: str = "value",
     key_format: str = "binary",
     value_format: str = "binary",
@@ -106,6 +108,10 @@ def enrich(
         With ``changelog``: PEM certificates to trust for ``grpc+tls`` replicas (read where
         ``enrich`` is called). Required for ``grpc+tls`` replicas: the replicas' token is
         never sent under the system's roots.
+    tls_client_cert_file, tls_client_key_file
+        With ``changelog``: the PEM client certificate chain and private key to present to
+        replicas in mutual-TLS mode (``serveTlsClientCa``); read where ``enrich`` is called,
+        they travel to the executors in the plan, as the token does.
     max_lag
         With ``changelog``: skip followers lagging by more than this many records on the
         key's partition (None: any).
@@ -183,6 +189,8 @@ def enrich(
         max_lag=max_lag,
         kafka_config=kafka_config,
         membership_keys_file=membership_keys_file,
+        tls_client_cert_file=tls_client_cert_file,
+        tls_client_key_file=tls_client_key_file,
     )
     fields = [*df.schema.fields, StructField(value_column, value_codec.spark_type, True)]
     if lookup_position_column is not None:
@@ -212,6 +220,8 @@ def _route(
     max_lag: int | None,
     kafka_config: Mapping[str, str] | None,
     membership_keys_file: str | None = None,
+    tls_client_cert_file: str | None = None,
+    tls_client_key_file: str | None = None,
 ) -> ReplicaRoute | None:
     """The replicas to look up in (None: the store at ``path``), checked where ``enrich`` is
     called (the driver, or a Spark Connect client)."""
@@ -222,6 +232,8 @@ def _route(
         "max_lag": max_lag,
         "kafka_config": kafka_config,
         "membership_keys_file": membership_keys_file,
+        "tls_client_cert_file": tls_client_cert_file,
+        "tls_client_key_file": tls_client_key_file,
     }
     if (path is None) == (changelog is None):
         raise OptionError(
@@ -250,6 +262,7 @@ def _route(
     ):
         raise OptionError(f"enrich: max_lag must be an int >= 0 or None, got {max_lag!r}")
     from spark_statestore.serve.auth import ServeCredentials, read_token_file
+    from spark_statestore.serve.mutual_tls import read_client_identity
 
     assert bootstrap_servers is not None and token_file is not None
     certs = None
@@ -272,10 +285,17 @@ def _route(
         )
     except DiscoveryError as exc:
         raise OptionError(f"enrich: {exc}") from None
+    client_cert, client_key = read_client_identity(
+        tls_client_cert_file,
+        tls_client_key_file,
+        cert_option="tls_client_cert_file",
+        key_option="tls_client_key_file",
+    ) or (None, None)
+    token = read_token_file(token_file, "token_file")
     return ReplicaRoute(
         changelog=changelog,
         bootstrap_servers=bootstrap_servers,
-        credentials=ServeCredentials(read_token_file(token_file, "token_file"), None, certs),
+        credentials=ServeCredentials(token, None, certs, client_cert, client_key),
         max_lag=max_lag,
         kafka_config=tuple(sorted((str(k), str(v)) for k, v in (kafka_config or {}).items())),
         membership_keys=keys.to_pem() if keys.keys else b"",
@@ -324,10 +344,9 @@ def _store_host(df: DataFrame, path: str | None) -> tuple[HostRef, str]:
         raise OptionError(f"enrich: path must be a store directory, got {path!r}")
     row = df.sparkSession.read.format(FORMAT_NAME).option("view", "host").load(path).first()
     assert row is not None  # the view has one row
-    certs = row["tls_root_certs"]
-    return HostRef(row["location"], row["token"], None if certs is None else certs.encode()), row[
-        "store"
-    ]
+    pems = (row["tls_root_certs"], row["tls_client_cert"], row["tls_client_key"])
+    certs, client_cert, client_key = (None if pem is None else pem.encode() for pem in pems)
+    return HostRef(row["location"], row["token"], certs, client_cert, client_key), row["store"]
 
 
 _Lookup = Callable[[_Plan, list[bytes], PositionBound], tuple[dict[bytes, bytes], Position]]

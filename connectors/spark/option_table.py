@@ -280,6 +280,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         names_file=True,
     ),
     OptionSpec(
+        "serveTlsClientCa",
+        str,
+        _SERVERS,
+        "PEM file of the CAs whose client certificates the owner's Flight server accepts: "
+        "mutual TLS, a client without one fails the TLS handshake (needs serveTlsCert)",
+        names_file=True,
+    ),
+    OptionSpec(
         "serveTokenFile",
         str,
         _SERVERS,

@@ -107,6 +107,9 @@ class SourceOptions:
     """PEM certificate chain file of the owner's Flight server (TLS); with serve_tls_key."""
     serve_tls_key: str | None = None
     """PEM private key file of the owner's Flight server (TLS); with serve_tls_cert."""
+    serve_tls_client_ca: str | None = None
+    """PEM file of the CAs whose client certificates the owner's Flight server accepts
+    (mutual TLS); with serve_tls_cert."""
     serve_token_file: str | None = None
     """A file holding the Flight server's bearer token (None: a random token); read where
     the server starts, so the token itself never travels in Spark's plan."""
@@ -271,6 +274,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         serve_port=serve.port,
         serve_tls_cert=serve.tls_cert,
         serve_tls_key=serve.tls_key,
+        serve_tls_client_ca=serve.tls_client_ca,
         serve_token_file=serve.token_file,
         leader_application_id=leader,
         leader_topology=topology,

@@ -13,9 +13,11 @@ from spark_statestore.errors import OptionError
 __all__ = [
     "SERVE_OPTIONS",
     "ServeSettings",
+    "ServingEndpoint",
     "read_tls_files",
     "serve_settings",
     "serving_address",
+    "serving_endpoint",
 ]
 
 
@@ -30,6 +32,8 @@ class ServeSettings:
     """PEM certificate chain file of the Flight server (TLS); with tls_key."""
     tls_key: str | None = None
     """PEM private key file of the Flight server (TLS); with tls_cert."""
+    tls_client_ca: str | None = None
+    """PEM file of the CAs whose client certificates the server accepts (mutual TLS)."""
     announce: bool = True
     """Announce the store on ``<changelog>-replicas`` while it is served."""
     announce_interval_ms: int = 5000
@@ -45,6 +49,7 @@ SERVE_OPTIONS = (
     "servePort",
     "serveTlsCert",
     "serveTlsKey",
+    "serveTlsClientCa",
     "serveTokenFile",
     "announce",
     "announceIntervalMs",
@@ -92,6 +97,18 @@ def serve_settings(options: OptionReader) -> ServeSettings:
             "server must use TLS: set 'serveTlsCert' and 'serveTlsKey' (PEM files), or serve "
             "on 127.0.0.1"
         )
+    tls_client_ca = _local_file(options, "serveTlsClientCa")
+    if tls_client_ca is not None:
+        if tls_cert is None:
+            raise OptionError(
+                "option 'serveTlsClientCa' (mutual TLS) needs TLS: set 'serveTlsCert' and "
+                "'serveTlsKey' too (the PEM certificate chain and key of the store's Flight "
+                "server). Without them, a server beyond loopback makes its own certificate "
+                "and accepts only its own readers' client certificate"
+            )
+        from spark_statestore.serve.mutual_tls import read_client_ca
+
+        read_client_ca(tls_client_ca, "'serveTlsClientCa'")  # fails at load(), not later
     token_file = _local_file(options, "serveTokenFile")
     if token_file is not None:
         from spark_statestore.serve.auth import read_token_file
@@ -112,6 +129,7 @@ def serve_settings(options: OptionReader) -> ServeSettings:
         port=0 if serve_port is None else serve_port,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
         announce=options.boolean("announce"),
         announce_interval_ms=interval,
         token_file=token_file,
@@ -142,6 +160,50 @@ def serving_address(
 
         tls = self_signed_certificate([deployment.host], common_name="spark-statestore store")
     return deployment.host, tls
+
+
+@dataclass(frozen=True, slots=True)
+class ServingEndpoint:
+    """Where and how a store's owner on the driver's host serves it: the
+    :class:`~spark_statestore.serve.server.StoreServer` arguments of that name."""
+
+    host: str
+    tls_certificates: tuple[bytes, bytes] | None = None
+    tls_client_ca: bytes | None = None
+    """The CAs of ``serveTlsClientCa`` (mutual TLS)."""
+    require_client_cert: bool = False
+    """Mutual TLS with the server's own client certificate only: the plugin made the
+    server's certificate, which only the store's own readers can verify."""
+
+
+def serving_endpoint(
+    host: str | None,
+    *,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+) -> ServingEndpoint:
+    """The endpoint of options ``serveHost``, ``serveTlsCert``, ``serveTlsKey`` and
+    ``serveTlsClientCa`` (their files read here, where the server starts).
+
+    Where :func:`serving_address` makes the server's certificate itself (a cluster, without
+    ``serveTlsCert``), the server is in mutual-TLS mode with its own client certificate only
+    (:mod:`~spark_statestore.serve.mutual_tls`): nobody else can verify that certificate
+    anyway, and a peer without the client certificate never gets a message buffered.
+
+    Raises
+    ------
+    OptionError
+        Naming the option whose file cannot be read.
+    """
+    given = read_tls_files(tls_cert, tls_key)
+    where, tls = serving_address(host, given)
+    client_ca = None
+    if tls_client_ca is not None:
+        from spark_statestore.serve.mutual_tls import read_client_ca
+
+        client_ca = read_client_ca(tls_client_ca, "'serveTlsClientCa'")
+    return ServingEndpoint(where, tls, client_ca, tls is not None and given is None)
 
 
 def _local_file(options: OptionReader, name: str) -> str | None:

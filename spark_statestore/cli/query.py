@@ -115,6 +115,8 @@ class QueryOptions:
         changelog: str | None = None,
         membership_keys: str | None = None,
         page_rows: int | None = None,
+        tls_client_cert: str | None = None,
+        tls_client_key: str | None = None,
     ) -> QueryOptions:
         """Build the options from the command's flags (no key, range or prefix: ``--all``).
 
@@ -131,8 +133,14 @@ class QueryOptions:
 
         if (store is None) == (changelog is None):
             raise OptionError("query: give one of STORE and --changelog TOPIC (its replicas)")
+        credentials = {
+            "token_file": token_file,
+            "tls_root_cert": tls_root_cert,
+            "tls_client_cert": tls_client_cert,
+            "tls_client_key": tls_client_key,
+        }
         if store is not None:
-            target = StoreTarget.from_cli(store, token_file=token_file, tls_root_cert=tls_root_cert)
+            target = StoreTarget.from_cli(store, **credentials)
         else:
             assert changelog is not None
             if bootstrap_servers is None:
@@ -140,10 +148,7 @@ class QueryOptions:
                     "query --changelog: give --bootstrap-servers (replicas announce there)"
                 )
             target = StoreTarget.for_changelog(
-                changelog,
-                token_file=token_file,
-                tls_root_cert=tls_root_cert,
-                membership_keys=membership_keys,
+                changelog, membership_keys=membership_keys, **credentials
             )
         if key_format not in KEY_FORMATS:
             raise OptionError(f"option --key-format: {key_format!r} is not one of {KEY_FORMATS}")

@@ -58,7 +58,9 @@ def open_routed_answer(options: QueryOptions) -> Iterator[Answer]:
     target = options.target
     changelog, bootstrap = target.changelog, options.bootstrap_servers
     assert changelog is not None and bootstrap is not None and target.token is not None
-    credentials = ServeCredentials(target.token, None, target.tls_root_certs)
+    credentials = ServeCredentials(
+        target.token, None, target.tls_root_certs, target.tls_client_cert, target.tls_client_key
+    )
 
     def connect(replica: Any) -> Any:
         return connect_replica(replica, credentials)

@@ -7,7 +7,9 @@ and serves until SIGINT/SIGTERM; then it stops the server and closes the store. 
 (``spark-statestore inspect``/``query``, Spark's snapshot reader) find it through the owner
 file. Beyond loopback the server needs TLS, as the Spark source's server does.
 
-With ``--token-file`` the server takes that token instead of a random one (replicas that share
+With ``--tls-client-ca`` it is in mutual-TLS mode: a client without a certificate signed by
+one of those CAs fails the TLS handshake (:mod:`~spark_statestore.serve.mutual_tls`). With
+``--token-file`` the server takes that token instead of a random one (replicas that share
 it can be queried through one router); with ``--bootstrap-servers`` the store is announced as a
 replica of its changelog on ``<changelog>-replicas`` while it is served (heartbeats with its
 position and its lags against the changelog's end offsets, a tombstone on stop), and its
@@ -51,6 +53,9 @@ class ServeOptions:
         Where the server listens (port 0: any free port).
     tls_certificates
         ``(certificate chain PEM, private key PEM)``, or None for plain gRPC on loopback.
+    tls_client_ca
+        PEM certificates of the CAs whose client certificates the server accepts (mutual
+        TLS, ``--tls-client-ca``); None: any client may connect (the token is still checked).
     token
         The server's bearer token; None draws a random one.
     bootstrap_servers, kafka_config
@@ -70,6 +75,7 @@ class ServeOptions:
     kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     announce_interval_s: float = 5.0
     announce_key: MembershipKey | None = None
+    tls_client_ca: bytes | None = None
 
     @classmethod
     def from_cli(
@@ -84,6 +90,7 @@ class ServeOptions:
         bootstrap_servers: str | None = None,
         kafka: Sequence[str] = (),
         announce_key: str | None = None,
+        tls_client_ca: str | None = None,
     ) -> ServeOptions:
         """Build the options from the command's flags, reading the TLS files.
 
@@ -91,8 +98,9 @@ class ServeOptions:
         ------
         OptionError
             For an empty path or host, a port outside 0-65535, one of ``--tls-cert`` and
-            ``--tls-key`` without the other, an unreadable TLS or token file, a host beyond
-            loopback without TLS, or a malformed ``--kafka`` setting.
+            ``--tls-key`` without the other, ``--tls-client-ca`` without them, an unreadable
+            TLS or token file, a host beyond loopback without TLS, or a malformed ``--kafka``
+            setting.
         """
         from spark_statestore.serve.auth import is_loopback
 
@@ -104,11 +112,24 @@ class ServeOptions:
             raise OptionError(f"option --port must be in 0-65535 (0: any free port), got {port}")
         if (tls_cert is None) != (tls_key is None):
             raise OptionError("options --tls-cert and --tls-key go together: give both or neither")
+        client_ca = None
+        if tls_client_ca is not None:
+            if tls_cert is None:
+                raise OptionError(
+                    "option --tls-client-ca (mutual TLS) needs TLS: give the server's "
+                    "certificate and key with --tls-cert and --tls-key too"
+                )
+            from spark_statestore.serve.mutual_tls import read_client_ca
+
+            client_ca = read_client_ca(tls_client_ca, "--tls-client-ca")
         certificates = None
         if tls_cert is not None and tls_key is not None:
-            from spark_statestore.cli.store_state import read_file
+            from spark_statestore.serve.auth import read_option_file
 
-            certificates = (read_file(tls_cert, "--tls-cert"), read_file(tls_key, "--tls-key"))
+            certificates = (
+                read_option_file(tls_cert, "--tls-cert"),
+                read_option_file(tls_key, "--tls-key"),
+            )
         elif not is_loopback(host):
             raise OptionError(
                 f"option --host {host}: serving beyond loopback needs TLS (the token and the "
@@ -143,6 +164,7 @@ class ServeOptions:
             bootstrap_servers=bootstrap_servers,
             kafka_config=kafka_config,
             announce_key=key,
+            tls_client_ca=client_ca,
         )
 
 
@@ -172,6 +194,7 @@ def run_serve(options: ServeOptions) -> int:
             host=options.host,
             port=options.port,
             tls_certificates=options.tls_certificates,
+            tls_client_ca=options.tls_client_ca,
             token=options.token,
             lag_provider=lags,
         )

@@ -27,6 +27,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
         token_file=args.token_file,
         bootstrap_servers=args.bootstrap_servers,
         kafka=args.kafka,
@@ -39,7 +40,11 @@ def _target(args: argparse.Namespace) -> StoreTarget:
     from spark_statestore.cli.store_state import StoreTarget
 
     return StoreTarget.from_cli(
-        args.store, token_file=args.token_file, tls_root_cert=args.tls_root_cert
+        args.store,
+        token_file=args.token_file,
+        tls_root_cert=args.tls_root_cert,
+        tls_client_cert=args.tls_client_cert,
+        tls_client_key=args.tls_client_key,
     )
 
 
@@ -59,6 +64,15 @@ def _add_target(parser: argparse.ArgumentParser, *, optional: bool = False) -> N
     )
     parser.add_argument(
         "--tls-root-cert", metavar="F", help="PEM certificate to trust (a grpc+tls location)"
+    )
+    parser.add_argument(
+        "--tls-client-cert",
+        metavar="F",
+        help="PEM client certificate chain, for a server in mutual-TLS mode (a location, or "
+        "query --changelog's replicas)",
+    )
+    parser.add_argument(
+        "--tls-client-key", metavar="F", help="PEM private key of --tls-client-cert"
     )
 
 
@@ -121,6 +135,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
         changelog=args.changelog,
         token_file=args.token_file,
         tls_root_cert=args.tls_root_cert,
+        tls_client_cert=args.tls_client_cert,
+        tls_client_key=args.tls_client_key,
         keys=args.key,
         key_range=args.range,
         prefix=args.prefix,
@@ -160,6 +176,12 @@ def add_store_commands(sub: Any) -> None:
     )
     serve.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain: serve grpc+tls")
     serve.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    serve.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="PEM CA certificates: mutual TLS, a client without a certificate they signed "
+        "fails the TLS handshake (needs --tls-cert)",
+    )
     serve.add_argument(
         "--token-file",
         metavar="F",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import OptionError
 from spark_statestore.query import LagInfo
-from spark_statestore.serve.auth import read_token_file
+from spark_statestore.serve.auth import read_option_file, read_token_file
 from spark_statestore.serve.protocol import StoreDescription
 from spark_statestore.store.ownership import OwnerInfo
 
@@ -67,6 +67,11 @@ class StoreTarget:
         The server's bearer token (a location only; a path's owner wrote it next to it).
     tls_root_certs
         PEM certificates to trust for a ``grpc+tls`` location (None: the system's roots).
+    changelog
+        ``--changelog``: the live replicas of this changelog instead of one store.
+    tls_client_cert, tls_client_key
+        The client certificate chain and key of ``--tls-client-cert`` and
+        ``--tls-client-key`` (PEM), for servers in mutual-TLS mode (a location only).
     """
 
     path: str | None
@@ -74,6 +79,8 @@ class StoreTarget:
     token: str | None = None
     tls_root_certs: bytes | None = None
     changelog: str | None = None
+    tls_client_cert: bytes | None = None
+    tls_client_key: bytes | None = None
     membership_keys: MembershipKeys | None = None
     """The keys the replicas' announcements must be signed with (None: the user's default)."""
 
@@ -84,11 +91,13 @@ class StoreTarget:
         *,
         token_file: str | None,
         tls_root_cert: str | None = None,
+        tls_client_cert: str | None = None,
+        tls_client_key: str | None = None,
         membership_keys: str | None = None,
     ) -> StoreTarget:
         """The live replicas of ``changelog`` (``--changelog``), reached with the token
-        they share, as announced under the keys of ``--membership-keys`` (None: this user's
-        default key).
+        they share (and the client certificate of ``--tls-client-cert``), as announced
+        under the keys of ``--membership-keys`` (None: this user's default key).
 
         Raises
         ------
@@ -102,31 +111,38 @@ class StoreTarget:
                 "--changelog: give the replicas' token with --token-file (every store server "
                 "authenticates; the router reaches each replica with that one token)"
             )
-        token = read_token_file(token_file, "--token-file")
-        certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
+        credentials = _credentials(token_file, tls_root_cert, tls_client_cert, tls_client_key)
         keys = None if membership_keys is None else read_membership_keys(membership_keys)
-        return cls(None, None, token, certs, changelog, keys)
+        return cls(None, changelog=changelog, membership_keys=keys, **credentials)
 
     @classmethod
     def from_cli(
-        cls, store: str, *, token_file: str | None = None, tls_root_cert: str | None = None
+        cls,
+        store: str,
+        *,
+        token_file: str | None = None,
+        tls_root_cert: str | None = None,
+        tls_client_cert: str | None = None,
+        tls_client_key: str | None = None,
     ) -> StoreTarget:
-        """``STORE`` (a path, or a location when it has ``://``) with ``--token-file`` and
-        ``--tls-root-cert``.
+        """``STORE`` (a path, or a location when it has ``://``) with ``--token-file``,
+        ``--tls-root-cert``, ``--tls-client-cert`` and ``--tls-client-key``.
 
         Raises
         ------
         OptionError
-            For an empty ``STORE``, a location without ``--token-file``, a path with either
-            flag, or a file that cannot be read.
+            For an empty ``STORE``, a location without ``--token-file``, a path with any
+            of these flags, or a file that cannot be read.
         """
         if not store.strip():
             raise OptionError("STORE must not be empty: give a store directory or a location")
         if "://" not in store:
-            if token_file is not None or tls_root_cert is not None:
+            given = (token_file, tls_root_cert, tls_client_cert, tls_client_key)
+            if any(flag is not None for flag in given):
                 raise OptionError(
-                    f"options --token-file and --tls-root-cert go with a location, not a store "
-                    f"directory ({store}): its owner wrote its credentials next to it"
+                    "options --token-file, --tls-root-cert, --tls-client-cert and "
+                    f"--tls-client-key go with a location, not a store directory ({store}): "
+                    "its owner wrote its credentials next to it"
                 )
             return cls(os.path.abspath(store))
         if token_file is None:
@@ -134,9 +150,8 @@ class StoreTarget:
                 f"{store} is a location: give its server's token with --token-file (a file "
                 "holding the token; the owner of a store writes it into <store>/_serve.json)"
             )
-        token = read_token_file(token_file, "--token-file")
-        certs = None if tls_root_cert is None else read_file(tls_root_cert, "--tls-root-cert")
-        return cls(None, store, token, certs)
+        credentials = _credentials(token_file, tls_root_cert, tls_client_cert, tls_client_key)
+        return cls(None, store, **credentials)
 
     @property
     def name(self) -> str:
@@ -157,27 +172,35 @@ class StoreTarget:
         from spark_statestore.serve import connect, connect_to_owner
 
         if self.location is not None:
-            return connect(self.location, token=self.token, tls_root_certs=self.tls_root_certs)
+            return connect(
+                self.location,
+                token=self.token,
+                tls_root_certs=self.tls_root_certs,
+                tls_client_cert=self.tls_client_cert,
+                tls_client_key=self.tls_client_key,
+            )
         assert self.path is not None
         return connect_to_owner(self.path)
 
 
-def read_file(path: str, flag: str) -> bytes:
-    """The bytes of the file a flag names.
+def _credentials(
+    token_file: str, root_cert: str | None, client_cert: str | None, client_key: str | None
+) -> dict[str, Any]:
+    """The :class:`StoreTarget` fields of ``--token-file``, ``--tls-root-cert``,
+    ``--tls-client-cert`` and ``--tls-client-key``: their files read and checked."""
+    from spark_statestore.serve.mutual_tls import read_client_identity
 
-    Raises
-    ------
-    OptionError
-        Naming ``flag``, when the file cannot be read or is empty.
-    """
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise OptionError(f"option {flag}: cannot read {path}: {exc.strerror}") from None
-    if not data.strip():
-        raise OptionError(f"option {flag}: {path} is empty")
-    return data
+    cert, key = read_client_identity(
+        client_cert, client_key, cert_option="--tls-client-cert", key_option="--tls-client-key"
+    ) or (None, None)
+    return {
+        "token": read_token_file(token_file, "--token-file"),
+        "tls_root_certs": None
+        if root_cert is None
+        else read_option_file(root_cert, "--tls-root-cert"),
+        "tls_client_cert": cert,
+        "tls_client_key": key,
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,8 +98,9 @@ def connect_replica(
     replica: ReplicaAnnouncement, credentials: ServeCredentials, *, timeout_s: float = 30.0
 ) -> StoreClient:
     """A client of ``replica`` with ``credentials`` (the replicas' shared token, their TLS
-    roots), made only when :func:`dialable_location` allows it; the client checks that the
-    server serves the store whose id the replica announced.
+    roots, a client certificate for replicas in mutual-TLS mode), made only when
+    :func:`dialable_location` allows it; the client checks that the server serves the store
+    whose id the replica announced.
 
     Raises
     ------
@@ -113,6 +114,8 @@ def connect_replica(
         location,
         token=credentials.token,
         tls_root_certs=credentials.tls_root_certs,
+        tls_client_cert=credentials.tls_client_cert,
+        tls_client_key=credentials.tls_client_key,
         store_id=replica.replica_id,
         timeout_s=timeout_s,
     )

@@ -11,7 +11,9 @@ and nobody else can; :func:`~spark_statestore.serve.client.connect_to_owner` rea
 and a reader checks that the server it reached serves the store id written there.
 
 Binding beyond loopback requires TLS (:func:`require_tls_beyond_loopback`): a token sent in
-clear text over a network is no secret.
+clear text over a network is no secret. A server in mutual-TLS mode also writes into the file
+the client certificate and key it made for its own readers
+(:mod:`~spark_statestore.serve.mutual_tls`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import ipaddress
 import json
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_statestore.errors import OptionError
@@ -38,6 +40,7 @@ __all__ = [
     "is_loopback",
     "new_token",
     "read_credentials",
+    "read_option_file",
     "read_token_file",
     "remove_credentials",
     "require_tls_beyond_loopback",
@@ -56,7 +59,8 @@ _MAX_TOKEN_CHARS = 4096
 
 @dataclass(frozen=True, slots=True)
 class ServeCredentials:
-    """What a client needs to read a store through its owner's server.
+    """What a client needs to read a store through its owner's server (picklable: it
+    travels in Spark plans to the executors, like a connection string with its password).
 
     Parameters
     ----------
@@ -66,17 +70,34 @@ class ServeCredentials:
         The id of the store the server serves (checked by readers against the reply).
     tls_root_certs
         PEM certificate(s) to trust for a ``grpc+tls`` server (None: plain ``grpc+tcp``).
+    tls_client_cert, tls_client_key
+        The PEM client certificate chain and private key to present to a server in
+        mutual-TLS mode, which refuses a client without them in the TLS handshake (None: no
+        client certificate). In a store's credentials file: the certificate its server made
+        for the store's own readers (:mod:`~spark_statestore.serve.mutual_tls`).
     """
 
-    token: str
+    token: str = field(repr=False)
     store_id: str | None = None
-    tls_root_certs: bytes | None = None
+    tls_root_certs: bytes | None = field(default=None, repr=False)
+    tls_client_cert: bytes | None = field(default=None, repr=False)
+    tls_client_key: bytes | None = field(default=None, repr=False)
+
+    @property
+    def mutual_tls(self) -> bool:
+        """Whether a client certificate is presented (the server requires one)."""
+        return self.tls_client_cert is not None
 
     def to_dict(self) -> dict[str, Any]:
+        def text(pem: bytes | None) -> str | None:
+            return None if pem is None else pem.decode()
+
         return {
             "token": self.token,
             "store_id": self.store_id,
-            "tls_root_certs": None if self.tls_root_certs is None else self.tls_root_certs.decode(),
+            "tls_root_certs": text(self.tls_root_certs),
+            "tls_client_cert": text(self.tls_client_cert),
+            "tls_client_key": text(self.tls_client_key),
         }
 
     @classmethod
@@ -84,12 +105,16 @@ class ServeCredentials:
         """The credentials in ``data``, or None when it is not a credentials object."""
         if not isinstance(data, dict):
             return None
-        token, store_id, certs = data.get("token"), data.get("store_id"), data.get("tls_root_certs")
+        token, store_id = data.get("token"), data.get("store_id")
         if not isinstance(token, str) or not isinstance(store_id, (str, type(None))):
             return None
-        if not isinstance(certs, (str, type(None))):
+        pems = [data.get(name) for name in ("tls_root_certs", "tls_client_cert", "tls_client_key")]
+        if not all(isinstance(pem, (str, type(None))) for pem in pems):
             return None
-        return cls(token, store_id, None if certs is None else certs.encode())
+        certs, client_cert, client_key = (None if pem is None else pem.encode() for pem in pems)
+        if (client_cert is None) != (client_key is None):
+            return None
+        return cls(token, store_id, certs, client_cert, client_key)
 
 
 def new_token() -> str:
@@ -150,6 +175,24 @@ def read_token_file(path: str, option: str) -> str:
         return check_token(token, what=f"the token in {path}")
     except ServerConfigError as exc:
         raise OptionError(f"option {option}: {exc}") from None
+
+
+def read_option_file(path: str, option: str) -> bytes:
+    """The bytes of the file an option or flag names (a certificate, a key, CAs).
+
+    Raises
+    ------
+    OptionError
+        Naming ``option`` and ``path``, when the file cannot be read or is empty.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise OptionError(f"option {option}: cannot read {path}: {exc.strerror}") from None
+    if not data.strip():
+        raise OptionError(f"option {option}: {path} is empty")
+    return data
 
 
 def bearer(token: str) -> bytes:

@@ -27,6 +27,7 @@ from spark_statestore.serve.auth import (
     AUTH_HEADER,
     CLIENT_HEADER,
     CREDENTIALS_FILE,
+    ServeCredentials,
     bearer,
     check_token,
     read_credentials,
@@ -38,6 +39,7 @@ from spark_statestore.serve.errors import (
     ServeError,
     ServerConfigError,
     ServerUnavailableError,
+    TlsHandshakeError,
     UnknownActionError,
     WrongStoreError,
     error_class_for,
@@ -161,6 +163,11 @@ class StoreClient:
         refuses every call without it.
     tls_root_certs
         PEM certificates to trust for a ``grpc+tls`` location (None: the system's roots).
+    tls_client_cert, tls_client_key
+        A PEM client certificate chain and its private key, for a server in mutual-TLS mode
+        (:mod:`~spark_statestore.serve.mutual_tls`): it refuses a client without a
+        certificate signed by a CA it accepts in the TLS handshake
+        (:class:`~spark_statestore.serve.errors.TlsHandshakeError`).
     store_id
         The id of the store the caller means: a pin or describe answered by a server of
         another store raises :class:`~spark_statestore.serve.errors.WrongStoreError`.
@@ -172,8 +179,10 @@ class StoreClient:
     Raises
     ------
     ServerConfigError
-        If ``location`` is not a string, a timeout is not a positive number or
-        ``max_reply_bytes`` is not an int >= 1.
+        If ``location`` is not a string, a timeout is not a positive number,
+        ``max_reply_bytes`` is not an int >= 1, or one of ``tls_client_cert`` and
+        ``tls_client_key`` comes without the other or they are not a PEM certificate and its
+        key.
     """
 
     def __init__(
@@ -187,6 +196,8 @@ class StoreClient:
         tls_root_certs: bytes | None = None,
         store_id: str | None = None,
         max_reply_bytes: int = MAX_REPLY_BYTES,
+        tls_client_cert: bytes | None = None,
+        tls_client_key: bytes | None = None,
     ) -> None:
         if not isinstance(location, str) or "://" not in location:
             raise ServerConfigError(
@@ -219,6 +230,19 @@ class StoreClient:
         if token is not None:
             self._headers.append((AUTH_HEADER.encode(), bearer(check_token(token))))
         self._tls_root_certs = tls_root_certs
+        self._tls_client: tuple[bytes, bytes] | None = None
+        if tls_client_cert is not None or tls_client_key is not None:
+            from spark_statestore.serve.mutual_tls import check_client_identity
+
+            if tls_client_cert is None or tls_client_key is None:
+                raise ServerConfigError(
+                    "tls_client_cert and tls_client_key go together: a client certificate "
+                    "chain and its private key (mutual TLS)",
+                    location,
+                )
+            self._tls_client = check_client_identity(
+                tls_client_cert, tls_client_key, names="tls_client_cert and tls_client_key"
+            )
         self._lock = threading.Lock()
         self._client: Any = None
         self._closed = False
@@ -228,6 +252,22 @@ class StoreClient:
         # Whether the server's query_key replies say the bound rule (flag 16): None until
         # it answered one, False once it refused the flag (an older version).
         self._compact_rule: bool | None = None
+
+    @classmethod
+    def from_credentials(
+        cls, location: str, credentials: ServeCredentials, **kwargs: Any
+    ) -> StoreClient:
+        """A client of the server at ``location`` with ``credentials`` (token, store id,
+        TLS roots, client certificate); ``kwargs``: the client's other settings."""
+        return cls(
+            location,
+            token=credentials.token,
+            tls_root_certs=credentials.tls_root_certs,
+            store_id=credentials.store_id,
+            tls_client_cert=credentials.tls_client_cert,
+            tls_client_key=credentials.tls_client_key,
+            **kwargs,
+        )
 
     # -- actions --------------------------------------------------------------------------
     def pin(self, bound: PositionBound | None = None, *, wait_s: float = 0.0) -> PinnedSnapshotInfo:
@@ -578,11 +618,14 @@ class StoreClient:
                 import pyarrow as pa
                 import pyarrow.flight as flight
 
+                cert, key = self._tls_client or (None, None)
                 try:
                     self._client = flight.FlightClient(
                         self.location,
                         tls_root_certs=self._tls_root_certs,
                         generic_options=[("grpc.max_receive_message_length", self.max_reply_bytes)],
+                        cert_chain=cert,
+                        private_key=key,
                     )
                 except pa.ArrowException as exc:
                     raise ServerConfigError(
@@ -605,7 +648,12 @@ class StoreClient:
                 "limit), narrow the query, or raise max_reply_bytes",
                 self.location,
             )
-        return translate_flight_error(exc, self.location)
+        return translate_flight_error(
+            exc,
+            self.location,
+            tls_root_certs=self._tls_root_certs,
+            client_cert=self._tls_client is not None,
+        )
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -630,9 +678,21 @@ class StoreClient:
         return f"StoreClient({self.location!r})"
 
 
-def translate_flight_error(exc: BaseException, location: str) -> ServeError:
+def translate_flight_error(
+    exc: BaseException,
+    location: str,
+    *,
+    tls_root_certs: bytes | None = None,
+    client_cert: bool = False,
+) -> ServeError:
     """Classify the failure of a Flight call to the server at ``location`` (the one place
-    that does): the server's own error kind when it sent one, else by gRPC status."""
+    that does): the server's own error kind when it sent one, else by gRPC status.
+
+    gRPC reports a refused TLS handshake as an unavailable server: for a ``grpc+tls``
+    location the handshake is then tried once more by itself, with the client's roots
+    ``tls_root_certs``, to tell a refusal (:class:`TlsHandshakeError`, saying whether a
+    client certificate is missing or refused, ``client_cert``: whether one was presented,
+    or the server's is not trusted) from a server that is down."""
     import pyarrow.flight as flight
 
     decoded = decode_error_info(getattr(exc, "extra_info", None))
@@ -648,6 +708,14 @@ def translate_flight_error(exc: BaseException, location: str) -> ServeError:
             location,
         )
     if isinstance(exc, flight.FlightUnavailableError):
+        from spark_statestore.serve.mutual_tls import handshake_refusal
+
+        refusal = handshake_refusal(location, tls_root_certs, presented=client_cert)
+        if refusal is not None:
+            return TlsHandshakeError(
+                f"the TLS handshake with store server {location} failed: {refusal} ({detail})",
+                location,
+            )
         return ServerUnavailableError(
             f"no store server at {location}: the query or process that owns the "
             "store may have stopped; re-run the query (it reads the store directly when "
@@ -693,6 +761,8 @@ def connect(
     tls_root_certs: bytes | None = None,
     timeout_s: float = 30.0,
     store_id: str | None = None,
+    tls_client_cert: bytes | None = None,
+    tls_client_key: bytes | None = None,
 ) -> StoreClient:
     """A client of a live store, queried with :meth:`StoreClient.query` as a local store.
 
@@ -714,11 +784,15 @@ def connect(
         With a location: the id of the store meant; answers of a server of another store
         raise :class:`~spark_statestore.serve.errors.WrongStoreError` (a path checks the id
         its owner wrote).
+    tls_client_cert, tls_client_key
+        With a location: the PEM client certificate chain and key for a server in
+        mutual-TLS mode (a path's credentials file brings the certificate its server made
+        for the store's own readers).
 
     Raises
     ------
     ServerConfigError
-        If a location comes without a token, or a path with one.
+        If a location comes without a token, or a path with one (or with TLS settings).
     ServerUnavailableError
         If no live process serves the store at the path (open it with ``Store.open``).
     AuthenticationError
@@ -738,11 +812,15 @@ def connect(
             token=token,
             tls_root_certs=tls_root_certs,
             store_id=store_id,
+            tls_client_cert=tls_client_cert,
+            tls_client_key=tls_client_key,
         )
-    if token is not None or tls_root_certs is not None or store_id is not None:
+    given = (token, tls_root_certs, tls_client_cert, tls_client_key, store_id)
+    if any(value is not None for value in given):
         raise ServerConfigError(
             f"connect({os.fspath(target)!r}): a store path brings its own credentials (its "
-            "owner's _serve.json); pass token, tls_root_certs and store_id only with a location"
+            "owner's _serve.json); pass token, tls_root_certs, tls_client_cert, "
+            "tls_client_key and store_id only with a location"
         )
     client = connect_to_owner(target, timeout_s=timeout_s)
     if client is None:
@@ -758,7 +836,8 @@ def client_for_store(
     path: str | os.PathLike[str], location: str, *, timeout_s: float = 30.0
 ) -> StoreClient:
     """A client of the server at ``location`` for store ``path``, with the credentials its
-    owner wrote next to the store (token, store id, TLS certificate).
+    owner wrote next to the store (token, store id, TLS certificate and, for a server in
+    mutual-TLS mode, the client certificate it made for the store's readers).
 
     Raises
     ------
@@ -775,13 +854,7 @@ def client_for_store(
             "(StoreClient(location, token=...))",
             location,
         )
-    return StoreClient(
-        location,
-        timeout_s=timeout_s,
-        token=credentials.token,
-        tls_root_certs=credentials.tls_root_certs,
-        store_id=credentials.store_id,
-    )
+    return StoreClient.from_credentials(location, credentials, timeout_s=timeout_s)
 
 
 class IdleWatch:

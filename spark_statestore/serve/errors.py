@@ -22,6 +22,7 @@ __all__ = [
     "ServerConfigError",
     "ServerUnavailableError",
     "SnapshotExpiredError",
+    "TlsHandshakeError",
     "TooManyPinsError",
     "UnknownActionError",
     "WrongStoreError",
@@ -53,6 +54,15 @@ class ServerUnavailableError(ServeError, ConnectionError):
     """No store server answers at the location (stopped, unreachable, or timed out)."""
 
     kind = "unavailable"
+
+
+class TlsHandshakeError(ServerUnavailableError):
+    """A server listens at the location but the TLS handshake with it fails: it requires a
+    client certificate (mutual TLS) this client did not present or it does not accept, or
+    this client does not trust the server's certificate; the message says which. A client
+    cannot call such a server at all, as if it were down (hence the base class)."""
+
+    kind = "tls_handshake"
 
 
 class SnapshotExpiredError(ServeError, LookupError):
@@ -112,6 +122,7 @@ _KINDS: dict[str, type[ServeError]] = {
         ServeError,
         ServerConfigError,
         ServerUnavailableError,
+        TlsHandshakeError,
         SnapshotExpiredError,
         TooManyPinsError,
         BadRequestError,

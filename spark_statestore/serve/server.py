@@ -33,6 +33,7 @@ from spark_statestore.serve.auth import (
     write_credentials,
 )
 from spark_statestore.serve.callers import CallerCounts, caller_key
+from spark_statestore.serve.certificates import self_signed_client_certificate
 from spark_statestore.serve.errors import (
     BadRequestError,
     RemoteStoreError,
@@ -42,6 +43,7 @@ from spark_statestore.serve.errors import (
     UnknownActionError,
 )
 from spark_statestore.serve.key_wire import decode_key_query, encode_key_reply
+from spark_statestore.serve.mutual_tls import OWN_CLIENT_NAME, check_client_ca
 from spark_statestore.serve.pins import PinRegistry
 from spark_statestore.serve.protocol import (
     ACTION_DESCRIBE,
@@ -128,6 +130,15 @@ class StoreServer:
     tls_certificates
         ``(certificate chain PEM, private key PEM)`` to serve ``grpc+tls``; required on a
         ``host`` beyond loopback.
+    tls_client_ca
+        PEM certificates of the CAs whose client certificates the server accepts: mutual TLS
+        (:mod:`~spark_statestore.serve.mutual_tls`), with ``tls_certificates``. A client
+        without a valid certificate fails the TLS handshake, before gRPC reads its calls
+        (which it buffers whole before the token is checked).
+    require_client_cert
+        Mutual TLS even without ``tls_client_ca``: only the server's own client certificate
+        is accepted (that of the credentials file and of :meth:`client`); for servers whose
+        certificate the plugin made itself. Implied by ``tls_client_ca``.
     max_pins_per_client, max_pins_per_peer
         The most pins one client (its ``x-spark-statestore-client`` id, within its peer)
         holds at once, and the clients of one peer together: the identity of their client
@@ -171,6 +182,8 @@ class StoreServer:
         batch_rows: int = DEFAULT_BATCH_ROWS,
         token: str | None = None,
         tls_certificates: tuple[bytes, bytes] | None = None,
+        tls_client_ca: bytes | None = None,
+        require_client_cert: bool = False,
         max_pins_per_client: int = 16,
         max_pins_per_peer: int = 32,
         max_waiting: int = 16,
@@ -219,6 +232,13 @@ class StoreServer:
             names="StoreServer(tls_certificates=...), or the follower source's serveTlsCert "
             "and serveTlsKey options",
         )
+        self._client_roots = _client_roots(
+            tls_certificates is not None, tls_client_ca, require_client_cert
+        )
+        self._own_client: tuple[bytes, bytes] | None = None
+        if self._client_roots is not None:
+            self._own_client = self_signed_client_certificate(common_name=OWN_CLIENT_NAME)
+            self._client_roots += self._own_client[0]
         extra = dict(actions or {})
         taken = sorted(set(extra) & set(ACTIONS))
         if taken:
@@ -279,7 +299,7 @@ class StoreServer:
             scheme = "grpc+tcp" if self._tls is None else "grpc+tls"
             bind = f"{scheme}://{_url_host(self.host)}:{self._port}"
             try:
-                service = _service_class()(bind, self, self._tls)
+                service = _service_class()(bind, self, self._tls, self._client_roots)
             except Exception as exc:  # pyarrow raises ArrowException / OSError subclasses
                 raise ServeError(
                     f"cannot serve store {self.store.path} on {bind}: {exc}; choose another "
@@ -302,6 +322,7 @@ class StoreServer:
                     self.token,
                     self.store.manifest.store_id,
                     None if self._tls is None else self._tls[0],
+                    *(self._own_client or (None, None)),
                 ),
             )
             self.store.update_owner(flight_location=location)
@@ -326,16 +347,25 @@ class StoreServer:
 
     def client(self, **kwargs: Any) -> StoreClient:
         """A :class:`~spark_statestore.serve.client.StoreClient` of this server, with its
-        token, TLS certificate and store id (``kwargs``: the client's other settings)."""
+        token, TLS certificate, own client certificate (mutual TLS) and store id
+        (``kwargs``: the client's other settings)."""
         from spark_statestore.serve.client import StoreClient
 
+        cert, key = self._own_client or (None, None)
         return StoreClient(
             self.location,
             token=self.token,
             tls_root_certs=None if self._tls is None else self._tls[0],
+            tls_client_cert=cert,
+            tls_client_key=key,
             store_id=self.store.manifest.store_id,
             **kwargs,
         )
+
+    @property
+    def mutual_tls(self) -> bool:
+        """Whether the server refuses clients without a valid certificate (mutual TLS)."""
+        return self._client_roots is not None
 
     @property
     def running(self) -> bool:
@@ -646,11 +676,19 @@ def _service_class() -> type:
 
     class _FlightService(flight.FlightServerBase):  # type: ignore[misc]
         def __init__(
-            self, location: str, server: StoreServer, tls: tuple[bytes, bytes] | None
+            self,
+            location: str,
+            server: StoreServer,
+            tls: tuple[bytes, bytes] | None,
+            client_roots: bytes | None,
         ) -> None:
+            # verify_client: gRPC refuses a client without a certificate signed by
+            # client_roots in the TLS handshake, before it reads (and buffers) any call.
             super().__init__(
                 location,
                 tls_certificates=None if tls is None else [flight.CertKeyPair(*tls)],
+                verify_client=client_roots is not None,
+                root_certificates=client_roots,
                 middleware={"auth": _Authenticate(server)},
             )
             self._server = server
@@ -677,6 +715,25 @@ def _service_class() -> type:
             return [*_ACTION_DOCS.items(), *extra]
 
     return _FlightService
+
+
+def _client_roots(tls: bool, client_ca: bytes | None, required: bool) -> bytes | None:
+    """The PEM roots a mutual-TLS server checks client certificates against (its own
+    client certificate is added by the caller); None: no mutual TLS."""
+    if not isinstance(required, bool):
+        raise ServerConfigError(f"require_client_cert must be a bool, got {required!r}")
+    if client_ca is None and not required:
+        return None
+    if not tls:
+        raise ServerConfigError(
+            "mutual TLS needs TLS: give the server's own certificate and key too "
+            "(StoreServer(tls_certificates=...); the Spark options serveTlsCert and "
+            "serveTlsKey with serveTlsClientCa; spark-statestore serve --tls-cert and "
+            "--tls-key with --tls-client-ca)"
+        )
+    if client_ca is None:
+        return b""
+    return check_client_ca(client_ca, names="tls_client_ca").rstrip() + b"\n"
 
 
 def _pin_wait(body: Mapping[str, Any]) -> tuple[PositionBound | None, float]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import struct
 import subprocess
@@ -59,35 +58,6 @@ def make_inventory(path: Path) -> None:
         txn.put(b"apple", LONG.pack(7), source=("orders", 0, 41))
         txn.put(b"kiwi", LONG.pack(3), source=("orders", 1, 7))
         txn.put(b"pear", LONG.pack(-2), source=("orders", 1, 8))
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[str], str]]]:
-    """Factory: start ``spark-statestore serve PATH``; returns the process and its location.
-    Processes still running at the end are stopped (SIGTERM)."""
-    started: list[subprocess.Popen[str]] = []
-
-    def start(path: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "spark_statestore.cli", "serve", str(path), *flags],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO_ROOT,
-        )
-        started.append(proc)
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        assert ready, "serve printed nothing in 60 s"
-        line = proc.stdout.readline()
-        assert line.startswith("serving store inventory "), (line, proc.stderr.read())
-        return proc, line.rsplit(" at ", 1)[1].strip()
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
 
 
 def test_serve_then_inspect_and_query_through_it(

@@ -1,5 +1,6 @@
-"""The store commands' output, run in this process against stores on disk (no server, no
-broker): what inspect, lag and query print, and their exit codes."""
+"""The store commands' output, run in this process against stores on disk (no broker; a
+server in this process for mutual TLS): what inspect, lag and query print, and their exit
+codes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 
 from spark_statestore.cli import main
 from spark_statestore.cli.table import render_table
+from spark_statestore.errors import OptionError
+from spark_statestore.serve import StoreServer
 from spark_statestore.store import CommitRecord, Role, Store, StoreSpec
+from tests.pki import Pki
 
 
 def test_tables_align_numbers_right_and_text_left() -> None:
@@ -74,3 +78,62 @@ def test_query_decodes_numeric_keys_and_refuses_with_one_line(
     assert err.count("\n") == 1 and "NOT_UP_TO_BOUND" in err and "no live owner" in err
     assert main([*argv, "--all", "--max-lag", "1"]) == 2
     assert "it publishes no changelog" in capsys.readouterr().err
+
+
+def test_query_a_mutual_tls_server_with_a_client_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pki: Pki
+) -> None:
+    path = tmp_path / "counts"
+    spec = StoreSpec(Role.LEADER, None, 1, "c")
+    with Store.open(path, spec, purpose="test", serves=True) as store:
+        with store.begin() as txn:
+            txn.put(b"apple", b"7", source=("in", 0, 1))
+        server = StoreServer(
+            store, tls_certificates=(pki.server, pki.server_key), tls_client_ca=pki.ca
+        )
+        with server:
+            token = tmp_path / "token"
+            token.write_text(server.token)
+            location = ["query", server.location, "--key", "apple", "--json"]
+            location += ["--token-file", str(token), "--tls-root-cert", pki.file("ca")]
+
+            def query(*flags: str) -> tuple[int, str, str]:
+                code = main([*location, *flags])
+                out, err = capsys.readouterr()
+                return code, out, err
+
+            code, out, _ = query(
+                "--tls-client-cert", pki.file("client"), "--tls-client-key", pki.file("client_key")
+            )
+            assert code == 0 and json.loads(out)["value"] == "7"
+            # No client certificate, or one of another CA: refused in the TLS handshake.
+            code, out, err = query()
+            assert (code, out, err.count("\n")) == (2, "", 1)
+            assert "(mutual TLS) and this client presented none" in err
+            code, _, err = query(
+                "--tls-client-cert",
+                pki.file("stranger"),
+                "--tls-client-key",
+                pki.file("stranger_key"),
+            )
+            assert code == 2 and "refused this client's: it must be signed by a CA" in err
+            code, _, err = query("--tls-client-cert", pki.file("client"))
+            assert code == 2 and "--tls-client-cert and --tls-client-key go together" in err
+            # The store's own readers: the server's own client certificate, from _serve.json.
+            assert main(["query", str(path), "--key", "apple", "--json"]) == 0
+            assert json.loads(capsys.readouterr().out)["value"] == "7"
+            flags = ["--tls-client-cert", pki.file("client"), "--tls-client-key", "k"]
+            assert main(["inspect", str(path), *flags]) == 2
+            assert "go with a location, not a store directory" in capsys.readouterr().err
+
+
+def test_serve_takes_client_cas_only_with_its_own_certificate(pki: Pki, tmp_path: Path) -> None:
+    from spark_statestore.cli.serve import ServeOptions
+
+    tls = {"tls_cert": pki.file("server"), "tls_key": pki.file("server_key")}
+    options = ServeOptions.from_cli(path=str(tmp_path), tls_client_ca=pki.file("ca"), **tls)
+    assert options.tls_client_ca == pki.ca
+    with pytest.raises(OptionError, match="--tls-client-ca \\(mutual TLS\\) needs TLS"):
+        ServeOptions.from_cli(path=str(tmp_path), tls_client_ca=pki.file("ca"))
+    with pytest.raises(OptionError, match="option --tls-client-ca: cannot read"):
+        ServeOptions.from_cli(path=str(tmp_path), tls_client_ca=str(tmp_path / "no"), **tls)

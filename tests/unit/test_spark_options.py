@@ -220,6 +220,24 @@ def test_serve_token_file_is_read_and_checked_naming_the_option(tmp_path: Any) -
             source(serveTokenFile=str(token))
 
 
+def test_serve_tls_client_ca_is_mutual_tls_and_needs_tls(pki: Any, tmp_path: Any) -> None:
+    tls = {"serveTlsCert": pki.file("server"), "serveTlsKey": pki.file("server_key")}
+    options = source(serveTlsClientCa=pki.file("ca"), **tls)
+    assert options.serve_tls_client_ca == pki.file("ca")
+    assert source(**tls).serve_tls_client_ca is None
+    with pytest.raises(OptionError, match=r"'serveTlsClientCa' \(mutual TLS\) needs TLS"):
+        source(serveTlsClientCa=pki.file("ca"))
+    missing = tmp_path / "no-ca.pem"
+    with pytest.raises(OptionError, match=rf"option 'serveTlsClientCa': cannot read {missing}"):
+        source(serveTlsClientCa=str(missing), **tls)
+    with pytest.raises(OptionError, match=r"option 'serveTlsClientCa': not PEM certificates"):
+        source(serveTlsClientCa=pki.file("client_key"), **tls)
+    with pytest.raises(OptionError, match="'serveTlsClientCa' configures the sink's store"):
+        sink(serveTlsClientCa=pki.file("ca"))
+    served = sink(serve="true", serveTlsClientCa=pki.file("ca"), **tls)
+    assert served.serve.tls_client_ca == pki.file("ca")  # type: ignore[attr-defined]
+
+
 # -- malformed input is a clear error naming the option ------------------------------------
 SINK = {"path": "/tmp/s"}
 

@@ -30,12 +30,16 @@ from spark_statestore.connectors.spark.host.record import read_record
 from spark_statestore.connectors.spark.host.server import StoreHostServer
 from spark_statestore.connectors.spark.serve_options import serving_address
 from spark_statestore.position import Position, PositionBound
-from spark_statestore.serve.certificates import self_signed_certificate
+from spark_statestore.serve.certificates import (
+    self_signed_certificate,
+    self_signed_client_certificate,
+)
 from spark_statestore.serve.errors import (
     AuthenticationError,
     BadRequestError,
     RemoteStoreError,
     ServerUnavailableError,
+    TlsHandshakeError,
 )
 from spark_statestore.sink.staging import STAGING_DIR, StagingArea, staged_schema
 from spark_statestore.store import Role, Store, StoreSpec
@@ -65,13 +69,15 @@ def _rows(keys: list[bytes], values: list[bytes | None]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(columns, schema=schema)
 
 
-@pytest.fixture(params=["plain", "tls"])
+@pytest.fixture(params=["plain", "tls", "mutual-tls"])
 def host(request: pytest.FixtureRequest) -> Iterator[HostRef]:
-    tls = None
-    if request.param == "tls":
+    tls = client = None
+    if request.param != "plain":
         tls = self_signed_certificate(["127.0.0.1"], common_name="test store host")
-    server = StoreHostServer("127.0.0.1", 0, TOKEN, tls)
-    yield HostRef(server.location, TOKEN, None if tls is None else tls[0])
+    if request.param == "mutual-tls":
+        client = self_signed_client_certificate(common_name="test task")
+    server = StoreHostServer("127.0.0.1", 0, TOKEN, tls, None if client is None else client[0])
+    yield HostRef(server.location, TOKEN, None if tls is None else tls[0], *(client or ()))
     server.close()
 
 
@@ -138,7 +144,13 @@ def test_a_bound_the_store_has_not_reached_is_the_tasks_to_refuse(
 
 
 def test_the_host_refuses_strangers_and_bad_requests(host: HostRef, tmp_path: Path) -> None:
-    stranger = HostRef(host.location, "someone-else-" + "y" * 32, host.tls_root_certs)
+    stranger = HostRef(
+        host.location,
+        "someone-else-" + "y" * 32,
+        host.tls_root_certs,
+        host.tls_client_cert,
+        host.tls_client_key,
+    )
     with StoreHostClient(stranger) as client, pytest.raises(AuthenticationError):
         client.lookup(str(tmp_path), [b"a"], PositionBound.unbounded())
     with StoreHostClient(host) as client:
@@ -215,13 +227,30 @@ def test_the_host_is_found_restarted_where_plans_expect_it_and_gone_with_its_dri
     _until(lambda: not second.process.alive(), "the host exits with its driver")
 
 
-def test_a_host_for_executors_elsewhere_serves_tls_with_its_own_certificate(
-    fake_driver: ProcessId,
+def test_a_host_for_executors_elsewhere_serves_mutual_tls_with_its_own_certificates(
+    fake_driver: ProcessId, tmp_path: Path
 ) -> None:
-    record = start_store_host(fake_driver, Deployment(False, "127.0.0.1", "spark://m:7077"))
+    elsewhere = Deployment(False, "127.0.0.1", "spark://m:7077")
+    record = start_store_host(fake_driver, elsewhere)
     try:
         assert record.ref.location.startswith("grpc+tls://127.0.0.1:")
         assert record.ref.tls_root_certs is not None and record.tls_key is not None
+        assert record.ref.tls_client_cert is not None and record.ref.tls_client_key is not None
+        with StoreHostClient(record.ref) as client:
+            assert client.stage(str(tmp_path / "s"), "q", 0, 0, 0, [_rows([b"k"], [b"v"])]).rows
+        # A peer with the token but without the plan's client certificate fails the TLS
+        # handshake: the host never reads (nor buffers) a message of its.
+        without = HostRef(record.ref.location, record.ref.token, record.ref.tls_root_certs)
+        with (
+            StoreHostClient(without) as client,
+            pytest.raises(TlsHandshakeError, match="presented none"),
+        ):
+            client.lookup(str(tmp_path / "s"), [b"k"], PositionBound.unbounded())
+        # Restarted, it takes the same client certificate: the plans made before still work.
+        os.kill(record.process.pid, signal.SIGKILL)
+        _until(lambda: not record.process.alive(), "the killed host is gone")
+        planned, record = record.ref, start_store_host(fake_driver, elsewhere)
+        assert record.ref == planned and read_record(fake_driver) == record
     finally:
         os.kill(record.process.pid, signal.SIGKILL)
 

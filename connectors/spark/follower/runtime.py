@@ -21,7 +21,7 @@ from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer, announ
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions, StoreType
-from spark_statestore.connectors.spark.serve_options import read_tls_files, serving_address
+from spark_statestore.connectors.spark.serve_options import serving_endpoint
 from spark_statestore.errors import FollowerError, OptionError
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.query import LagInfo
@@ -96,13 +96,20 @@ class FollowerRuntime:
                 closers.append(leader.close)
             self.leader = leader
             self.follower = Follower(self.store, source, leader=leader)
-            host, tls = serving_address(options.serve_host, _tls_files(options))
+            endpoint = serving_endpoint(
+                options.serve_host,
+                tls_cert=options.serve_tls_cert,
+                tls_key=options.serve_tls_key,
+                tls_client_ca=options.serve_tls_client_ca,
+            )
             self.server = StoreServer(
                 self.store,
-                host=host,
+                host=endpoint.host,
                 port=options.serve_port,
                 lag_provider=self._lags,
-                tls_certificates=tls,
+                tls_certificates=endpoint.tls_certificates,
+                tls_client_ca=endpoint.tls_client_ca,
+                require_client_cert=endpoint.require_client_cert,
                 token=_token(options),
             )
             location = self.server.start()
@@ -175,8 +182,3 @@ def _token(options: SourceOptions) -> str | None:
     if options.serve_token_file is None:
         return None
     return read_token_file(options.serve_token_file, "'serveTokenFile'")
-
-
-def _tls_files(options: SourceOptions) -> tuple[bytes, bytes] | None:
-    """The ``serveTlsCert`` / ``serveTlsKey`` PEM files' contents, or None (no TLS)."""
-    return read_tls_files(options.serve_tls_cert, options.serve_tls_key)

@@ -37,7 +37,12 @@ class StoreHostClient:
         from spark_statestore.serve.auth import AUTH_HEADER, bearer
 
         self.ref = ref
-        self._client = flight.FlightClient(ref.location, tls_root_certs=ref.tls_root_certs)
+        self._client = flight.FlightClient(
+            ref.location,
+            tls_root_certs=ref.tls_root_certs,
+            cert_chain=ref.tls_client_cert,
+            private_key=ref.tls_client_key,
+        )
         self._headers = [(AUTH_HEADER.encode(), bearer(ref.token))]
 
     def _options(self, timeout_s: float | None) -> Any:
@@ -48,7 +53,12 @@ class StoreHostClient:
     def _error(self, exc: BaseException) -> Exception:
         from spark_statestore.serve.client import translate_flight_error
 
-        return translate_flight_error(exc, self.ref.location)
+        return translate_flight_error(
+            exc,
+            self.ref.location,
+            tls_root_certs=self.ref.tls_root_certs,
+            client_cert=self.ref.tls_client_cert is not None,
+        )
 
     def stage(
         self,

@@ -74,20 +74,31 @@ def start_store_host(driver: ProcessId, deployment: Deployment) -> HostRecord:
 
 def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | None) -> HostRecord:
     from spark_statestore.serve.auth import new_token
-    from spark_statestore.serve.certificates import self_signed_certificate
+    from spark_statestore.serve.certificates import (
+        self_signed_certificate,
+        self_signed_client_certificate,
+    )
+    from spark_statestore.serve.mutual_tls import OWN_CLIENT_NAME
 
     host = deployment.host if previous is None else previous.host
     token = new_token() if previous is None else previous.ref.token
     tls: tuple[bytes, bytes] | None = None
+    # A host on TLS is in mutual-TLS mode with the one client certificate the plans carry:
+    # a peer without it never gets a message buffered (gRPC reads a whole message before
+    # the token is checked).
+    client: tuple[bytes, bytes] | None = None
     if previous is not None and previous.ref.tls_root_certs is not None:
         assert previous.tls_key is not None
         tls = (previous.ref.tls_root_certs, previous.tls_key)
+        if previous.ref.tls_client_cert is not None and previous.ref.tls_client_key is not None:
+            client = (previous.ref.tls_client_cert, previous.ref.tls_client_key)
     elif previous is None and not deployment.executors_local:
         tls = self_signed_certificate([host], common_name="spark-statestore store host")
+        client = self_signed_client_certificate(common_name=OWN_CLIENT_NAME)
     ports = [_configured_port()] if previous is None else [previous.port, 0]
     errors = []
     for port in ports:
-        reply, process = _launch(driver, host, port, token, tls)
+        reply, process = _launch(driver, host, port, token, tls, client)
         if "ready" in reply:
             pid = ProcessId.of(process.pid)
             if pid is None:
@@ -105,7 +116,12 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
                 driver,
                 host,
                 int(reply["port"]),
-                HostRef(str(reply["ready"]), token, None if tls is None else tls[0]),
+                HostRef(
+                    str(reply["ready"]),
+                    token,
+                    None if tls is None else tls[0],
+                    *(client or (None, None)),
+                ),
                 None if tls is None else tls[1],
             )
         errors.append(str(reply.get("error", reply)))
@@ -134,13 +150,20 @@ def _log_path(driver: ProcessId) -> str:
 
 
 def _launch(
-    driver: ProcessId, host: str, port: int, token: str, tls: tuple[bytes, bytes] | None
+    driver: ProcessId,
+    host: str,
+    port: int,
+    token: str,
+    tls: tuple[bytes, bytes] | None,
+    client: tuple[bytes, bytes] | None,
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
     request = {
         "host": host,
         "port": port,
         "token": token,
         "tls": None if tls is None else [tls[0].decode("ascii"), tls[1].decode("ascii")],
+        # The one client certificate the host accepts (only the key's holders have it).
+        "tls_client_ca": None if client is None else client[0].decode("ascii"),
         "watch": [driver.pid, driver.start],
     }
     return start_detached(

@@ -28,11 +28,17 @@ class HostRef:
         The bearer token every call carries.
     tls_root_certs
         The host's own self-signed certificate (PEM): the only root trusted for it.
+    tls_client_cert, tls_client_key
+        The client certificate and key (PEM) a task presents: a host on TLS is in mutual-TLS
+        mode, trusting only this certificate, which its driver made with the host's own
+        (:mod:`~spark_statestore.serve.mutual_tls`).
     """
 
     location: str
     token: str
     tls_root_certs: bytes | None = None
+    tls_client_cert: bytes | None = None
+    tls_client_key: bytes | None = None
 
     def __repr__(self) -> str:  # never the token
         return f"HostRef({self.location!r})"
@@ -65,6 +71,7 @@ class HostRecord:
 
     def to_dict(self) -> dict[str, Any]:
         certs = self.ref.tls_root_certs
+        client_cert, client_key = self.ref.tls_client_cert, self.ref.tls_client_key
         return {
             "process": [self.process.pid, self.process.start],
             "driver": [self.driver.pid, self.driver.start],
@@ -74,6 +81,8 @@ class HostRecord:
             "token": self.ref.token,
             "tls_cert": None if certs is None else certs.decode("ascii"),
             "tls_key": None if self.tls_key is None else self.tls_key.decode("ascii"),
+            "tls_client_cert": None if client_cert is None else client_cert.decode("ascii"),
+            "tls_client_key": None if client_key is None else client_key.decode("ascii"),
         }
 
     @classmethod
@@ -81,6 +90,8 @@ class HostRecord:
         """The record ``data`` describes, or None when it is not one (a torn or alien file)."""
         try:
             cert, key = data["tls_cert"], data["tls_key"]
+            # A host started by an earlier version has no client certificate (no mutual TLS).
+            client_cert, client_key = data.get("tls_client_cert"), data.get("tls_client_key")
             return cls(
                 ProcessId(int(data["process"][0]), str(data["process"][1])),
                 ProcessId(int(data["driver"][0]), str(data["driver"][1])),
@@ -90,6 +101,8 @@ class HostRecord:
                     str(data["location"]),
                     str(data["token"]),
                     None if cert is None else str(cert).encode("ascii"),
+                    None if client_cert is None else str(client_cert).encode("ascii"),
+                    None if client_key is None else str(client_key).encode("ascii"),
                 ),
                 None if key is None else str(key).encode("ascii"),
             )

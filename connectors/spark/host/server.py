@@ -16,8 +16,10 @@ used to do to a store's files happens here instead, over Arrow Flight:
 
 Every call carries the host's bearer token, which travels in the plan. Executors on other
 hosts dial the driver's routable address over TLS, with the host's own self-signed
-certificate as the only root they trust (it travels in the plan too). The host stops when
-the driver JVM is gone, or on SIGTERM.
+certificate as the only root they trust (it travels in the plan too), and present the
+client certificate the driver made with it: a host on TLS is in mutual-TLS mode, so a peer
+without that certificate fails the TLS handshake before gRPC reads any of its messages. The
+host stops when the driver JVM is gone, or on SIGTERM.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class StoreHostServer:
         The bearer token every call must carry.
     tls_certificates
         ``(certificate PEM, key PEM)``; required beyond loopback.
+    tls_client_ca
+        PEM certificates of the client certificates (or their CAs) the host accepts: mutual
+        TLS, a client without one fails the TLS handshake (with ``tls_certificates``).
     """
 
     def __init__(
@@ -65,16 +70,22 @@ class StoreHostServer:
         port: int,
         token: str,
         tls_certificates: tuple[bytes, bytes] | None,
+        tls_client_ca: bytes | None = None,
     ) -> None:
         from spark_statestore.serve.auth import check_token, require_tls_beyond_loopback
+        from spark_statestore.serve.errors import ServerConfigError
 
         require_tls_beyond_loopback(host, tls_certificates is not None, names="the store host")
+        if tls_client_ca is not None and tls_certificates is None:
+            raise ServerConfigError("the store host: mutual TLS (tls_client_ca) needs TLS")
         self.token = check_token(token)
         self.host = host
         self.stopped = threading.Event()
         scheme = "grpc+tcp" if tls_certificates is None else "grpc+tls"
         bracketed = f"[{host}]" if ":" in host else host
-        self._service = _service_class()(f"{scheme}://{bracketed}:{port}", self, tls_certificates)
+        self._service = _service_class()(
+            f"{scheme}://{bracketed}:{port}", self, tls_certificates, tls_client_ca
+        )
         self.port: int = self._service.port
         self.location = f"{scheme}://{bracketed}:{self.port}"
         self._thread = threading.Thread(target=self._service.wait, name="store-host", daemon=True)
@@ -234,11 +245,17 @@ def _service_class() -> type:
 
     class _HostService(flight.FlightServerBase):  # type: ignore[misc]
         def __init__(
-            self, location: str, server: StoreHostServer, tls: tuple[bytes, bytes] | None
+            self,
+            location: str,
+            server: StoreHostServer,
+            tls: tuple[bytes, bytes] | None,
+            client_ca: bytes | None,
         ) -> None:
             super().__init__(
                 location,
                 tls_certificates=None if tls is None else [flight.CertKeyPair(*tls)],
+                verify_client=client_ca is not None,
+                root_certificates=client_ca,
                 middleware={"auth": _Authenticate(server)},
             )
             self._server = server
@@ -306,12 +323,13 @@ def main() -> int:
     from spark_statestore.connectors.spark.detached import serve_detached
 
     def start(request: dict[str, Any]) -> StoreHostServer:
-        tls = request.get("tls")
+        tls, client_ca = request.get("tls"), request.get("tls_client_ca")
         return StoreHostServer(
             request["host"],
             int(request["port"]),
             request["token"],
             None if tls is None else (tls[0].encode("ascii"), tls[1].encode("ascii")),
+            None if client_ca is None else client_ca.encode("ascii"),
         )
 
     def ready(server: Any) -> dict[str, Any]:

@@ -177,8 +177,7 @@ class LeaderServer:
         )
         from spark_statestore.connectors.spark.serve_options import (
             ServeSettings,
-            read_tls_files,
-            serving_address,
+            serving_endpoint,
         )
         from spark_statestore.serve import StoreServer
         from spark_statestore.serve.auth import new_token, read_token_file
@@ -205,15 +204,20 @@ class LeaderServer:
                 self._publisher.close()
             raise
         try:
-            host, tls = serving_address(
-                self.settings.host, read_tls_files(self.settings.tls_cert, self.settings.tls_key)
+            endpoint = serving_endpoint(
+                self.settings.host,
+                tls_cert=self.settings.tls_cert,
+                tls_key=self.settings.tls_key,
+                tls_client_ca=self.settings.tls_client_ca,
             )
             self.server = StoreServer(
                 self.store,
-                host=host,
+                host=endpoint.host,
                 port=self.settings.port,
                 lag_provider=self._lags,
-                tls_certificates=tls,
+                tls_certificates=endpoint.tls_certificates,
+                tls_client_ca=endpoint.tls_client_ca,
+                require_client_cert=endpoint.require_client_cert,
                 token=read_token_file(self.settings.token_file, "'serveTokenFile'")
                 if self.settings.token_file is not None
                 else None,

@@ -40,7 +40,8 @@ class ReplicaRoute:
         The Kafka cluster of its replicas topic, and librdkafka settings to read it.
     credentials
         The token every replica takes and, for ``grpc+tls`` replicas, the certificates to
-        trust (the replicas are many stores: no store id).
+        trust and the client certificate to present to replicas in mutual-TLS mode (the
+        replicas are many stores: no store id).
     max_lag
         Skip followers lagging by more than this on the key's partition (None: any).
     membership_keys

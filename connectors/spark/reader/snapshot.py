@@ -63,7 +63,10 @@ _log = logging.getLogger(__name__)
 _VIEW_DDL = {
     View.POSITION: "topic STRING, partition INT, offset BIGINT",
     View.LAG: "partition INT, current_offset BIGINT, end_offset BIGINT, lag BIGINT",
-    View.HOST: "location STRING, token STRING, tls_root_certs STRING, store STRING",
+    View.HOST: (
+        "location STRING, token STRING, tls_root_certs STRING, store STRING, "
+        "tls_client_cert STRING, tls_client_key STRING"
+    ),
     View.METADATA: (
         "name STRING, role STRING, changelog_topic STRING, partitions INT, "
         "held_partitions ARRAY<INT>, key_prefix BINARY, store_id STRING, created_at STRING, "
@@ -345,13 +348,7 @@ class SnapshotReader(DataSourceReader):
         assert partition.location is not None
         try:
             if partition.credentials is not None:
-                credentials = partition.credentials
-                client = StoreClient(
-                    partition.location,
-                    token=credentials.token,
-                    tls_root_certs=credentials.tls_root_certs,
-                    store_id=credentials.store_id,
-                )
+                client = StoreClient.from_credentials(partition.location, partition.credentials)
             else:
                 client = client_for_store(partition.store, partition.location)
         except AuthenticationError as exc:  # that owner stopped and took its credentials

@@ -76,15 +76,17 @@ def placement(path: str) -> dict[str, Any]:
 
 
 def host_row(path: str) -> tuple[Any, ...]:
-    """The ``host`` view's row: the driver's store host as tasks dial it, and the store."""
+    """The ``host`` view's row: the driver's store host as tasks dial it (with its client
+    certificate and key when it is in mutual-TLS mode), and the store."""
     where = placement(path)
     ref = where["host"]
     if ref is None:
         raise SparkSourceError(
             "view 'host' is planned by a Spark driver only (this process runs under none)"
         )
-    certs = None if ref.tls_root_certs is None else ref.tls_root_certs.decode("ascii")
-    return (ref.location, ref.token, certs, where["store"])
+    pems = (ref.tls_root_certs, ref.tls_client_cert, ref.tls_client_key)
+    certs, client_cert, client_key = (None if pem is None else pem.decode("ascii") for pem in pems)
+    return (ref.location, ref.token, certs, where["store"], client_cert, client_key)
 
 
 def owner_scan_task(path: str, spec_json: str, client: Any, pinned: Any) -> ScanTask:
