@@ -373,10 +373,11 @@ def test_stopping_a_server_whose_commit_hangs_returns_and_the_batch_lands_once(
         options, first = _served_once(path)
         # The commit thread hangs; the server still answers (so no commit process kills it).
         crash_file.write_text(f"{HANG} redo.marked")
-        committer, results = _commit_in_background(
-            options, staged_batch(path, 1, {b"a": b"2", b"b": b"3"})
-        )
+        batch = staged_batch(path, 1, {b"a": b"2", b"b": b"3"})
+        committer, results = _commit_in_background(options, batch)
         assert _fired(crash_file) == first.process
+        # A restarted query sends the batch again: its commit waits behind the hung one.
+        restarted, restarted_results = _commit_in_background(options, batch)
         started = time.monotonic()
         assert stop_sink_server(str(path), timeout_s=BOUND_S)
         took = time.monotonic() - started
@@ -386,10 +387,11 @@ def test_stopping_a_server_whose_commit_hangs_returns_and_the_batch_lands_once(
         assert not first.process.alive()
         log = (path / LOG_FILE).read_text()
         assert "a commit still runs" in log, log[-2000:]
-        # The commit process saw its server go and sent the batch to a new one, whose open
-        # completed the interrupted commit.
+        # Both commit processes saw their server go (or stop before it took their batch) and
+        # sent the batch to a new one, whose open completed the interrupted commit.
         committer.join(BOUND_S)
-        assert results == [CommitOutcome.SKIPPED]
+        restarted.join(BOUND_S)
+        assert results == restarted_results == [CommitOutcome.SKIPPED]
     finally:
         stop_sink_server(str(path))
     assert _content(path) == {b"a": b"2", b"b": b"3"}

@@ -59,6 +59,7 @@ STOP_TIMEOUT_S = 60.0
 EXIT_WAIT_S = 5.0
 """After a failed commit call, how long the server's exit is awaited before the failure is
 taken as the server's own answer."""
+START_LOCK_FILE = "_sink_server.lock"
 STOPPING_RETRIES = 2
 """How often a commit goes to a new server because the one it found was stopping (an idle
 stop racing the commit), beside the one replacement of a server that died or hung."""
@@ -113,13 +114,7 @@ def commit_through_server(
                 f"batch {batch.batch_id} of query {batch.query_id}: the Spark driver (pid "
                 f"{driver.pid}) is gone; the restarted query commits the batch exactly once"
             )
-        record = live_server(path)
-        if record is not None and record.fingerprint != wanted:
-            _log.info("the sink's store server of %s runs with other options: restarting", path)
-            stop_sink_server(path)
-            record = None
-        if record is None:
-            record = _start(options, driver, streaming=streaming, raw_options=raw_options)
+        record = _live_or_started(options, driver, streaming=streaming, raw_options=raw_options)
         body = {"secret": record.secret, "fingerprint": wanted, **batch_to_json(batch)}
         watch = LivenessWatch(path, record, liveness_s)
         try:
@@ -153,7 +148,8 @@ def commit_through_server(
                     record.pid,
                     batch.batch_id,
                 )
-                _wait_out(path, record, liveness_s)
+                # Its stop waits for a commit up to liveness_s itself; then it closes.
+                _wait_out(path, record, STOP_TIMEOUT_S)
                 continue
         raise SinkError(
             f"batch {batch.batch_id} of query {batch.query_id}: the sink's store server of "
@@ -179,13 +175,13 @@ def _went_away(
     return False
 
 
-def _wait_out(path: str, record: ServerRecord, liveness_s: float) -> None:
-    """Wait up to ``liveness_s`` for a server that stops or answers nothing to exit, then
+def _wait_out(path: str, record: ServerRecord, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for a server that stops or answers nothing to exit, then
     kill it."""
     from spark_statestore.store.ownership import wait_for_exit
 
-    if not wait_for_exit(record.pid, liveness_s):
-        replace_hung(path, record, f"did not go away within {liveness_s:g} s")
+    if not wait_for_exit(record.pid, timeout_s):
+        replace_hung(path, record, f"did not go away within {timeout_s:g} s")
 
 
 def stop_sink_server(path: str, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
@@ -234,6 +230,41 @@ def stop_sink_server(path: str, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
     return True
 
 
+def _live_or_started(
+    options: SinkOptions,
+    driver: ProcessId | None,
+    *,
+    streaming: bool,
+    raw_options: dict[str, str],
+) -> ServerRecord:
+    """The store's live server with ``options``, started (again) when none runs.
+
+    Commit processes that find no server at once (a restarted query's beside the one it
+    replaces, after their server went away) take turns under ``<store>/_sink_server.lock``:
+    the first starts a server, the next finds it. Without the turns the second server would
+    wait for the store, owned by the first, for minutes.
+    """
+    import fcntl
+
+    from spark_statestore.store.files import make_private_dir, open_private
+
+    path = os.path.abspath(options.path)
+    make_private_dir(path)
+    fd = open_private(os.path.join(path, START_LOCK_FILE), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held at most one bounded start (or stop) long
+        record = live_server(path)
+        if record is not None and record.fingerprint != fingerprint(options):
+            _log.info("the sink's store server of %s runs with other options: restarting", path)
+            stop_sink_server(path)
+            record = None
+        if record is None:
+            record = _start(options, driver, streaming=streaming, raw_options=raw_options)
+        return record
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _start(
     options: SinkOptions,
     driver: ProcessId | None,
@@ -242,10 +273,7 @@ def _start(
     raw_options: dict[str, str],
 ) -> ServerRecord:
     """Start a server for the store, watching ``driver``, and wait for its handshake."""
-    from spark_statestore.store.files import make_private_dir
-
     path = os.path.abspath(options.path)
-    make_private_dir(path)
     log_path = os.path.join(path, LOG_FILE)
     request = {
         "options": raw_options,

@@ -223,9 +223,11 @@ class LeaderServer:
         self.fingerprint = fingerprint(options)
         self._secret = new_token()
         self._detached = detached
-        self._commit_lock = threading.Lock()
-        self._state_lock = threading.Lock()  # stopped, _commits and _last_commit together
-        self._commits = 0  # taken and not answered yet
+        # One commit at a time holds the store (_committing); the others wait for their turn
+        # or for a stop. Read with stopped and _last_commit under this one lock, so an idle
+        # stop and a commit's admission exclude each other.
+        self._turn = threading.Condition()
+        self._committing = False
         self._last_commit = time.monotonic()
         self.stopped = threading.Event()
         self.announcer: ReplicaAnnouncer | None = None
@@ -271,6 +273,7 @@ class LeaderServer:
         except BaseException:
             self.close()
             raise
+        self._last_commit = time.monotonic()  # idle from when it serves, not from its start
 
     def _lags(self) -> Mapping[int, LagInfo]:
         """The leader's lags: 0 on every partition (its changelog holds what it committed)."""
@@ -319,26 +322,24 @@ class LeaderServer:
                 "this commit's; stop it (stop_sink_server) and commit again"
             )
         batch = batch_from_json(body)
-        with self._state_lock:
+        with self._turn:
+            # A commit waiting behind another (a restarted query's, say) leaves at a stop.
+            while self._committing and not self.stopped.is_set():
+                self._turn.wait()
             if self.stopped.is_set():
                 return {STOPPING: True}
-            self._commits += 1
+            self._committing = True
         try:
-            with self._commit_lock:
-                if self.stopped.is_set():  # it began to stop while this commit waited
-                    return {STOPPING: True}
-                try:
-                    outcome = commit_batch(
-                        self.store, StagingArea(self.store.path), batch, self._publisher
-                    )
-                except BaseException:
-                    self._renew_publisher()
-                    raise
-            return {"outcome": outcome.value, "position": self.store.metadata.position.to_dict()}
+            outcome = commit_batch(self.store, StagingArea(self.store.path), batch, self._publisher)
+        except BaseException:
+            self._renew_publisher()
+            raise
         finally:
-            with self._state_lock:
-                self._commits -= 1
+            with self._turn:
+                self._committing = False
                 self._last_commit = time.monotonic()
+                self._turn.notify_all()
+        return {"outcome": outcome.value, "position": self.store.metadata.position.to_dict()}
 
     def _renew_publisher(self) -> None:
         """After a failed commit, a fresh producer: the old one's transaction state is
@@ -351,15 +352,16 @@ class LeaderServer:
 
     def _stop(self, body: Mapping[str, Any], client: str) -> dict[str, Any]:
         self._check_secret(body)
-        self.stopped.set()
+        self.stopped.set()  # run() returns, then close() stops the rest
         return {STOPPING: True}
 
     def _alive(self, body: Mapping[str, Any], client: str) -> dict[str, Any]:
         """The liveness probe of a waiting commit: answered on a gRPC thread, never waiting
         for the commit lock, so a commit in progress does not delay it."""
         self._check_secret(body)
-        with self._state_lock:
-            return {"pid": os.getpid(), "commits": self._commits, STOPPING: self.stopped.is_set()}
+        with self._turn:
+            committing, stopping = self._committing, self.stopped.is_set()
+        return {"pid": os.getpid(), "committing": committing, STOPPING: stopping}
 
     # -- running ----------------------------------------------------------------------------
     def run(self, watch: ProcessId | None) -> None:
@@ -375,10 +377,11 @@ class LeaderServer:
         idle_s = self.options.serve_idle_timeout_ms / 1000
         if idle_s <= 0:
             return False
-        with self._state_lock:
-            if self._commits or time.monotonic() - self._last_commit < idle_s:
+        with self._turn:
+            if self._committing or time.monotonic() - self._last_commit < idle_s:
                 return False
             self.stopped.set()
+            self._turn.notify_all()
         _log.info(
             "the sink's store server of %s: no commit for %g s (option 'serveIdleTimeoutMs'): "
             "stopping; the next commit starts a new one",
@@ -397,30 +400,30 @@ class LeaderServer:
             If a commit still runs after the wait (not in the server process, which exits
             at once then: see ``detached``); the store stays open.
         """
-        with self._state_lock:
+        with self._turn:
             self.stopped.set()
+            self._turn.notify_all()  # commits waiting for their turn leave now
         if self.announcer is not None:
             self.announcer.close()
             self.announcer = None
         # Flight still serves meanwhile: the commit's reply reaches its commit process, and
         # its liveness probes are answered, so it does not kill this server for hanging.
+        # Once stopped, no commit starts: the store is this thread's after the wait.
         wait_s = self.options.serve_liveness_timeout_ms / 1000
-        if not self._commit_lock.acquire(timeout=wait_s):
-            self._abandon(wait_s)
-        try:
-            # The record first: no commit process finds this server once it stops serving.
-            record = read_server_record(self.store.path)
-            if record is not None and record.pid == os.getpid():
-                os.unlink(os.path.join(self.store.path, SERVER_FILE))
-            server = getattr(self, "server", None)
-            if server is not None:
-                server.close()
-            if self._publisher is not None:
-                self._publisher.close()
-                self._publisher = None
-            self.store.close()
-        finally:
-            self._commit_lock.release()
+        with self._turn:
+            if not self._turn.wait_for(lambda: not self._committing, timeout=wait_s):
+                self._abandon(wait_s)
+        # The record first: no commit process finds this server once it stops serving.
+        record = read_server_record(self.store.path)
+        if record is not None and record.pid == os.getpid():
+            os.unlink(os.path.join(self.store.path, SERVER_FILE))
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.close()
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
+        self.store.close()
 
     def _abandon(self, waited_s: float) -> None:
         """A stop found a commit still running after ``waited_s``: leave it to the store's
