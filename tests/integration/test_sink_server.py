@@ -215,7 +215,7 @@ def test_a_stopped_sink_store_server_is_replaced_and_nothing_is_lost_or_doubled(
         assert not first.process.alive(), "the stopped server was not killed"
         second = live_server(str(store))
         assert second is not None and second.pid != first.pid
-        # Found hung within ~1.2 liveness timeouts, then a new server's start.
+        # Killed one liveness timeout after its last answer, then a new server's start.
         assert took < LIVENESS_MS / 1000 + 30, f"the query went on only after {took:.1f} s"
         assert query.exception() is None
     finally:

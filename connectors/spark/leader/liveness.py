@@ -31,7 +31,8 @@ __all__ = ["KILL_WAIT_S", "PROBES_PER_TIMEOUT", "LivenessWatch", "replace_hung"]
 _log = logging.getLogger(__name__)
 
 PROBES_PER_TIMEOUT = 5
-"""Probes per liveness timeout: a server that hangs is found within about 1.2 timeouts."""
+"""Probes per liveness timeout. A server that hangs is killed one timeout after its last
+answer: each probe waits for its answer until then."""
 KILL_WAIT_S = 30.0
 """How long a SIGKILLed server's exit is awaited (it only waits on the kernel)."""
 
