@@ -17,7 +17,6 @@ from spark_statestore.changelog import partition_for_key
 from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
 from spark_statestore.connectors.kafka.tail import tail_changelog
-from spark_statestore.connectors.spark.driver import ProcessId
 from spark_statestore.connectors.spark.leader.remote import (
     commit_through_server,
     live_server,
@@ -195,6 +194,7 @@ def test_a_stopped_sink_store_server_is_replaced_and_nothing_is_lost_or_doubled(
     crash = crash_file_path()
     inputs = [[row(f"k{f}-{i}", f"{f}.{i}", f * 10 + i) for i in range(10)] for f in range(2)]
     write_input(source, "0.json", inputs[0])
+    first = None
     query = (
         changelog_writer(spark, source, checkpoint, bootstrap, changelog, "hung-app")
         .option("serve", "true")
@@ -221,10 +221,9 @@ def test_a_stopped_sink_store_server_is_replaced_and_nothing_is_lost_or_doubled(
     finally:
         crash.unlink(missing_ok=True)
         for claimed in crash.parent.glob(f"{crash.name}.fired.*"):
-            stopped = ProcessId.of(int(claimed.name.rsplit(".", 1)[1]))
-            if stopped is not None:  # the server still hangs (without the fix): end it
-                stopped.kill(BOUND_S)
             claimed.unlink()
+        if first is not None:  # it still hangs (without the fix): end it, that very process
+            first.process.kill(BOUND_S)
         query.stop()
         stop_sink_server(str(store))
     rows = [r for batch in inputs for r in batch]

@@ -274,29 +274,24 @@ liveness checks it would take a day, or forever."""
 
 
 @pytest.fixture
-def crash_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def crash_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The crash file of the sink store servers started by this test (they inherit it)."""
     armed = tmp_path / "crash"
     monkeypatch.setenv(CRASH_FILE, str(armed))
     monkeypatch.delenv(CRASH_AT, raising=False)
-    yield armed
-    for claimed in tmp_path.glob("crash.fired.*"):  # a stopped server must not outlive the test
-        process = ProcessId.of(int(claimed.name.rsplit(".", 1)[1]))
-        if process is not None:
-            process.kill(BOUND_S)
+    return armed
 
 
-def _fired(armed: Path) -> ProcessId:
-    """The process that claimed the crash file (once one has): it stopped or hangs there."""
+def _fired(armed: Path) -> int:
+    """The pid of the process that claimed the crash file, once one has: it stopped or
+    hangs there."""
     found = poll_until(
         lambda: next(iter(armed.parent.glob(f"{armed.name}.fired.*")), None),
         timeout_s=BOUND_S,
         interval_s=0.01,
         failure=lambda: f"no server reached the point armed in {armed}",
     )
-    process = ProcessId.of(int(found.name.rsplit(".", 1)[1]))
-    assert process is not None, f"{found}: that process is gone already"
-    return process
+    return int(found.name.rsplit(".", 1)[1])
 
 
 def _served_once(path: Path) -> tuple[SinkOptions, ServerRecord]:
@@ -311,6 +306,14 @@ def _served_once(path: Path) -> tuple[SinkOptions, ServerRecord]:
     server = live_server(str(path))
     assert server is not None
     return options, server
+
+
+def _stop_servers(path: Path, first: ServerRecord | None) -> None:
+    """No server of the test outlives it: the one stopped or hung at the crash point (that
+    process: its pid and start time; gone already when the test passed), then the live one."""
+    if first is not None:
+        first.process.kill(BOUND_S)
+    stop_sink_server(str(path))
 
 
 def _commit_in_background(
@@ -338,6 +341,7 @@ def test_a_server_stopped_mid_commit_is_killed_and_replaced_and_the_batch_lands_
     tmp_path: Path, crash_file: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "store"
+    first: ServerRecord | None = None
     try:
         options, first = _served_once(path)
         crash_file.write_text(f"{STOP} redo.marked")
@@ -345,8 +349,7 @@ def test_a_server_stopped_mid_commit_is_killed_and_replaced_and_the_batch_lands_
         committer, results = _commit_in_background(
             options, staged_batch(path, 1, {b"a": b"2", b"b": b"3"})
         )
-        stopped = _fired(crash_file)
-        assert stopped == first.process
+        assert _fired(crash_file) == first.pid
         committer.join(BOUND_S)
         took = time.monotonic() - started
         assert not committer.is_alive(), (
@@ -360,7 +363,7 @@ def test_a_server_stopped_mid_commit_is_killed_and_replaced_and_the_batch_lands_
         assert second is not None and second.pid != first.pid
         assert took < BOUND_S / 4, f"the hung server was replaced only after {took:.1f} s"
     finally:
-        stop_sink_server(str(path))
+        _stop_servers(path, first)
     assert _content(path) == {b"a": b"2", b"b": b"3"}
     assert f"did not answer for {LIVENESS_MS / 1000:g} s" in caplog.text
 
@@ -369,13 +372,14 @@ def test_stopping_a_server_whose_commit_hangs_returns_and_the_batch_lands_once(
     tmp_path: Path, crash_file: Path
 ) -> None:
     path = tmp_path / "store"
+    first: ServerRecord | None = None
     try:
         options, first = _served_once(path)
         # The commit thread hangs; the server still answers (so no commit process kills it).
         crash_file.write_text(f"{HANG} redo.marked")
         batch = staged_batch(path, 1, {b"a": b"2", b"b": b"3"})
         committer, results = _commit_in_background(options, batch)
-        assert _fired(crash_file) == first.process
+        assert _fired(crash_file) == first.pid
         # A restarted query sends the batch again: its commit waits behind the hung one.
         restarted, restarted_results = _commit_in_background(options, batch)
         started = time.monotonic()
@@ -393,5 +397,5 @@ def test_stopping_a_server_whose_commit_hangs_returns_and_the_batch_lands_once(
         restarted.join(BOUND_S)
         assert results == restarted_results == [CommitOutcome.SKIPPED]
     finally:
-        stop_sink_server(str(path))
+        _stop_servers(path, first)
     assert _content(path) == {b"a": b"2", b"b": b"3"}
