@@ -4,6 +4,7 @@ commit or stop it, its lifetime, and starting it as a process from a commit."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -263,6 +264,23 @@ def test_a_server_that_cannot_start_says_why_and_where_its_log_is(tmp_path: Path
         if blocker is not None:
             blocker.close()
     assert live_server(str(path)) is None
+
+
+def test_a_process_is_killed_only_while_its_pid_is_still_that_process() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    try:
+        process = ProcessId.of(child.pid)
+        assert process is not None
+        # The same pid with another start time: a later process that got the pid. Spared.
+        assert not ProcessId(child.pid, str(int(process.start) + 1)).kill(5.0)
+        assert child.poll() is None
+        os.kill(child.pid, signal.SIGSTOP)  # a stopped process dies too
+        assert process.kill(30.0)
+        assert child.wait(30) == -signal.SIGKILL
+        assert not process.alive() and not process.kill(5.0)  # gone: nothing to kill
+    finally:
+        child.kill()
+        child.wait()
 
 
 # -- a server that hangs ----------------------------------------------------------------------
