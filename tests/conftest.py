@@ -154,12 +154,25 @@ def run_python(
     return proc
 
 
+def crash_file_path() -> Path:
+    """The file a test writes a crash point's name into to SIGKILL (or stop, or hang) the
+    driver-side process that reaches it next (see ``spark_statestore.store.crash``)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"sss-crash-{os.getpid()}"
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A session-scoped local[2] SparkSession (UI off, 2 shuffle partitions, UTC)."""
+    """A session-scoped local[2] SparkSession (UI off, 2 shuffle partitions, UTC); its
+    driver-side processes (the sink's commit and store server) have the crash seam
+    :func:`crash_file_path`."""
     import spark_statestore
     from spark_statestore.connectors.spark.session import local_session
+    from spark_statestore.store.crash import CRASH_FILE
 
+    # They inherit the driver JVM's environment, fixed when it starts, here.
+    os.environ[CRASH_FILE] = str(crash_file_path())
     session = local_session("spark-statestore-tests")
     # Editable installs hide top-level modules from pkgutil, so Spark's automatic
     # registration (pyspark_statestore) only works from a real install; see

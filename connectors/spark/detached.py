@@ -111,8 +111,15 @@ WATCH_INTERVAL_S = 0.5
 """How often a detached server checks that the Spark driver JVM it watches is alive."""
 
 
-def wait_until_stopped(stopped: Any, watch: ProcessId | None, name: str) -> None:
-    """Return once the event ``stopped`` is set, or ``watch`` (the Spark driver JVM) is gone."""
+def wait_until_stopped(
+    stopped: Any,
+    watch: ProcessId | None,
+    name: str,
+    *,
+    also: Callable[[], bool] | None = None,
+) -> None:
+    """Return once the event ``stopped`` is set, ``watch`` (the Spark driver JVM) is gone,
+    or ``also()`` (checked as often as the driver, e.g. an idle timeout) says to stop."""
     import logging
 
     while not stopped.wait(WATCH_INTERVAL_S):
@@ -120,6 +127,8 @@ def wait_until_stopped(stopped: Any, watch: ProcessId | None, name: str) -> None
             logging.getLogger(__name__).info(
                 "%s: the Spark driver (pid %d) is gone: stopping", name, watch.pid
             )
+            return
+        if also is not None and also():
             return
 
 

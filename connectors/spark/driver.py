@@ -49,6 +49,33 @@ class ProcessId:
         stat = _stat(self.pid)
         return stat is not None and stat[19] == self.start and stat[0] != "Z"
 
+    def kill(self, timeout_s: float) -> bool:
+        """SIGKILL this process, never a later one with its pid, and wait up to
+        ``timeout_s`` for it to exit; False when it had exited already.
+
+        A pidfd names the process for good once opened: the start time read after opening
+        it tells that it is this process, and the signal goes through it, so no pid reused
+        in between can be hit. A stopped (SIGSTOP) process dies too.
+        """
+        import select
+        import signal
+
+        try:
+            fd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            return False
+        try:
+            if not self.alive():  # exited (a zombie), or the pid is another process's now
+                return False
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except ProcessLookupError:  # it exited meanwhile
+                return False
+            select.select([fd], [], [], timeout_s)  # readable once it has exited
+        finally:
+            os.close(fd)
+        return True
+
 
 def _stat(pid: int) -> list[str] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""

@@ -420,6 +420,23 @@ OPTIONS: tuple[OptionSpec, ...] = (
         default="false",
     ),
     OptionSpec(
+        "serveLivenessTimeoutMs",
+        int,
+        _SINKS,
+        "with serve: a store server that answers nothing for this long is hung: a commit "
+        "kills it and commits through a new one; also what its shutdown waits for a commit",
+        default="30000",
+        minimum=1000,
+    ),
+    OptionSpec(
+        "serveIdleTimeoutMs",
+        int,
+        _SINKS,
+        "with serve: the store server stops after this long without a commit, freeing the "
+        "store (the next commit starts a new one); 0: never",
+        default="600000",
+    ),
+    OptionSpec(
         "txnAppId", str, _SINKS, "batch writer only: commit at most once per (txnAppId, txnVersion)"
     ),
     OptionSpec(

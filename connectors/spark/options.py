@@ -55,6 +55,7 @@ from spark_statestore.store.scan import ScanSpec
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "SINK_SERVER_OPTIONS",
     "DecodeMode",
     "FormatOptions",
     "ReaderOptions",
@@ -176,11 +177,20 @@ class SinkOptions:
     txn_version: int | None
     serve: ServeSettings | None = None
     """With option ``serve``: how the sink's store server serves and announces the store."""
+    serve_liveness_timeout_ms: int = 30000
+    """With ``serve``: how long the store server may answer nothing before a commit takes it
+    for hung (kills and replaces it); also how long its shutdown waits for a commit."""
+    serve_idle_timeout_ms: int = 600000
+    """With ``serve``: the store server stops after this long without a commit (0: never)."""
     raw: Mapping[str, str] = field(default_factory=dict)
     """The options as given (the sink's store server parses them again)."""
     checkpoint: QueryCheckpoint | None = None
     """The streaming sink: ``checkpointLocation`` parsed, with its filesystem's options."""
 
+
+SINK_SERVER_OPTIONS = ("serveLivenessTimeoutMs", "serveIdleTimeoutMs")
+"""The options of the sink's store server alone (beside the ``serve*`` options every
+store owner takes)."""
 
 MAX_POSITION_BOUND_TIMEOUT_MS = int(MAX_PIN_WAIT_S * 1000)  # what a store server waits at most
 
@@ -448,12 +458,15 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
     if options.boolean("serve"):
         serve = serve_settings(options)
     else:
-        given = [name for name in SERVE_OPTIONS if options.given(name)]
+        given = [name for name in (*SERVE_OPTIONS, *SINK_SERVER_OPTIONS) if options.given(name)]
         if given:
             raise OptionError(
                 f"option {given[0]!r} configures the sink's store server: set option 'serve' "
                 "to 'true' too, or drop it"
             )
+    liveness_ms = options.integer("serveLivenessTimeoutMs")
+    idle_ms = options.integer("serveIdleTimeoutMs")
+    assert liveness_ms is not None and idle_ms is not None  # they have defaults
     return SinkOptions(
         path=path,
         checkpoint_location=checkpoint,
@@ -466,6 +479,8 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         txn_app_id=txn_app_id,
         txn_version=txn_version,
         serve=serve,
+        serve_liveness_timeout_ms=liveness_ms,
+        serve_idle_timeout_ms=idle_ms,
         raw={str(name): str(value) for name, value in raw.items()},
         checkpoint=_query_checkpoint(checkpoint, options) if streaming else None,
     )

@@ -15,7 +15,10 @@ ways to act at a point:
   names a file (set in the environment of what starts them, e.g. a Spark driver's, whose
   Python workers and the servers they start inherit it); the test writes a point's name into
   the file when it wants the crash, and the first process to reach that point claims the file
-  (an atomic rename to ``<file>.fired.<pid>``) and SIGKILLs itself.
+  (an atomic rename to ``<file>.fired.<pid>``) and SIGKILLs itself. A name written as
+  ``stop <point>`` makes that process SIGSTOP itself there instead (it hangs, whole, until
+  someone sends SIGCONT or SIGKILL), and ``hang <point>`` blocks only the thread that reached
+  it, for good (a commit stuck in a process that still answers): the hung-server tests.
 
 The points: :data:`SINK_POINTS`, and the store's chunked commit: ``redo.sealed``,
 ``redo.marked``, ``redo.after_chunk.<n>``, ``redo.before_metadata`` and
@@ -26,13 +29,27 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Callable
 
-__all__ = ["CRASH_AT", "CRASH_FILE", "CRASH_PGID", "SINK_POINTS", "crash_point", "hook"]
+__all__ = [
+    "CRASH_AT",
+    "CRASH_FILE",
+    "CRASH_PGID",
+    "HANG",
+    "SINK_POINTS",
+    "STOP",
+    "crash_point",
+    "hook",
+]
 
 CRASH_AT = "SPARK_STATESTORE_CRASH_AT"
 CRASH_PGID = "SPARK_STATESTORE_CRASH_PGID"
 CRASH_FILE = "SPARK_STATESTORE_CRASH_FILE"
+STOP = "stop"
+"""Written before a point's name in the crash file: SIGSTOP the process there."""
+HANG = "hang"
+"""Written before a point's name in the crash file: block the thread there forever."""
 
 SINK_POINTS = (
     "sink.staged",  # a task has staged its file (executor side)
@@ -51,7 +68,12 @@ def crash_point(name: str) -> None:
     if hook is not None:
         hook(name)
     armed = os.environ.get(CRASH_FILE)
-    if armed and _claim(armed, name):
+    action = _claim(armed, name) if armed else None
+    if action == STOP:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif action == HANG:
+        threading.Event().wait()  # nobody sets it: this thread never goes on
+    elif action is not None:
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get(CRASH_AT) != name:
         return
@@ -61,13 +83,15 @@ def crash_point(name: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _claim(path: str, name: str) -> bool:
-    """Whether the crash file at ``path`` names point ``name`` and this process claimed it."""
+def _claim(path: str, name: str) -> str | None:
+    """What to do at point ``name`` (:data:`STOP`, :data:`HANG` or "" for a SIGKILL) when
+    the crash file at ``path`` names it and this process claimed it; None otherwise."""
     try:
         with open(path, encoding="utf-8") as handle:
-            if handle.read().strip() != name:
-                return False
+            action, _, point = handle.read().strip().rpartition(" ")
+        if point != name or action not in ("", STOP, HANG):
+            return None
         os.rename(path, f"{path}.fired.{os.getpid()}")  # one process wins
     except OSError:
-        return False
-    return True
+        return None
+    return action

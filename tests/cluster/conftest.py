@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from spark_statestore.store.crash import CRASH_FILE
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, crash_file_path
 
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.local import LocalKafkaCluster
@@ -71,12 +69,6 @@ def kafka_starting(spark_cluster: LocalSparkCluster) -> Iterator[Future[LocalKaf
 def kafka_broker(kafka_starting: Future[LocalKafkaCluster]) -> LocalKafkaCluster:
     """The cluster's Kafka node, once it has started."""
     return kafka_starting.result()
-
-
-def crash_file_path() -> Path:
-    """The file a test writes a crash point's name into to SIGKILL the driver-side process
-    that reaches it next (see ``spark_statestore.store.crash``)."""
-    return Path(tempfile.gettempdir()) / f"sss-crash-{os.getpid()}"
 
 
 @pytest.fixture(scope="session")

@@ -264,6 +264,22 @@ def test_a_sink_serves_its_store_only_when_asked() -> None:
     assert served.raw["serveport"] == "9000"  # type: ignore[attr-defined]
 
 
+def test_the_sink_store_servers_liveness_and_idle_timeouts() -> None:
+    served = sink(serve="true")
+    assert served.serve_liveness_timeout_ms == 30000  # type: ignore[attr-defined]
+    assert served.serve_idle_timeout_ms == 600000  # type: ignore[attr-defined]
+    tuned = sink(serve="true", serveLivenessTimeoutMs="5000", serveIdleTimeoutMs="0")
+    assert tuned.serve_liveness_timeout_ms == 5000  # type: ignore[attr-defined]
+    assert tuned.serve_idle_timeout_ms == 0  # type: ignore[attr-defined]  # never idles out
+    for name in ("serveLivenessTimeoutMs", "serveIdleTimeoutMs"):
+        with pytest.raises(OptionError, match=f"'{name}' configures the sink's store server"):
+            sink(**{name: "5000"})
+    with pytest.raises(OptionError, match=r"'serveLivenessTimeoutMs'.*1000"):
+        sink(serve="true", serveLivenessTimeoutMs="10")  # a busy server would pass for hung
+    with pytest.raises(OptionError, match="'serveIdleTimeoutMs'"):
+        sink(serve="true", serveIdleTimeoutMs="-1")
+
+
 @pytest.mark.parametrize(
     "text",
     [

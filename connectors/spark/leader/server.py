@@ -17,10 +17,17 @@ starts this process (:mod:`.remote`); it
   and the changelog are;
 * announces the store as the leader (lag 0 on every partition) while it runs, and withdraws
   the announcement (a tombstone) when it stops;
-* stops on the action ``sink_stop``, on SIGTERM/SIGINT, or when the Spark driver JVM that
-  started it is gone. A SIGKILL leaves nothing to clean up: the kernel releases the store's
-  lock, the next commit starts a new server, the store completes or discards an interrupted
-  commit on open, and the announcement goes stale after its TTL.
+* answers the action ``sink_alive`` on a thread of its own while a commit runs, so the
+  commit process tells a server that is committing a big batch from one that answers
+  nothing (stopped, frozen), which it kills and replaces (:mod:`.liveness`);
+* stops on the action ``sink_stop``, on SIGTERM/SIGINT, when the Spark driver JVM that
+  started it is gone, or after ``serveIdleTimeoutMs`` without a commit (a query stopped in
+  a driver that lives on: a notebook, a Spark Connect server). A stop waits for a commit in
+  progress up to ``serveLivenessTimeoutMs``; past that the process exits at once, as if
+  killed. A SIGKILL leaves nothing to clean up: the kernel releases the store's lock, the
+  next commit starts a new server, the store completes or discards an interrupted commit
+  on open, the next producer's transactional id fences the old one's open transaction,
+  and the announcement goes stale after its TTL.
 
 The commit actions carry a secret the server draws and writes owner-only into
 ``<store>/_sink_server.json`` (with its pid, location and the options it was started with):
@@ -35,6 +42,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +56,7 @@ if TYPE_CHECKING:
     from spark_statestore.sink.commit import BatchToCommit
 
 __all__ = [
+    "ACTION_ALIVE",
     "ACTION_COMMIT",
     "ACTION_STOP",
     "LOG_FILE",
@@ -67,6 +76,13 @@ SERVER_FILE = "_sink_server.json"
 LOG_FILE = "_sink_server.log"
 ACTION_COMMIT = "sink_commit"
 ACTION_STOP = "sink_stop"
+ACTION_ALIVE = "sink_alive"
+STOPPING = "stopping"
+"""The key of a commit's reply when the server stopped before it began: the commit process
+waits for it to go and commits through a new one."""
+EXIT_ABANDONED = 75
+"""The exit code of a server that stopped with a commit still running (left to the store's
+recovery)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +93,14 @@ class ServerRecord:
     location: str
     secret: str
     fingerprint: str
+    start: str
+    """The process's start time (see :class:`ProcessId`): a kill never hits a later process
+    with its pid."""
+
+    @property
+    def process(self) -> ProcessId:
+        """The server's process."""
+        return ProcessId(self.pid, self.start)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +108,7 @@ class ServerRecord:
             "location": self.location,
             "secret": self.secret,
             "fingerprint": self.fingerprint,
+            "start": self.start,
         }
 
 
@@ -92,11 +117,14 @@ def read_server_record(path: str) -> ServerRecord | None:
     try:
         with open(os.path.join(path, SERVER_FILE), encoding="utf-8") as handle:
             data = json.load(handle)
-        record = ServerRecord(data["pid"], data["location"], data["secret"], data["fingerprint"])
+        record = ServerRecord(
+            data["pid"], data["location"], data["secret"], data["fingerprint"], data["start"]
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(record.pid, int) or not all(
-        isinstance(v, str) for v in (record.location, record.secret, record.fingerprint)
+        isinstance(v, str)
+        for v in (record.location, record.secret, record.fingerprint, record.start)
     ):
         return None
     return record
@@ -118,6 +146,8 @@ def fingerprint(options: SinkOptions) -> str:
         options.allow_foreign_changelog,
         options.uncommitted_max_bytes,
         serve,
+        options.serve_liveness_timeout_ms,
+        options.serve_idle_timeout_ms,
     ]
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
@@ -168,9 +198,13 @@ class LeaderServer:
     ----------
     options
         The sink's parsed options; ``options.serve`` says how to serve and announce.
+    detached
+        It is the server process (:func:`main`): a stop that finds a commit still running
+        after ``serveLivenessTimeoutMs`` ends the process at once. Otherwise (in a test's
+        process) :meth:`close` raises then, leaving the store open.
     """
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, *, detached: bool = False) -> None:
         from spark_statestore.connectors.spark.leader.store import (
             changelog_publisher,
             open_leader_store,
@@ -187,7 +221,13 @@ class LeaderServer:
         self.settings = options.serve or ServeSettings()
         self.fingerprint = fingerprint(options)
         self._secret = new_token()
-        self._commit_lock = threading.Lock()
+        self._detached = detached
+        # One commit at a time holds the store (_committing); the others wait for their turn
+        # or for a stop. Read with stopped and _last_commit under this one lock, so an idle
+        # stop and a commit's admission exclude each other.
+        self._turn = threading.Condition()
+        self._committing = False
+        self._last_commit = time.monotonic()
         self.stopped = threading.Event()
         self.announcer: ReplicaAnnouncer | None = None
         self._publisher = changelog_publisher(options)
@@ -224,16 +264,20 @@ class LeaderServer:
                 actions={
                     ACTION_COMMIT: ("Commit a sink micro-batch (the sink's own)", self._commit),
                     ACTION_STOP: ("Stop the sink's store server (the sink's own)", self._stop),
+                    ACTION_ALIVE: ("Say the server answers (the sink's own)", self._alive),
                 },
             )
             self.location = self.server.start()
-            record = ServerRecord(os.getpid(), self.location, self._secret, self.fingerprint)
+            me = ProcessId.of(os.getpid())
+            assert me is not None  # this process
+            record = ServerRecord(me.pid, self.location, self._secret, self.fingerprint, me.start)
             write_private_json(os.path.join(self.store.path, SERVER_FILE), record.to_dict())
             if self.settings.announce and options.changelog is not None:
                 self.announcer = self._announce()
         except BaseException:
             self.close()
             raise
+        self._last_commit = time.monotonic()  # idle from when it serves, not from its start
 
     def _lags(self) -> Mapping[int, LagInfo]:
         """The leader's lags: 0 on every partition (its changelog holds what it committed)."""
@@ -283,16 +327,23 @@ class LeaderServer:
                 "this commit's; stop it (stop_sink_server) and commit again"
             )
         batch = batch_from_json(body)
-        with self._commit_lock:
+        with self._turn:
+            # A commit waiting behind another (a restarted query's, say) leaves at a stop.
+            while self._committing and not self.stopped.is_set():
+                self._turn.wait()
             if self.stopped.is_set():
-                raise BadRequestError(f"the sink's store server of {self.store.path} is stopping")
-            try:
-                outcome = commit_batch(
-                    self.store, StagingArea(self.store.path), batch, self._publisher
-                )
-            except BaseException:
-                self._renew_publisher()
-                raise
+                return {STOPPING: True}
+            self._committing = True
+        try:
+            outcome = commit_batch(self.store, StagingArea(self.store.path), batch, self._publisher)
+        except BaseException:
+            self._renew_publisher()
+            raise
+        finally:
+            with self._turn:
+                self._committing = False
+                self._last_commit = time.monotonic()
+                self._turn.notify_all()
         return {"outcome": outcome.value, "position": self.store.metadata.position.to_dict()}
 
     def _renew_publisher(self) -> None:
@@ -306,33 +357,96 @@ class LeaderServer:
 
     def _stop(self, body: Mapping[str, Any], client: str) -> dict[str, Any]:
         self._check_secret(body)
-        self.stopped.set()
-        return {"stopping": True}
+        self.stopped.set()  # run() returns, then close() stops the rest
+        return {STOPPING: True}
+
+    def _alive(self, body: Mapping[str, Any], client: str) -> dict[str, Any]:
+        """The liveness probe of a waiting commit: answered on a gRPC thread, never waiting
+        for the commit lock, so a commit in progress does not delay it."""
+        self._check_secret(body)
+        with self._turn:
+            committing, stopping = self._committing, self.stopped.is_set()
+        return {"pid": os.getpid(), "committing": committing, STOPPING: stopping}
 
     # -- running ----------------------------------------------------------------------------
     def run(self, watch: ProcessId | None) -> None:
-        """Serve until stopped, or until ``watch`` (the Spark driver JVM) is gone."""
+        """Serve until stopped, until ``watch`` (the Spark driver JVM) is gone, or until
+        ``serveIdleTimeoutMs`` pass without a commit."""
         from spark_statestore.connectors.spark.detached import wait_until_stopped
 
-        wait_until_stopped(self.stopped, watch, "the sink's store server")
+        wait_until_stopped(self.stopped, watch, "the sink's store server", also=self._idle)
+
+    def _idle(self) -> bool:
+        """Whether no commit came for ``serveIdleTimeoutMs``; then it stops taking commits
+        (atomically with :meth:`_commit`'s check, so none starts after this)."""
+        idle_s = self.options.serve_idle_timeout_ms / 1000
+        if idle_s <= 0:
+            return False
+        with self._turn:
+            if self._committing or time.monotonic() - self._last_commit < idle_s:
+                return False
+            self.stopped.set()
+            self._turn.notify_all()
+        _log.info(
+            "the sink's store server of %s: no commit for %g s (option 'serveIdleTimeoutMs'): "
+            "stopping; the next commit starts a new one",
+            self.store.path,
+            idle_s,
+        )
+        return True
 
     def close(self) -> None:
-        """Withdraw the announcement, stop serving, close the publisher and the store
-        (after a commit in progress)."""
-        self.stopped.set()
+        """Withdraw the announcement, wait for a commit in progress (up to
+        ``serveLivenessTimeoutMs``), stop serving, close the publisher and the store.
+
+        Raises
+        ------
+        SinkError
+            If a commit still runs after the wait (not in the server process, which exits
+            at once then: see ``detached``); the store stays open.
+        """
+        with self._turn:
+            self.stopped.set()
+            self._turn.notify_all()  # commits waiting for their turn leave now
         if self.announcer is not None:
             self.announcer.close()
+            self.announcer = None
+        # Flight still serves meanwhile: the commit's reply reaches its commit process, and
+        # its liveness probes are answered, so it does not kill this server for hanging.
+        # Once stopped, no commit starts: the store is this thread's after the wait.
+        wait_s = self.options.serve_liveness_timeout_ms / 1000
+        with self._turn:
+            if not self._turn.wait_for(lambda: not self._committing, timeout=wait_s):
+                self._abandon(wait_s)
+        # The record first: no commit process finds this server once it stops serving.
+        record = read_server_record(self.store.path)
+        if record is not None and record.pid == os.getpid():
+            os.unlink(os.path.join(self.store.path, SERVER_FILE))
         server = getattr(self, "server", None)
         if server is not None:
             server.close()
-        with self._commit_lock:
-            if self._publisher is not None:
-                self._publisher.close()
-                self._publisher = None
-            record = read_server_record(self.store.path)
-            if record is not None and record.pid == os.getpid():
-                os.unlink(os.path.join(self.store.path, SERVER_FILE))
-            self.store.close()
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
+        self.store.close()
+
+    def _abandon(self, waited_s: float) -> None:
+        """A stop found a commit still running after ``waited_s``: leave it to the store's
+        recovery. In the server process that means exiting now, as a SIGKILL would: the
+        kernel frees the store's lock, the next open completes or discards the commit, the
+        next producer fences its Kafka transaction."""
+        from spark_statestore.connectors.spark.errors import SinkError
+
+        message = (
+            f"the sink's store server of {self.store.path}: a commit still runs {waited_s:g} s "
+            "after the server was asked to stop (option 'serveLivenessTimeoutMs'); leaving it "
+            "to the store's recovery on its next open"
+        )
+        if not self._detached:
+            raise SinkError(message)
+        _log.error("%s: exiting now (code %d)", message, EXIT_ABANDONED)
+        logging.shutdown()
+        os._exit(EXIT_ABANDONED)
 
 
 def main() -> int:
@@ -343,7 +457,8 @@ def main() -> int:
     from spark_statestore.connectors.spark.options import parse_sink_options
 
     def start(request: dict[str, Any]) -> LeaderServer:
-        return LeaderServer(parse_sink_options(request["options"], streaming=request["streaming"]))
+        options = parse_sink_options(request["options"], streaming=request["streaming"])
+        return LeaderServer(options, detached=True)
 
     def ready(server: Any) -> dict[str, Any]:
         return {"ready": server.location}
