@@ -353,3 +353,44 @@ def test_one_deadline_bounds_the_wait_across_candidates(cluster: Cluster) -> Non
     assert len(waits) == 3 and waits[0] > 0.3, waits
     assert sum(waits) <= 0.5, waits  # before the fix: 0.5 each, 1.5 in all
     assert elapsed < 1.2, elapsed
+
+
+def test_a_replica_reached_at_another_stores_server_is_refused(tmp_path: Path) -> None:
+    """Finding 1: the router's connect passed no store id, so a location that led to another
+    store's server (a restarted owner's port taken by another store, an announcement made
+    with the wrong location) was answered from that store. connect_replica checks the
+    server's store id against the announced replica id."""
+    from dataclasses import replace
+
+    from spark_statestore.discovery import connect_replica
+    from spark_statestore.serve.auth import ServeCredentials, new_token
+
+    token = new_token()
+    with contextlib.ExitStack() as stack:
+        stores, locations = {}, {}
+        for name, value in (("a", b"from-a"), ("b", b"from-b")):
+            spec = StoreSpec(Role.LEADER, TOPIC, PARTITIONS)
+            store = stack.enter_context(Store.open(tmp_path / name, spec, purpose=name))
+            _fill(store, 60, value)
+            server = StoreServer(store, token=token)
+            locations[name] = server.start()
+            stack.callback(server.close)
+            stores[name] = store
+        announced = ReplicaAnnouncement.of_store(
+            stores["a"], location=locations["b"], ttl_ms=60_000
+        )
+        announced = replace(announced, heartbeat_ms=int(time.time() * 1000))
+        credentials = ServeCredentials(token)
+
+        def view() -> ReplicaSet:
+            return ReplicaSet.of(TOPIC, [announced], now_ms=int(time.time() * 1000))
+
+        with Router(view, lambda r: connect_replica(r, credentials)) as router:
+            result = router.query(_request(KeyQuery.with_key(KEYS[0])))
+        (answer,) = result.partition_results.values()
+        assert not answer.is_success
+        assert "serves store" in (answer.failure_message or "")
+        # Announced at its own server, the same replica answers.
+        announced = replace(announced, location=locations["a"])
+        with Router(view, lambda r: connect_replica(r, credentials)) as router:
+            assert _value(router.query(_request(KeyQuery.with_key(KEYS[0])))) == b"from-a" + KEYS[0]
