@@ -312,3 +312,19 @@ def test_an_announcer_waits_at_most_a_ttl_and_a_slow_first_delivery_is_not_fatal
     assert verified_announcement(
         withdrawal, keys=KEY.verifier(), topic=TOPIC, record_key=b"r1"
     ).withdrawn
+
+
+def test_a_reader_says_why_when_every_verified_announcement_expired() -> None:
+    """Finding 2's other half: a reader whose clock runs ahead of the broker's by more than
+    the TTL sees no replica; it fails closed, and says so."""
+    from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
+
+    registry = ReplicaRegistry.__new__(ReplicaRegistry)
+    registry.changelog, registry.ttl_ms, registry.refusals = CHANGELOG, None, []
+    registry._partitions = 4
+    registry._clock = lambda: 1_000_000 + 3600.0  # an hour ahead of when it was appended
+    seen = announcement(heartbeat_ms=1_000_000_000, seen_ms=1_000_000_000, ttl_ms=15_000)
+    registry._latest = {b"r1": seen}
+    view = registry.view()
+    assert view.replicas == ()
+    assert "clock runs ahead" in view.refused[-1]

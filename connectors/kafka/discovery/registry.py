@@ -149,7 +149,16 @@ class ReplicaRegistry:
             ttl_ms=self.ttl_ms,
             partitions=self._partitions,
         )
-        return view if not self.refusals else replace(view, refused=tuple(self.refusals))
+        why = list(self.refusals)
+        if not view.replicas and self._latest:
+            newest = max(a.expires_ms(self.ttl_ms) for a in self._latest.values())
+            why.append(
+                f"{len(self._latest)} verified announcement(s) expired, the last "
+                f"{(now_ms - newest) / 1000:.1f} s ago by this host's clock (their TTL after "
+                "the broker appended them): their owners stopped announcing, or this host's "
+                "clock runs ahead of the brokers'"
+            )
+        return view if not why else replace(view, refused=tuple(why))
 
     def refresh(self) -> None:
         """Read the replicas topic up to its current end.
