@@ -747,6 +747,8 @@ class Pipeline:
             # before it writes the commit markers, and a read_committed reader (this check,
             # unlike the restarted sink, which first fences the dead producer and so waits for
             # them) sees the progress record only once they are written.
+            if self.store_id is None:
+                self.open_leader()  # learns the store id (check_prefix opens it next anyway)
             poll_until(
                 lambda: True if self.published() == batch else None,
                 timeout_s=30,
