@@ -488,7 +488,15 @@ class Pipeline:
         out = child.wait()
         if serve:
             assert (self.store / LOG_FILE).is_file(), "no sink store server was started"
-            assert live_owner(str(self.store)) is None, "the store's owner survived the crash"
+            # The server kills the driver's process group first, then itself: the driver's
+            # exit can be seen a moment before the server's own.
+            store = str(self.store)
+            poll_until(
+                lambda: True if live_owner(store) is None else None,
+                timeout_s=10,
+                interval_s=0.02,
+                failure=lambda: f"the store's owner outlived the crash: {live_owner(store)}",
+            )
         assert child.proc.returncode == -signal.SIGKILL, (
             f"the query did not die at {point} (exit {child.proc.returncode}, {out!r}):\n"
             f"{child.log_tail()}"
