@@ -4,7 +4,11 @@
 #      installed with apt when missing and we are root, else we say what to install.
 #   2. A virtualenv in .venv/ with the project (editable), its dev and Spark Connect
 #      (grpcio, ...) dependencies and the versions pinned in constraints.txt.
-#   3. The jars of Apache Kafka and of Spark's Kafka connector, resolved from Maven Central
+#   3. The compiled extension (native/: Rust, built from source with maturin) and what it
+#      builds against: Rust 1.74+ (Debian's rustc-web/cargo-web when missing and we are
+#      root), LevelDB's headers (libleveldb-dev), OpenSSL's (libssl-dev), a C toolchain.
+#      SPARK_STATESTORE_NATIVE=0 skips it: everything then runs on the pure-Python paths.
+#   4. The jars of Apache Kafka and of Spark's Kafka connector, resolved from Maven Central
 #      into ~/.cache/spark-statestore/jars (`spark-statestore jars`; nothing when cached).
 # Re-running is cheap: each step is skipped while its inputs are unchanged.
 set -euo pipefail
@@ -98,6 +102,61 @@ else
 fi
 "$VENV/bin/python" -c 'import spark_statestore.connectors.kafka, pyspark, pyarrow, plyvel, confluent_kafka, pyspark.sql.connect.session' \
     || die "the virtualenv in $VENV is broken; delete it and run again"
+
+# --- the compiled extension (native/) -----------------------------------------------------
+rust_ok() {
+    local cargo_bin="$1"
+    [ -x "$cargo_bin" ] || return 1
+    local version
+    version="$("$(dirname "$cargo_bin")/rustc" --version 2>/dev/null || rustc --version 2>/dev/null)" || return 1
+    "$PYTHON" - "$version" <<'PY'
+import re, sys
+m = re.search(r"(\d+)\.(\d+)", sys.argv[1])
+sys.exit(0 if m and (int(m[1]), int(m[2])) >= (1, 74) else 1)
+PY
+}
+find_cargo() {
+    for candidate in "$(command -v cargo 2>/dev/null)" "$HOME/.cargo/bin/cargo" /usr/bin/cargo; do
+        if [ -n "$candidate" ] && rust_ok "$candidate"; then echo "$candidate"; return 0; fi
+    done
+    return 1
+}
+if [ "${SPARK_STATESTORE_NATIVE:-auto}" = "0" ] || [ "${SPARK_STATESTORE_NATIVE:-auto}" = "off" ]; then
+    say "SPARK_STATESTORE_NATIVE=${SPARK_STATESTORE_NATIVE}: not building the compiled extension (pure-Python paths)"
+else
+    CARGO="$(find_cargo || true)"
+    missing_debs=()
+    [ -f /usr/include/leveldb/c.h ] || missing_debs+=(libleveldb-dev)
+    [ -f /usr/include/openssl/ssl.h ] || missing_debs+=(libssl-dev)
+    command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || missing_debs+=(build-essential)
+    command -v pkg-config >/dev/null 2>&1 || missing_debs+=(pkg-config)
+    [ -n "$CARGO" ] || missing_debs+=(rustc-web cargo-web)
+    if [ "${#missing_debs[@]}" -gt 0 ]; then
+        if is_root && command -v apt-get >/dev/null 2>&1; then
+            say "installing what the compiled extension builds with: ${missing_debs[*]}"
+            apt_install "${missing_debs[@]}"
+            CARGO="$(find_cargo || true)"
+        else
+            die "the compiled extension (native/) needs: ${missing_debs[*]} (Debian package names; Rust 1.74 or newer, e.g. from rustup). Install them, or set SPARK_STATESTORE_NATIVE=0 to run on the pure-Python paths."
+        fi
+    fi
+    [ -n "$CARGO" ] || die "Rust 1.74 or newer is needed to build native/ (found: $(rustc --version 2>/dev/null || echo none)); install it (rustup), or set SPARK_STATESTORE_NATIVE=0"
+    native_stamp="$VENV/.spark-statestore-native"
+    native_want="$( (cd "$ROOT/native" && cat Cargo.toml Cargo.lock pyproject.toml build.rs src/*.rs) | sha256sum | cut -d' ' -f1)"
+    if [ ! -f "$native_stamp" ] || [ "$(cat "$native_stamp")" != "$native_want" ] \
+        || ! "$VENV/bin/python" -c 'import spark_statestore_native' 2>/dev/null; then
+        say "building the compiled extension (native/, Rust; the first build takes a few minutes) with $CARGO"
+        # One build directory per user, shared by checkouts: a fresh clone reuses what an
+        # earlier one compiled (librdkafka's C sources above all).
+        export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/spark-statestore/native-target}"
+        PATH="$(dirname "$CARGO"):$PATH" "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$ROOT/native" >&2 \
+            || die "building the compiled extension (native/) failed (see above); set SPARK_STATESTORE_NATIVE=0 to run on the pure-Python paths"
+        echo "$native_want" > "$native_stamp"
+    fi
+    "$VENV/bin/python" -c 'import spark_statestore_native' \
+        || die "the compiled extension does not import (see above); delete $VENV and run again"
+    say "compiled extension: $("$VENV/bin/python" -c 'import spark_statestore_native as n; print(n.__file__)')"
+fi
 
 # --- jars: Apache Kafka and Spark's Kafka connector ---------------------------------------
 "$VENV/bin/spark-statestore" jars >&2 || die "could not resolve the Kafka jars (see above)"

@@ -1,0 +1,253 @@
+//! Write batches: plyvel's `WriteBatch` interface, and whole columns of changelog records put
+//! in one call (the store's key namespace and value envelope built here, not per record in
+//! Python).
+
+use std::ptr;
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::arrow::{check_columns, Column};
+use crate::db::{as_bytes, Inner};
+use crate::errors::leveldb_error;
+use crate::leveldb as ffi;
+
+/// Envelope version 0: version byte, int32 partition, int64 offset, int64 timestamp, all
+/// big-endian (`spark_statestore.store.layout`).
+pub const ENVELOPE_SIZE: usize = 21;
+
+fn varint_len(mut n: usize) -> usize {
+    let mut len = 1;
+    while n >= 128 {
+        n >>= 7;
+        len += 1;
+    }
+    len
+}
+
+/// A LevelDB write batch and the size of its representation (what
+/// `WriteBatch::ApproximateSize` reports: 12 header bytes, then per put a tag byte and
+/// varint-prefixed key and value, per delete a tag byte and varint-prefixed key).
+pub struct RawBatch {
+    batch: *mut ffi::leveldb_writebatch_t,
+    size: usize,
+    count: usize,
+}
+
+unsafe impl Send for RawBatch {}
+
+impl RawBatch {
+    pub fn new() -> Self {
+        RawBatch { batch: unsafe { ffi::leveldb_writebatch_create() }, size: 12, count: 0 }
+    }
+
+    pub fn put(&self, key: &[u8], value: &[u8]) {
+        unsafe {
+            ffi::leveldb_writebatch_put(
+                self.batch,
+                key.as_ptr() as *const _,
+                key.len(),
+                value.as_ptr() as *const _,
+                value.len(),
+            )
+        }
+    }
+
+    pub fn delete(&self, key: &[u8]) {
+        unsafe { ffi::leveldb_writebatch_delete(self.batch, key.as_ptr() as *const _, key.len()) }
+    }
+
+    fn account_put(&mut self, key: usize, value: usize) {
+        self.size += 1 + varint_len(key) + key + varint_len(value) + value;
+        self.count += 1;
+    }
+
+    fn account_delete(&mut self, key: usize) {
+        self.size += 1 + varint_len(key) + key;
+        self.count += 1;
+    }
+
+    fn clear(&mut self) {
+        unsafe { ffi::leveldb_writebatch_clear(self.batch) };
+        self.size = 12;
+        self.count = 0;
+    }
+}
+
+impl Drop for RawBatch {
+    fn drop(&mut self) {
+        unsafe { ffi::leveldb_writebatch_destroy(self.batch) }
+    }
+}
+
+/// Applies `batch` atomically (GIL released meanwhile).
+pub fn write(py: Python<'_>, inner: &Arc<Inner>, batch: &RawBatch, sync: bool) -> PyResult<()> {
+    let guard = inner.open(py)?;
+    let db = guard.as_ref().expect("open").db as usize;
+    let raw = batch.batch as usize;
+    let result = py.detach(|| unsafe {
+        let options = ffi::leveldb_writeoptions_create();
+        ffi::leveldb_writeoptions_set_sync(options, sync as u8);
+        let mut err = ptr::null_mut();
+        ffi::leveldb_write(db as *mut _, options, raw as *mut _, &mut err);
+        ffi::leveldb_writeoptions_destroy(options);
+        ffi::take_error(err)
+    });
+    drop(guard);
+    match result {
+        Some(message) => Err(leveldb_error(&message)),
+        None => Ok(()),
+    }
+}
+
+/// A batch of writes applied atomically by `write()` (`plyvel.WriteBatch`'s interface).
+#[pyclass(frozen, module = "spark_statestore_native")]
+pub struct WriteBatch {
+    inner: Arc<Inner>,
+    batch: Mutex<RawBatch>,
+    transaction: bool,
+    sync: bool,
+}
+
+impl WriteBatch {
+    pub fn new(inner: Arc<Inner>, transaction: bool, sync: bool) -> Self {
+        WriteBatch { inner, batch: Mutex::new(RawBatch::new()), transaction, sync }
+    }
+
+    fn raw(&self) -> std::sync::MutexGuard<'_, RawBatch> {
+        // A batch is one thread's (the store's transaction): it never waits here.
+        self.batch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl WriteBatch {
+    fn put(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (key, value) = (as_bytes(key, "key")?, as_bytes(value, "value")?);
+        let mut batch = self.raw();
+        batch.put(key, value);
+        batch.account_put(key.len(), value.len());
+        Ok(())
+    }
+
+    fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let key = as_bytes(key, "key")?;
+        let mut batch = self.raw();
+        batch.delete(key);
+        batch.account_delete(key.len());
+        Ok(())
+    }
+
+    fn clear(&self) {
+        self.raw().clear();
+    }
+
+    fn write(&self, py: Python<'_>) -> PyResult<()> {
+        let batch = self.raw();
+        write(py, &self.inner, &batch, self.sync)
+    }
+
+    fn approximate_size(&self) -> usize {
+        self.raw().size
+    }
+
+    /// Writes in this batch so far (puts and deletes).
+    fn __len__(&self) -> usize {
+        self.raw().count
+    }
+
+    /// Put changelog records given as Arrow columns: each non-null value becomes
+    /// `prefix + key` -> a version 0 envelope (partition, offset, timestamp) + the value; a
+    /// null value deletes `prefix + key`. A partition must be below `partitions`.
+    ///
+    /// Raises ValueError(index, reason) for the first malformed record (nothing of the call
+    /// is then in the batch), TypeError for columns of the wrong type or length.
+    #[pyo3(signature = (keys, values, partitions, offsets, timestamps, *, prefix, max_partition))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_records(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+        partitions: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+        timestamps: &Bound<'_, PyAny>,
+        prefix: &[u8],
+        max_partition: i64,
+    ) -> PyResult<usize> {
+        let keys = Column::borrow(keys, "keys")?;
+        let values = Column::borrow(values, "values")?;
+        let partitions = Column::borrow(partitions, "partitions")?;
+        let offsets = Column::borrow(offsets, "offsets")?;
+        let timestamps = Column::borrow(timestamps, "timestamps")?;
+        let len = keys.len;
+        check_columns(
+            &[(&keys, "keys"), (&values, "values")],
+            &[(&partitions, "partitions"), (&offsets, "offsets"), (&timestamps, "timestamps")],
+            len,
+        )?;
+        // Check every record before touching the batch, so a bad one leaves it as it was.
+        for i in 0..len {
+            let bad = if keys.is_null(i) {
+                Some("the key is null".to_string())
+            } else {
+                match (partitions.int(i), offsets.int(i), timestamps.int(i)) {
+                    (None, _, _) => Some("the partition is null".to_string()),
+                    (_, None, _) => Some("the offset is null".to_string()),
+                    (_, _, None) => Some("the timestamp is null".to_string()),
+                    (Some(p), _, _) if p >= max_partition || p < i32::MIN as i64 || p > i32::MAX as i64 => {
+                        Some(format!("partition {p} out of range (the store has {max_partition})"))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(reason) = bad {
+                return Err(PyValueError::new_err((i, reason)));
+            }
+        }
+        let mut batch = self.raw();
+        let batch = &mut *batch;
+        let mut key_buf: Vec<u8> = Vec::with_capacity(64);
+        let mut value_buf: Vec<u8> = Vec::with_capacity(256);
+        let _ = py;
+        for i in 0..len {
+            key_buf.clear();
+            key_buf.extend_from_slice(prefix);
+            key_buf.extend_from_slice(keys.bytes(i));
+            if values.is_null(i) {
+                batch.delete(&key_buf);
+                batch.account_delete(key_buf.len());
+                continue;
+            }
+            let value = values.bytes(i);
+            value_buf.clear();
+            value_buf.push(0);
+            value_buf.extend_from_slice(&(partitions.int(i).unwrap() as i32).to_be_bytes());
+            value_buf.extend_from_slice(&offsets.int(i).unwrap().to_be_bytes());
+            value_buf.extend_from_slice(&timestamps.int(i).unwrap().to_be_bytes());
+            value_buf.extend_from_slice(value);
+            batch.put(&key_buf, &value_buf);
+            batch.account_put(key_buf.len(), value_buf.len());
+        }
+        Ok(len)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<Bound<'_, PyAny>>,
+        _v: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        if self.transaction && exc_type.is_some_and(|t| !t.is_none()) {
+            return Ok(());
+        }
+        self.write(py)
+    }
+}
+

@@ -1,0 +1,179 @@
+//! Stored records decoded into Arrow columns: `(data key, envelope)` pairs become key, value,
+//! partition, offset and timestamp columns (-1, "unknown", becomes null), the layout of
+//! `spark_statestore.store.layout`. Rows whose envelope keeps headers (version 1) are
+//! handed back with their header block for Python to decode; a malformed envelope stops
+//! the batch, naming its key.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::arrow::{as_bytes_i32, as_bytes_i64, BinaryBuilder};
+
+pub const HEADER_SIZE: usize = 21;
+
+/// A validity bitmap being built.
+#[derive(Default)]
+pub struct Validity {
+    bits: Vec<u8>,
+    len: usize,
+    nulls: usize,
+}
+
+impl Validity {
+    pub fn push(&mut self, valid: bool) {
+        if self.len / 8 >= self.bits.len() {
+            self.bits.push(0);
+        }
+        if valid {
+            self.bits[self.len / 8] |= 1 << (self.len % 8);
+        } else {
+            self.nulls += 1;
+        }
+        self.len += 1;
+    }
+
+    fn into_py<'py>(self, py: Python<'py>) -> Bound<'py, PyAny> {
+        if self.nulls == 0 {
+            py.None().into_bound(py)
+        } else {
+            PyBytes::new(py, &self.bits).into_any()
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Decoded {
+    pub rows: usize,
+    pub keys: BinaryBuilder,
+    pub values: BinaryBuilder,
+    partitions: Vec<i32>,
+    partition_valid: Validity,
+    offsets: Vec<i64>,
+    offset_valid: Validity,
+    timestamps: Vec<i64>,
+    timestamp_valid: Validity,
+    header_rows: Vec<(usize, Vec<u8>)>,
+    pub bad: Option<(Vec<u8>, String)>,
+    pub examined: usize,
+    pub bytes: usize,
+}
+
+impl Decoded {
+    pub fn new(rows: usize) -> Self {
+        Decoded {
+            keys: BinaryBuilder::with_capacity(rows, rows * 16),
+            values: BinaryBuilder::with_capacity(rows, rows * 32),
+            ..Default::default()
+        }
+    }
+
+    /// Decodes `envelope` as the next row (key `key`); false (and `bad` set) when it is
+    /// malformed, or when its partition is not `wanted` (nothing added then).
+    pub fn push(&mut self, key: &[u8], envelope: &[u8], wanted: Option<&[i32]>) -> bool {
+        if envelope.len() < HEADER_SIZE {
+            self.bad = Some((key.to_vec(), format!("envelope of {} bytes, shorter than its {HEADER_SIZE}-byte header", envelope.len())));
+            return false;
+        }
+        let version = envelope[0];
+        let partition = i32::from_be_bytes(envelope[1..5].try_into().unwrap());
+        let offset = i64::from_be_bytes(envelope[5..13].try_into().unwrap());
+        let timestamp = i64::from_be_bytes(envelope[13..21].try_into().unwrap());
+        let (value, headers) = match version {
+            0 => (&envelope[HEADER_SIZE..], None),
+            1 => {
+                if envelope.len() < HEADER_SIZE + 4 {
+                    self.bad = Some((key.to_vec(), "envelope with headers too short for their length".into()));
+                    return false;
+                }
+                let length = i32::from_be_bytes(envelope[21..25].try_into().unwrap());
+                let end = 25usize.checked_add(length.max(0) as usize);
+                match end {
+                    Some(end) if length >= 0 && end <= envelope.len() => {
+                        (&envelope[end..], Some(envelope[25..end].to_vec()))
+                    }
+                    _ => {
+                        self.bad = Some((key.to_vec(), format!("header block of {length} bytes runs past the envelope")));
+                        return false;
+                    }
+                }
+            }
+            other => {
+                self.bad = Some((key.to_vec(), format!("unknown envelope version {other}")));
+                return false;
+            }
+        };
+        if let Some(wanted) = wanted {
+            if !wanted.contains(&partition) {
+                return true;
+            }
+        }
+        if !self.keys.fits(key.len()) || !self.values.fits(value.len()) {
+            return false;
+        }
+        self.keys.push(key);
+        self.values.push(value);
+        self.partitions.push(partition);
+        self.partition_valid.push(partition != -1);
+        self.offsets.push(offset);
+        self.offset_valid.push(offset != -1);
+        self.timestamps.push(timestamp);
+        self.timestamp_valid.push(timestamp != -1);
+        if let Some(block) = headers {
+            self.header_rows.push((self.rows, block));
+        }
+        self.rows += 1;
+        self.bytes += key.len() + value.len();
+        true
+    }
+
+    /// A missing key of a multi-get: a null value, null fields.
+    pub fn push_missing(&mut self, key: &[u8]) {
+        self.keys.push(key);
+        self.values.push_null();
+        self.partitions.push(0);
+        self.partition_valid.push(false);
+        self.offsets.push(0);
+        self.offset_valid.push(false);
+        self.timestamps.push(0);
+        self.timestamp_valid.push(false);
+        self.rows += 1;
+    }
+
+    /// `(rows, keys, values, (partition validity, partitions), (offset validity, offsets),
+    /// (timestamp validity, timestamps), [(row, header block)], bad (key, reason) or None)`.
+    pub fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let header_rows = PyList::empty(py);
+        for (row, block) in &self.header_rows {
+            header_rows.append((*row, PyBytes::new(py, block)))?;
+        }
+        let bad = match &self.bad {
+            Some((key, reason)) => (PyBytes::new(py, key), reason.as_str()).into_pyobject(py)?.into_any(),
+            None => py.None().into_bound(py),
+        };
+        let partitions = PyTuple::new(
+            py,
+            [self.partition_valid.into_py(py), PyBytes::new(py, as_bytes_i32(&self.partitions)).into_any()],
+        )?;
+        let offsets = PyTuple::new(
+            py,
+            [self.offset_valid.into_py(py), PyBytes::new(py, as_bytes_i64(&self.offsets)).into_any()],
+        )?;
+        let timestamps = PyTuple::new(
+            py,
+            [self.timestamp_valid.into_py(py), PyBytes::new(py, as_bytes_i64(&self.timestamps)).into_any()],
+        )?;
+        PyTuple::new(
+            py,
+            [
+                self.rows.into_pyobject(py)?.into_any(),
+                self.keys.into_py(py)?.into_any(),
+                self.values.into_py(py)?.into_any(),
+                partitions.into_any(),
+                offsets.into_any(),
+                timestamps.into_any(),
+                header_rows.into_any(),
+                bad,
+            ],
+        )
+    }
+}

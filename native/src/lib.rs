@@ -1,0 +1,45 @@
+//! spark-statestore's compiled hot loops (see docs/native.md): a LevelDB database with
+//! plyvel's interface plus column operations, and a Kafka reader that hands out records as
+//! Arrow columns. The pure-Python paths stay the reference; both must give equal stores.
+
+mod arrow;
+mod batch;
+mod db;
+mod envelopes;
+mod errors;
+mod kafka;
+mod leveldb;
+mod positions;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn spark_statestore_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<db::DB>()?;
+    m.add_class::<db::Snapshot>()?;
+    m.add_class::<db::Iterator>()?;
+    m.add_class::<batch::WriteBatch>()?;
+    m.add_class::<kafka::ColumnReader>()?;
+    m.add_function(wrap_pyfunction!(decode_position_entries, m)?)?;
+    m.add("Error", py.get_type::<errors::Error>())?;
+    m.add("CorruptionError", py.get_type::<errors::CorruptionError>())?;
+    m.add("IOError", py.get_type::<errors::IOError>())?;
+    m.add(
+        "LEVELDB_VERSION",
+        unsafe { (leveldb::leveldb_major_version(), leveldb::leveldb_minor_version()) },
+    )?;
+    Ok(())
+}
+
+/// The entries of a `c` header value as the column reader decodes them, or None where it
+/// hands the record to the Python rules (for the property test against the Python codec).
+#[pyfunction]
+fn decode_position_entries(data: &[u8]) -> Option<Vec<(String, i32, i64)>> {
+    positions::decode_entries(data).ok().map(|entries| {
+        entries
+            .into_iter()
+            .map(|(topic, p, o)| (String::from_utf8_lossy(topic).into_owned(), p, o))
+            .collect()
+    })
+}
