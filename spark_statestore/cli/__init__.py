@@ -6,7 +6,8 @@ lag, query).
 :mod:`~spark_statestore.cli.progress` its progress line; :mod:`~spark_statestore.cli.serve`,
 :mod:`~spark_statestore.cli.inspect`, :mod:`~spark_statestore.cli.lag` and
 :mod:`~spark_statestore.cli.query` are the store commands, which reach a store through
-:mod:`~spark_statestore.cli.store_state`. Subcommands import what they need
+:mod:`~spark_statestore.cli.store_state`; :mod:`~spark_statestore.cli.signals` stops the
+long-running ones. Subcommands import what they need
 when they run, so ``spark-statestore --help`` stays fast and ``import spark_statestore.cli``
 loads no Kafka client and no Spark.
 """
