@@ -121,9 +121,6 @@ sink, serve < discovery. A module imports from its own layer or the ones below."
 
 # Circles being cut (issue 27); each is expected to be there until its commit removes it.
 _KNOWN_CIRCLES: dict[str, frozenset[str]] = {
-    "cli: query <-> routed": frozenset(
-        {"spark_statestore.cli.query", "spark_statestore.cli.routed"}
-    ),
     "changelog.versioned <-> follower": frozenset(
         {
             "spark_statestore.changelog.versioned",
