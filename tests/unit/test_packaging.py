@@ -121,13 +121,6 @@ sink, serve < discovery. A module imports from its own layer or the ones below."
 
 # Circles being cut (issue 27); each is expected to be there until its commit removes it.
 _KNOWN_CIRCLES: dict[str, frozenset[str]] = {
-    "changelog.versioned <-> follower": frozenset(
-        {
-            "spark_statestore.changelog.versioned",
-            "spark_statestore.follower",
-            "spark_statestore.follower.engine",
-        }
-    ),
     "store: the handle <-> its children": frozenset(
         {
             "spark_statestore.store.store",
@@ -152,10 +145,6 @@ _KNOWN_CIRCLES: dict[str, frozenset[str]] = {
         }
     ),
 }
-
-
-_KNOWN_UPWARD = frozenset({"spark_statestore.changelog.versioned"})
-"""Modules whose upward imports are being cut (issue 27), until their commit removes them."""
 
 
 def _import_graph() -> dict[str, dict[str, int]]:
@@ -309,15 +298,9 @@ def test_the_engine_imports_no_binding_and_no_program() -> None:
     upward = [
         f"{module}:{line} -> {target}"
         for module in engine
-        if module not in _KNOWN_UPWARD
         for target, line in sorted(graph[module].items())
         if target == _FRONT_DOOR
         or any(_within(target, high) for high in _PROGRAMS_AND_BINDINGS)
         or (layer(target) or 0) > (layer(module) or 0)
     ]
     assert upward == []
-
-
-@pytest.mark.xfail(strict=True, reason="issue 27: not cut yet")
-def test_known_upward_imports_are_cut() -> None:
-    assert [module for module in _KNOWN_UPWARD if module in _import_graph()] == []
