@@ -54,6 +54,7 @@ from spark_statestore.store.manifest import (
     decode_seq,
 )
 from spark_statestore.store.ownership import OwnerInfo, OwnerLock
+from spark_statestore.store.readers import remove_stale_checkpoints
 from spark_statestore.store.redo import (
     RedoMarker,
     SpillArea,
@@ -432,11 +433,11 @@ class Store:
         the database is closed once the LevelDB calls in flight (a lookup, one chunk of a
         scan, a commit) have returned.
         """
-        lock = self._close_database()
+        lock = self.close_database()
         if lock is not None:
             lock.release()
 
-    def _close_database(self) -> OwnerLock | None:
+    def close_database(self) -> OwnerLock | None:
         """Close as :meth:`close` does but keep ownership: the database files are then at
         rest and nobody else may write them until the caller releases the returned lock
         (None when the handle was closed already). Checkpoints copy the files so."""
@@ -650,8 +651,6 @@ def _recover(db: plyvel.DB, path: str, options: StoreOptions) -> None:
         apply_redo(db, path, marker, options.chunk_bytes, sync=True)
     for removed in remove_stray_redo(path):
         _log.info("store %s: removed the redo file %s of an uncommitted transaction", path, removed)
-    from spark_statestore.store.checkpoint import remove_stale_checkpoints
-
     remove_stale_checkpoints(path)  # their hard links would keep deleted tables on disk
 
 

@@ -124,7 +124,6 @@ _KNOWN_CIRCLES: dict[str, frozenset[str]] = {
     "store: the handle <-> its children": frozenset(
         {
             "spark_statestore.store.store",
-            "spark_statestore.store.checkpoint",
             "spark_statestore.store.queries",
             "spark_statestore.store.snapshot",
             "spark_statestore.store.transaction",
