@@ -309,7 +309,7 @@ class Snapshot:
         ``lower`` and ``upper`` are inclusive bounds (None: open); ``prefix`` selects the
         keys starting with it instead. ``limit`` stops after that many pairs.
         """
-        for dkey, raw in self._raw(lower, upper, reverse, prefix, limit):
+        for dkey, raw in self.envelopes(lower, upper, reverse, prefix, limit):
             yield dkey[1:], envelope_value(raw)
 
     def records(
@@ -323,7 +323,7 @@ class Snapshot:
     ) -> Iterator[StoredRecord]:
         """Like :meth:`items`, yielding :class:`StoredRecord` with partition/offset/timestamp."""
         path = self._store.path
-        for dkey, raw in self._raw(lower, upper, reverse, prefix, limit):
+        for dkey, raw in self.envelopes(lower, upper, reverse, prefix, limit):
             yield decode_record(dkey[1:], raw, path)
 
     def range(
@@ -356,7 +356,7 @@ class Snapshot:
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise StoreError(f"batch_rows must be an int >= 1, got {batch_rows!r}")
         wanted = None if partitions is None else frozenset(partitions)
-        rows = self._raw(lower, upper, reverse, prefix, limit)
+        rows = self.envelopes(lower, upper, reverse, prefix, limit)
         batches = (
             envelope_batch(chunk, self._store.path, wanted)
             for chunk in iter(lambda: list(islice(rows, batch_rows)), [])
@@ -365,9 +365,9 @@ class Snapshot:
 
     def count(self) -> int:
         """Number of keys (a full scan)."""
-        return sum(1 for _ in self._raw(None, None, False, None, None))
+        return sum(1 for _ in self.envelopes(None, None, False, None, None))
 
-    def _raw(
+    def envelopes(
         self,
         lower: bytes | None,
         upper: bytes | None,
@@ -375,6 +375,8 @@ class Snapshot:
         prefix: bytes | None,
         limit: int | None,
     ) -> Generator[tuple[bytes, bytes], None, None]:
+        """``(data key, envelope)`` pairs as stored, selected as :meth:`items` selects them:
+        the raw rows the store's queries and scans decode in bulk."""
         if self._snapshot is None:
             raise self._closed()
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):

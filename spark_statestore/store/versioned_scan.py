@@ -79,7 +79,7 @@ def as_of_rows(snapshot: Snapshot, spec: ScanSpec, stats: ScanStats) -> Generato
             return
         lower, upper, _ = bounds
         history = scan(*history_range(lower, upper))
-        latest = snapshot._raw(lower, upper, False, None, None)
+        latest = snapshot.envelopes(lower, upper, False, None, None)
         keyed = grouped_versions(history, latest, path)
     for key, versions in keyed:
         stats.rows_examined += len(versions)
