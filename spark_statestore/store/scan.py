@@ -498,7 +498,7 @@ def _range_batches(
     # last the iteration can reach, so nothing past the bound is read.
     stop_at = None if upper is None or upper_inclusive else DATA_PREFIX + upper
     wanted = spec.partitions
-    path = snapshot._store.path
+    path = snapshot.path
     needed = spec.limit  # rows still to return (None: all)
 
     def size() -> int:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_statestore.position import Position
 from spark_statestore.store.errors import StoreClosedError, StoreError
@@ -34,9 +34,17 @@ if TYPE_CHECKING:
     import plyvel
     import pyarrow as pa
 
-    from spark_statestore.store.store import Store
+    from spark_statestore.store.gate import Gate
+    from spark_statestore.store.manifest import StoreManifest
 
-__all__ = ["Snapshot", "arrow_schema", "envelope_batch", "headers_type", "no_headers"]
+__all__ = [
+    "Snapshot",
+    "SnapshotOwner",
+    "arrow_schema",
+    "envelope_batch",
+    "headers_type",
+    "no_headers",
+]
 
 DEFAULT_BATCH_ROWS = 65536
 
@@ -210,6 +218,27 @@ def _to_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+class SnapshotOwner(Protocol):
+    """What a snapshot needs of its store handle (the handle gives it a view of itself, so
+    this module does not import the handle)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def manifest(self) -> StoreManifest: ...
+
+    @property
+    def gate(self) -> Gate: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def release_snapshot(self, view: Snapshot, snapshot: plyvel.Snapshot) -> None:
+        """Give ``view``'s LevelDB ``snapshot`` back (the view was closed)."""
+        ...
+
+
 class Snapshot:
     """A consistent read view of a store, pinned at one commit.
 
@@ -219,11 +248,17 @@ class Snapshot:
     resources; a snapshot cannot outlive its store handle.
     """
 
-    def __init__(self, store: Store, snapshot: plyvel.Snapshot, metadata: StoreMetadata) -> None:
-        self._store = store
+    def __init__(
+        self, owner: SnapshotOwner, snapshot: plyvel.Snapshot, metadata: StoreMetadata
+    ) -> None:
+        self._owner = owner
         self._snapshot: plyvel.Snapshot | None = snapshot
         self._get = snapshot.get
-        self._gate = store._gate
+        self._gate = owner.gate
+        self.path = owner.path
+        """The store's directory."""
+        self.manifest = owner.manifest
+        """What the store is (:class:`~spark_statestore.store.manifest.StoreManifest`)."""
         self.metadata = metadata
 
     # -- what this snapshot is ------------------------------------------------------------
@@ -262,7 +297,7 @@ class Snapshot:
             raise self._closed()
         with self._gate:
             raw = self._get(DATA_PREFIX + key)
-        return None if raw is None else decode_record(key, raw, self._store.path)
+        return None if raw is None else decode_record(key, raw, self.path)
 
     def versions(self, key: bytes) -> list[Version]:
         """Every retained version of ``key`` in a versioned store, oldest first (empty for
@@ -270,7 +305,7 @@ class Snapshot:
         if self._snapshot is None:
             raise self._closed()
         get, scan = gated_reads(self._snapshot, self._gate)
-        return key_versions(get, scan, key, self._store.path)
+        return key_versions(get, scan, key, self.path)
 
     def stream_times(self) -> dict[int, int]:
         """A versioned store's ``{partition: observed stream time}`` (the largest record
@@ -279,7 +314,7 @@ class Snapshot:
             raise self._closed()
         with self._gate:
             raw = self._get(META_STREAM_TIME)
-        return decode_stream_times(raw, self._store.path)
+        return decode_stream_times(raw, self.path)
 
     def multi_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
         """``{key: value}`` of the ``keys`` that exist."""
@@ -322,7 +357,7 @@ class Snapshot:
         limit: int | None = None,
     ) -> Iterator[StoredRecord]:
         """Like :meth:`items`, yielding :class:`StoredRecord` with partition/offset/timestamp."""
-        path = self._store.path
+        path = self.path
         for dkey, raw in self.envelopes(lower, upper, reverse, prefix, limit):
             yield decode_record(dkey[1:], raw, path)
 
@@ -358,7 +393,7 @@ class Snapshot:
         wanted = None if partitions is None else frozenset(partitions)
         rows = self.envelopes(lower, upper, reverse, prefix, limit)
         batches = (
-            envelope_batch(chunk, self._store.path, wanted)
+            envelope_batch(chunk, self.path, wanted)
             for chunk in iter(lambda: list(islice(rows, batch_rows)), [])
         )
         yield from rechunk(batches, batch_rows) if wanted is not None else batches
@@ -384,7 +419,7 @@ class Snapshot:
         try:
             start, stop, include_stop = data_bounds(lower, upper, prefix)
         except ValueError as exc:
-            raise StoreError(str(exc), self._store.path) from None
+            raise StoreError(str(exc), self.path) from None
         if limit is not None and limit <= 0:
             return
         if lower is not None and upper is not None and lower > upper:
@@ -421,19 +456,24 @@ class Snapshot:
     # -- lifecycle ------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
-        return self._snapshot is None or self._store.closed
+        return self._snapshot is None or self._owner.closed
 
     def close(self) -> None:
         """Release the snapshot (idempotent)."""
         snapshot, self._snapshot = self._snapshot, None
         if snapshot is not None:
-            self._store._release_snapshot(self, snapshot)
+            self._owner.release_snapshot(self, snapshot)
+
+    def detach(self) -> None:
+        """Its store handle is closing: every later read fails with
+        :class:`StoreClosedError`. Nothing is released: the database goes with the handle."""
+        self._snapshot = None
 
     def _closed(self) -> StoreClosedError:
         return StoreClosedError(
-            f"snapshot of store {self._store.path} at commit {self.commit_seq} is closed "
+            f"snapshot of store {self.path} at commit {self.commit_seq} is closed "
             "(or its store handle is); take a new one with store.snapshot()",
-            self._store.path,
+            self.path,
         )
 
     def __enter__(self) -> Snapshot:
@@ -449,6 +489,6 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return (
-            f"Snapshot(store={self._store.path!r}, commit_seq={self.commit_seq}, "
+            f"Snapshot(store={self.path!r}, commit_seq={self.commit_seq}, "
             f"position={self.position.to_json()})"
         )

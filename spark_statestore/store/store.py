@@ -384,11 +384,11 @@ class Store:
         with self._mutex:
             if self._pinned is not None:
                 # A chunked commit is being applied: show the state before it.
-                view = Snapshot(self, self._pinned.acquire(), self._pinned.metadata)
+                view = Snapshot(_HandleView(self), self._pinned.acquire(), self._pinned.metadata)
             else:
                 with self._gate:
                     base = db.snapshot()
-                view = Snapshot(self, base, self._metadata)
+                view = Snapshot(_HandleView(self), base, self._metadata)
             self._snapshots.add(view)
             return view
 
@@ -453,7 +453,7 @@ class Store:
             if txn is not None:
                 txn._abandon()
             for view in views:
-                view._snapshot = None
+                view.detach()
             durable = self._unsynced and _flush(db, self.path)
             db.close()
             if durable:
@@ -483,6 +483,27 @@ class Store:
     def __repr__(self) -> str:
         state = "closed" if self._db is None else f"commit {self._metadata.commit_seq}"
         return f"Store({self.path!r}, {self.manifest.role.value}, {state})"
+
+
+class _HandleView:
+    """The handle as its snapshots see it (:class:`~spark_statestore.store.snapshot.SnapshotOwner`):
+    what they need of it by public names, so they do not import it. One per child: it refers
+    to the handle, the handle not to it."""
+
+    __slots__ = ("_store", "gate", "manifest", "path")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.path = store.path
+        self.manifest = store.manifest
+        self.gate = store._gate
+
+    @property
+    def closed(self) -> bool:
+        return self._store.closed
+
+    def release_snapshot(self, view: Snapshot, snapshot: plyvel.Snapshot) -> None:
+        self._store._release_snapshot(view, snapshot)
 
 
 class _PinnedSnapshot:

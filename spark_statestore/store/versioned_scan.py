@@ -42,9 +42,9 @@ def as_of_rows(snapshot: Snapshot, spec: ScanSpec, stats: ScanStats) -> Generato
         If the store is not versioned, or ``spec.as_of`` is older than a selected
         partition's stream time minus the history retention.
     """
-    store = snapshot._store
-    retention = store.manifest.history_retention_ms
-    path = store.path
+    manifest = snapshot.manifest
+    retention = manifest.history_retention_ms
+    path = snapshot.path
     if retention is None:
         raise InvalidScanError(
             f"store {path} is a key-value store: it keeps no versions to read as of "
@@ -55,8 +55,8 @@ def as_of_rows(snapshot: Snapshot, spec: ScanSpec, stats: ScanStats) -> Generato
     as_of = spec.as_of
     assert as_of is not None
     times = snapshot.stream_times()
-    counts = store.manifest.partitions
-    wanted = spec.partitions if spec.partitions is not None else store.manifest.holds
+    counts = manifest.partitions
+    wanted = spec.partitions if spec.partitions is not None else manifest.holds
     for partition in sorted(wanted):
         cutoff = cutoff_of(times.get(partition), retention)
         if as_of < cutoff:
