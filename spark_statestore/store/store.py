@@ -289,7 +289,7 @@ class Store:
                 )
             with self._gate:
                 base = db.snapshot()
-            self._txn = Transaction(self, base, self._metadata)
+            self._txn = Transaction(_HandleView(self), base, self._metadata)
             return self._txn
 
     def _end_transaction(self, txn: Transaction, base: plyvel.Snapshot) -> None:
@@ -451,7 +451,7 @@ class Store:
         try:
             self._gate.close()
             if txn is not None:
-                txn._abandon()
+                txn.abandon()
             for view in views:
                 view.detach()
             durable = self._unsynced and _flush(db, self.path)
@@ -486,16 +486,19 @@ class Store:
 
 
 class _HandleView:
-    """The handle as its snapshots see it (:class:`~spark_statestore.store.snapshot.SnapshotOwner`):
-    what they need of it by public names, so they do not import it. One per child: it refers
-    to the handle, the handle not to it."""
+    """The handle as its snapshots and transactions see it
+    (:class:`~spark_statestore.store.snapshot.SnapshotOwner`,
+    :class:`~spark_statestore.store.transaction.TransactionOwner`): what they need of it by
+    public names, so they do not import it. One per child: it refers to the handle, the
+    handle not to it."""
 
-    __slots__ = ("_store", "gate", "manifest", "path")
+    __slots__ = ("_store", "gate", "manifest", "options", "path")
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self.path = store.path
         self.manifest = store.manifest
+        self.options = store.options
         self.gate = store._gate
 
     @property
@@ -504,6 +507,22 @@ class _HandleView:
 
     def release_snapshot(self, view: Snapshot, snapshot: plyvel.Snapshot) -> None:
         self._store._release_snapshot(view, snapshot)
+
+    def new_batch(self) -> plyvel.WriteBatch:
+        return self._store._new_batch()
+
+    def commit_batch(
+        self, batch: plyvel.WriteBatch, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
+    ) -> None:
+        self._store._commit_batch(batch, metadata, new_meta)
+
+    def commit_chunked(
+        self, spill: SpillArea, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
+    ) -> None:
+        self._store._commit_chunked(spill, metadata, new_meta)
+
+    def end_transaction(self, txn: Transaction, base: plyvel.Snapshot) -> None:
+        self._store._end_transaction(txn, base)
 
 
 class _PinnedSnapshot:
