@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.position import Position
 from spark_statestore.store.errors import StoreClosedError, StoreError
@@ -34,17 +34,9 @@ if TYPE_CHECKING:
     import plyvel
     import pyarrow as pa
 
-    from spark_statestore.store.gate import Gate
-    from spark_statestore.store.manifest import StoreManifest
+    from spark_statestore.store.protocols import SnapshotOwner
 
-__all__ = [
-    "Snapshot",
-    "SnapshotOwner",
-    "arrow_schema",
-    "envelope_batch",
-    "headers_type",
-    "no_headers",
-]
+__all__ = ["Snapshot", "arrow_schema", "envelope_batch", "headers_type", "no_headers"]
 
 DEFAULT_BATCH_ROWS = 65536
 
@@ -218,27 +210,6 @@ def _to_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-class SnapshotOwner(Protocol):
-    """What a snapshot needs of its store handle (the handle gives it a view of itself, so
-    this module does not import the handle)."""
-
-    @property
-    def path(self) -> str: ...
-
-    @property
-    def manifest(self) -> StoreManifest: ...
-
-    @property
-    def gate(self) -> Gate: ...
-
-    @property
-    def closed(self) -> bool: ...
-
-    def release_snapshot(self, view: Snapshot, snapshot: plyvel.Snapshot) -> None:
-        """Give ``view``'s LevelDB ``snapshot`` back (the view was closed)."""
-        ...
-
-
 class Snapshot:
     """A consistent read view of a store, pinned at one commit.
 
@@ -249,7 +220,7 @@ class Snapshot:
     """
 
     def __init__(
-        self, owner: SnapshotOwner, snapshot: plyvel.Snapshot, metadata: StoreMetadata
+        self, owner: SnapshotOwner[Snapshot], snapshot: plyvel.Snapshot, metadata: StoreMetadata
     ) -> None:
         self._owner = owner
         self._snapshot: plyvel.Snapshot | None = snapshot

@@ -487,10 +487,8 @@ class Store:
 
 class _HandleView:
     """The handle as its snapshots and transactions see it
-    (:class:`~spark_statestore.store.snapshot.SnapshotOwner`,
-    :class:`~spark_statestore.store.transaction.TransactionOwner`): what they need of it by
-    public names, so they do not import it. One per child: it refers to the handle, the
-    handle not to it."""
+    (:mod:`~spark_statestore.store.protocols`): what they need of it by public names, so they
+    do not import it. One per child: it refers to the handle, the handle not to it."""
 
     __slots__ = ("_store", "gate", "manifest", "options", "path")
 

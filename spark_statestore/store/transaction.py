@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import Enum
 from itertools import islice
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from spark_statestore.changelog.partitioner import partition_for_key
 from spark_statestore.position import Position
@@ -55,11 +55,9 @@ from spark_statestore.store.versions import (
 if TYPE_CHECKING:
     import plyvel
 
-    from spark_statestore.store.gate import Gate
-    from spark_statestore.store.manifest import StoreManifest
-    from spark_statestore.store.spec import StoreOptions
+    from spark_statestore.store.protocols import TransactionOwner
 
-__all__ = ["Transaction", "TransactionOwner", "TransactionState"]
+__all__ = ["Transaction", "TransactionState"]
 
 _ENTRY_OVERHEAD = 96  # dict slot + two bytes object headers, roughly
 _CHECK_EVERY = 1024  # single writes between budget checks
@@ -76,47 +74,6 @@ class TransactionState(str, Enum):
     FAILED = "failed"
 
 
-class TransactionOwner(Protocol):
-    """What a transaction needs of its store handle (the handle gives it a view of itself,
-    so this module does not import the handle)."""
-
-    @property
-    def path(self) -> str: ...
-
-    @property
-    def manifest(self) -> StoreManifest: ...
-
-    @property
-    def options(self) -> StoreOptions: ...
-
-    @property
-    def gate(self) -> Gate: ...
-
-    @property
-    def closed(self) -> bool: ...
-
-    def new_batch(self) -> plyvel.WriteBatch:
-        """An empty write batch of the database (synced as the store's options say)."""
-        ...
-
-    def commit_batch(
-        self, batch: plyvel.WriteBatch, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
-    ) -> None:
-        """Write ``batch`` with the commit's ``metadata`` keys atomically; the handle's latest
-        commit is ``new_meta`` then."""
-        ...
-
-    def commit_chunked(
-        self, spill: SpillArea, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
-    ) -> None:
-        """Commit the writes spilled to ``spill`` under a redo marker, with ``metadata``."""
-        ...
-
-    def end_transaction(self, txn: Transaction, base: plyvel.Snapshot) -> None:
-        """``txn`` is over: the handle may begin another; ``base`` is released."""
-        ...
-
-
 class Transaction:
     """A unit of atomic change to a store; get one from :meth:`Store.begin`.
 
@@ -124,7 +81,9 @@ class Transaction:
     when it raises. Only one transaction per store is open at a time.
     """
 
-    def __init__(self, store: TransactionOwner, base: plyvel.Snapshot, meta: StoreMetadata) -> None:
+    def __init__(
+        self, store: TransactionOwner[Transaction], base: plyvel.Snapshot, meta: StoreMetadata
+    ) -> None:
         self._store = store
         self._base = base
         self._meta = meta
