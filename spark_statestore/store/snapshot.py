@@ -24,6 +24,8 @@ from spark_statestore.store.layout import (
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata
 from spark_statestore.store.versions import (
+    RawGet,
+    RawRange,
     Version,
     decode_stream_times,
     gated_reads,
@@ -145,7 +147,7 @@ def _records_batch(
         offsets.append(record.offset)
         stamps.append(record.timestamp)
         headers.append([{"key": k, "value": v} for k, v in record.headers])
-    return _to_batch(columns, arrow_schema())
+    return to_batch(columns, arrow_schema())
 
 
 def rechunk(batches: Iterable[pa.RecordBatch], batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -203,7 +205,8 @@ def _first_bad_envelope(dkeys: Sequence[bytes], raws: Sequence[bytes], path: str
         decode_record(dkey[1:], raw, path)  # raises StoreCorruptedError for the bad one
 
 
-def _to_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
+def to_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """One batch of ``schema`` from Python lists, one per field (the row-by-row paths)."""
     import pyarrow as pa
 
     arrays = [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)]
@@ -273,10 +276,15 @@ class Snapshot:
     def versions(self, key: bytes) -> list[Version]:
         """Every retained version of ``key`` in a versioned store, oldest first (empty for
         a key-value store's keys: they have no history)."""
+        get, scan = self.raw_reads()
+        return key_versions(get, scan, key, self.path)
+
+    def raw_reads(self) -> tuple[RawGet, RawRange]:
+        """``(get, scan)`` of raw keys in this snapshot, each call inside the store's gate:
+        what the version helpers (:mod:`~spark_statestore.store.versions`) read through."""
         if self._snapshot is None:
             raise self._closed()
-        get, scan = gated_reads(self._snapshot, self._gate)
-        return key_versions(get, scan, key, self.path)
+        return gated_reads(self._snapshot, self._gate)
 
     def stream_times(self) -> dict[int, int]:
         """A versioned store's ``{partition: observed stream time}`` (the largest record
@@ -398,10 +406,11 @@ class Snapshot:
         items = iterate(self._snapshot, start, stop, include_stop, reverse, self._gate)
         yield from items if limit is None else islice(items, limit)
 
-    def _forward_chunks(
+    def envelope_chunks(
         self, lower: bytes | None, upper: bytes | None, size: Callable[[], int]
     ) -> Generator[list[tuple[bytes, bytes]], None, None]:
-        """Forward ``[lower, upper]`` scans as lists of ``size()`` raw items (a bulk path).
+        """Forward ``[lower, upper]`` scans as lists of ``size()`` raw items (a bulk path:
+        :meth:`envelopes` a chunk at a time).
 
         Reads plyvel's iterator with ``islice`` (no Python frame per row); forward scans are
         not affected by the plyvel reverse-scan bug that :func:`iterate` works around.

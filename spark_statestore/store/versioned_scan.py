@@ -16,14 +16,13 @@ from spark_statestore.changelog.partitioner import partition_for_key
 from spark_statestore.store.errors import InvalidScanError
 from spark_statestore.store.versions import (
     cutoff_of,
-    gated_reads,
     grouped_versions,
     history_range,
     version_as_of,
 )
 
 if TYPE_CHECKING:
-    from spark_statestore.store.scan import ScanSpec, ScanStats
+    from spark_statestore.store.scan_spec import ScanSpec, ScanStats
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.versions import Version
 
@@ -67,14 +66,12 @@ def as_of_rows(snapshot: Snapshot, spec: ScanSpec, stats: ScanStats) -> Generato
                 "as they have in Kafka Streams; read as of a later time",
                 path,
             )
-    if snapshot._snapshot is None:
-        raise snapshot._closed()
-    _, scan = gated_reads(snapshot._snapshot, snapshot._gate)
+    _, scan = snapshot.raw_reads()
     keyed: Iterator[tuple[bytes, list[Version]]]
     if spec.keys is not None:
         keyed = ((key, snapshot.versions(key)) for key in spec.keys if spec.matches_key(key))
     else:
-        bounds = spec._key_range()
+        bounds = spec.key_range()
         if bounds is None:
             return
         lower, upper, _ = bounds

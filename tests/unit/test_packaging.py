@@ -121,9 +121,6 @@ sink, serve < discovery. A module imports from its own layer or the ones below."
 
 # Circles being cut (issue 27); each is expected to be there until its commit removes it.
 _KNOWN_CIRCLES: dict[str, frozenset[str]] = {
-    "store: scan <-> versioned_scan": frozenset(
-        {"spark_statestore.store.scan", "spark_statestore.store.versioned_scan"}
-    ),
     "discovery: announcement <-> trust": frozenset(
         {"spark_statestore.discovery.announcement", "spark_statestore.discovery.trust"}
     ),
