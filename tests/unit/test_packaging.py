@@ -121,9 +121,6 @@ sink, serve < discovery. A module imports from its own layer or the ones below."
 
 # Circles being cut (issue 27); each is expected to be there until its commit removes it.
 _KNOWN_CIRCLES: dict[str, frozenset[str]] = {
-    "discovery: announcement <-> trust": frozenset(
-        {"spark_statestore.discovery.announcement", "spark_statestore.discovery.trust"}
-    ),
     "connectors.kafka: follower <-> sink": frozenset(
         {
             "spark_statestore.connectors.kafka.follower.batches",
