@@ -12,8 +12,7 @@ import os
 import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ from spark_statestore import __version__
 from spark_statestore.cli.arguments import integer as _integer
 from spark_statestore.cli.arguments import seconds as _seconds
 from spark_statestore.cli.membership import add_membership_commands
+from spark_statestore.cli.signals import catch_stop_signals
 from spark_statestore.cli.store_commands import add_store_commands
 from spark_statestore.errors import StateStoreError, closest_hint
 
@@ -54,27 +54,6 @@ def _on_missing_position(text: str) -> OnMissingPosition:
         raise argparse.ArgumentTypeError(
             f"unknown value {text[:40]!r}" + closest_hint(text, values, noun="values")
         ) from None
-
-
-def catch_stop_signals() -> Callable[[], int]:
-    """Take over SIGINT and SIGTERM now; the returned function blocks until one of them
-    arrives (also one that arrived before it was called) and returns its number."""
-    received: list[int] = []
-    done = threading.Event()
-
-    def handler(signum: int, _frame: object) -> None:
-        received.append(signum)
-        done.set()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-
-    def wait() -> int:
-        while not done.wait(timeout=1.0):
-            pass
-        return received[0]
-
-    return wait
 
 
 def _wait_for_signal() -> int:

@@ -29,7 +29,7 @@ from spark_statestore.position import Position
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_statestore.cli.query import Answer, QueryOptions
+    from spark_statestore.cli.query_types import Answer, QueryOptions
     from spark_statestore.discovery import RoutedScan, RoutedScanError, Router
     from spark_statestore.query import StateQueryResult
 
@@ -49,7 +49,7 @@ def open_routed_answer(options: QueryOptions) -> Iterator[Answer]:
     DiscoveryError
         No replica of the changelog is live.
     """
-    from spark_statestore.cli.query import Answer
+    from spark_statestore.cli.query_types import Answer
     from spark_statestore.connectors.kafka.discovery import ReplicaRegistry
     from spark_statestore.discovery import RoutedScan, RoutedScanError, Router
     from spark_statestore.discovery.trust import connect_replica

@@ -178,7 +178,7 @@ def run_serve(options: ServeOptions) -> int:
     ServeError
         The server cannot listen on the host and port.
     """
-    from spark_statestore.cli.main import catch_stop_signals
+    from spark_statestore.cli.signals import catch_stop_signals
     from spark_statestore.serve import StoreServer
     from spark_statestore.store import Store
 

@@ -159,7 +159,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 def add_store_commands(sub: Any) -> None:
     """The commands that serve or read one store: serve, inspect, lag, query."""
-    from spark_statestore.cli.query import KEY_FORMATS, VALUE_FORMATS
+    from spark_statestore.cli.query_types import KEY_FORMATS, VALUE_FORMATS
 
     serve = sub.add_parser(
         "serve",

@@ -159,7 +159,7 @@ class ReplicaAnnouncement:
         have different names); None when not announced (an older announcer).
     loopback
         The identity of the announcer's loopback interface (:func:`~spark_statestore.
-        discovery.trust.loopback_identity`), required with a loopback ``location``: a reader
+        discovery.loopback.loopback_identity`), required with a loopback ``location``: a reader
         dials a loopback location only when its own loopback is this one (the same machine
         and network namespace), never its own port of that number elsewhere.
     withdrawn
@@ -265,7 +265,7 @@ class ReplicaAnnouncement:
         DiscoveryError
             If the store has no changelog (a leader that publishes none has no replicas topic).
         """
-        from spark_statestore.discovery.trust import loopback_identity
+        from spark_statestore.discovery.loopback import loopback_identity
 
         manifest = store.manifest
         if manifest.changelog_topic is None:

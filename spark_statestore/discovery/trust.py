@@ -16,12 +16,11 @@ goes only where the reader can check who answers:
 
 from __future__ import annotations
 
-import functools
-import os
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from spark_statestore.discovery.errors import UnverifiableReplicaError
+from spark_statestore.discovery.loopback import loopback_identity
 
 if TYPE_CHECKING:
     from spark_statestore.discovery.announcement import ReplicaAnnouncement
@@ -32,20 +31,6 @@ __all__ = ["UnverifiableReplicaError", "connect_replica", "dialable_location", "
 
 _PLAIN = ("grpc", "grpc+tcp")
 _TLS = "grpc+tls"
-
-
-@functools.cache
-def loopback_identity() -> str | None:
-    """This process's loopback: the kernel's boot id and the network namespace's inode
-    (Linux); None where they cannot be read (loopback locations are then never dialed from
-    announcements)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
-            boot = handle.read().strip()
-        namespace = os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        return None
-    return f"{boot}/net:{namespace}" if boot else None
 
 
 def dialable_location(replica: ReplicaAnnouncement, *, tls_roots: bool) -> str:

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from spark_statestore.changelog.versioned import check_versioned
 from spark_statestore.errors import FollowerError, PositionUnavailableError
+from spark_statestore.follower.versioned import check_versioned
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 

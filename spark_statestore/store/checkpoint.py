@@ -18,31 +18,33 @@ The reader then reads the copy for as long as it likes while writers own the rea
 the copy is deleted when the reader is done. While it exists, the reader holds an exclusive
 lock on ``_readers/<id>.lock``, taken (while owning the store) before the copy is made; a
 copy or a lock file whose lock is free belongs to a process that died and is deleted by the
-next checkpoint (or :func:`remove_stale_checkpoints`, which opening a store runs).
+next checkpoint (or :func:`~spark_statestore.store.readers.remove_stale_checkpoints`,
+which opening a store runs).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 
 from spark_statestore.store.errors import StoreIOError
 from spark_statestore.store.files import make_private_dir, open_private
+from spark_statestore.store.readers import (
+    READERS_DIR,
+    hold_checkpoint,
+    remove_checkpoint,
+    remove_stale_checkpoints,
+)
 from spark_statestore.store.spec import StoreOptions
 from spark_statestore.store.store import DB_DIR, Store
 
 __all__ = ["READERS_DIR", "reader_checkpoint", "remove_stale_checkpoints"]
 
-READERS_DIR = "_readers"
-_LOCK_SUFFIX = ".lock"
 _IMMUTABLE = (".ldb", ".sst")
 _NOT_COPIED = ("LOCK", "LOG", "LOG.old")
-_HOLD_ATTEMPTS = 5
 
 _log = logging.getLogger(__name__)
 
@@ -84,116 +86,7 @@ def reader_checkpoint(
             _log.info("reading a checkpoint of %s at commit %d (%s)", store_path, commit, copy_id)
             yield store
     finally:
-        _remove(readers, copy_id, lock_fd)
-
-
-def remove_stale_checkpoints(store_path: str | os.PathLike[str]) -> list[str]:
-    """Delete what readers of ``store_path`` that are gone left behind; returns their ids.
-
-    A checkpoint (``_readers/<id>/``) or a lock file without one (``_readers/<id>.lock``, of
-    a reader killed while it was deleting its copy) is stale when nobody holds its lock.
-    Live readers' checkpoints stay. Best effort: what cannot be removed now stays for the
-    next call.
-    """
-    readers = os.path.join(os.fspath(store_path), READERS_DIR)
-    try:
-        with os.scandir(readers) as entries:
-            found = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        _log.warning("store %s: cannot look for stale checkpoints (%s)", store_path, exc)
-        return []
-    copies = {name for name, is_dir in found if is_dir}
-    locks = {
-        name.removesuffix(_LOCK_SUFFIX)
-        for name, is_dir in found
-        if not is_dir and name.endswith(_LOCK_SUFFIX)
-    }
-    removed = []
-    for copy_id in sorted(copies | locks):
-        # A copy's lock file exists as long as the copy does (its reader deletes it last),
-        # unless its reader died deleting both: then a fresh one stands in for it.
-        fd = _try_lock(readers, copy_id, create=copy_id in copies)
-        if fd is None:
-            continue  # a live reader's, or gone already
-        _remove(readers, copy_id, fd)
-        removed.append(copy_id)
-        _log.info("store %s: removed checkpoint %s, its reader is gone", store_path, copy_id)
-    return removed
-
-
-def _lock_path(readers: str, copy_id: str) -> str:
-    return os.path.join(readers, copy_id + _LOCK_SUFFIX)
-
-
-def _same_file(path: str, fd: int) -> bool:
-    """Whether ``path`` still names the file open as ``fd`` (no remover unlinked it)."""
-    try:
-        named = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
-
-
-def _try_lock(readers: str, copy_id: str, *, create: bool) -> int | None:
-    """The locked lock file of checkpoint ``copy_id`` if its reader is gone, else None."""
-    path = _lock_path(readers, copy_id)
-    try:
-        fd = open_private(path, os.O_RDWR | (os.O_CREAT if create else 0))
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if _same_file(path, fd):
-            return fd
-    except OSError:
-        pass  # BlockingIOError: a live reader holds it
-    os.close(fd)
-    return None
-
-
-def _remove(readers: str, copy_id: str, lock_fd: int) -> None:
-    """Delete checkpoint ``copy_id``, then its lock file, then let go of the lock."""
-    try:
-        shutil.rmtree(os.path.join(readers, copy_id), ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(_lock_path(readers, copy_id))
-    finally:
-        os.close(lock_fd)
-
-
-def _hold(readers: str) -> tuple[str, int]:
-    """A new checkpoint id and its lock, taken before the copy exists (so it never looks
-    stale). A remover may unlink a lock file between its creation and its lock (it looks
-    like a dead reader's then): the lock is kept only on the file the name still names."""
-    try:
-        make_private_dir(readers)
-        for _ in range(_HOLD_ATTEMPTS):
-            copy_id = uuid.uuid4().hex
-            fd = open_private(_lock_path(readers, copy_id), os.O_RDWR | os.O_CREAT)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if _same_file(_lock_path(readers, copy_id), fd):
-                    return copy_id, fd
-            except BlockingIOError:
-                pass  # a remover is about to unlink it: take another id
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)
-    except OSError as exc:
-        raise StoreIOError(
-            f"cannot create a checkpoint in {readers} ({exc}); fix the permissions of the "
-            "store directory or free space",
-            os.path.dirname(readers),
-        ) from exc
-    raise StoreIOError(
-        f"cannot create a checkpoint in {readers}: its lock file was removed under it "
-        f"{_HOLD_ATTEMPTS} times; is another program deleting files there?",
-        os.path.dirname(readers),
-    )
+        remove_checkpoint(readers, copy_id, lock_fd)
 
 
 def _make_copy(
@@ -202,16 +95,16 @@ def _make_copy(
     """Steps 1-3 of the module doc; the copy's id, its held lock and the commit it holds."""
     store = Store.open(store_path, purpose=f"{purpose} (making a checkpoint)", options=options)
     commit = store.metadata.commit_seq
-    lock = store._close_database()
+    lock = store.close_database()
     assert lock is not None  # a handle just opened
     try:
         # Only now, while owning the store: a reader that waited for a writer and was
         # killed meanwhile leaves nothing behind.
-        copy_id, lock_fd = _hold(readers)
+        copy_id, lock_fd = hold_checkpoint(readers)
         try:
             _copy_database(store_path, os.path.join(readers, copy_id))
         except BaseException:
-            _remove(readers, copy_id, lock_fd)
+            remove_checkpoint(readers, copy_id, lock_fd)
             raise
     finally:
         lock.release()

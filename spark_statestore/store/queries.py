@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_statestore.changelog.partitioner import partition_for_key
 from spark_statestore.errors import StateStoreError
@@ -40,15 +40,39 @@ from spark_statestore.store.versions import (
 
 if TYPE_CHECKING:
     from spark_statestore.position import PositionBound
-    from spark_statestore.store.manifest import StoreMetadata
+    from spark_statestore.store.manifest import StoreManifest, StoreMetadata
     from spark_statestore.store.snapshot import Snapshot
-    from spark_statestore.store.store import Store
 
-__all__ = ["ROW_BYTES", "bound_permits", "execute", "is_store_wide"]
+__all__ = ["ROW_BYTES", "QueriedStore", "bound_permits", "execute", "is_store_wide"]
 
 ROW_BYTES = 32
 """What each row of a range, prefix or scan result counts towards ``max_result_bytes``
 besides its key's and value's bytes (its share of the containers that hold it)."""
+
+
+class QueriedStore(Protocol):
+    """What a query reads of a store: :class:`~spark_statestore.store.Store` is one (the
+    handle runs its queries through :func:`execute` without this module importing it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def partitions(self) -> range: ...
+
+    @property
+    def manifest(self) -> StoreManifest: ...
+
+    @property
+    def role(self) -> Role | None: ...
+
+    @property
+    def position_note(self) -> str | None: ...
+
+    def snapshot(self) -> Snapshot: ...
 
 
 class _BadQuery(StateStoreError, TypeError):
@@ -60,7 +84,7 @@ class _TooLarge(StateStoreError):
 
 
 def execute(
-    store: Store, request: StateQueryRequest, *, max_result_bytes: int | None = None
+    store: QueriedStore, request: StateQueryRequest, *, max_result_bytes: int | None = None
 ) -> StateQueryResult[Any]:
     """Run ``request`` on one snapshot of ``store``; see :meth:`Store.query`."""
     requested = sorted(request.partitions) if request.partitions is not None else None
@@ -108,7 +132,7 @@ def execute(
     return StateQueryResult.for_partitions(results)
 
 
-def is_store_wide(store: Store, metadata: StoreMetadata) -> bool:
+def is_store_wide(store: QueriedStore, metadata: StoreMetadata) -> bool:
     """Whether an IQv2 position bound applies whole to each partition of ``store``.
 
     Kafka Streams' rule, a bound's entries for partition *n* only, holds where store
@@ -121,14 +145,14 @@ def is_store_wide(store: Store, metadata: StoreMetadata) -> bool:
 
 
 def bound_permits(
-    store: Store, metadata: StoreMetadata, bound: PositionBound, partition: int
+    store: QueriedStore, metadata: StoreMetadata, bound: PositionBound, partition: int
 ) -> bool:
     """Whether ``store`` at ``metadata`` may answer ``partition`` under ``bound``."""
     return bound.permits(metadata.position, None if is_store_wide(store, metadata) else partition)
 
 
 def _run(
-    store: Store,
+    store: QueriedStore,
     snapshot: Snapshot,
     request: StateQueryRequest,
     partitions: list[int],
@@ -180,15 +204,15 @@ def _run(
                 kind = "descending range scan" if query.descending else "range scan"
                 lower = None if query.lower is None else _key(query.lower, "range lower bound")
                 upper = None if query.upper is None else _key(query.upper, "range upper bound")
-                rows = snapshot._raw(lower, upper, query.descending, None, None)
+                rows = snapshot.envelopes(lower, upper, query.descending, None, None)
                 limit = None
             elif isinstance(query, PrefixQuery):
                 kind = "prefix scan"
-                rows = snapshot._raw(None, None, False, query.prefix, None)
+                rows = snapshot.envelopes(None, None, False, query.prefix, None)
                 limit = None
             else:
                 kind = "full scan"
-                rows = snapshot._raw(None, None, False, None, None)
+                rows = snapshot.envelopes(None, None, False, None, None)
                 limit = query.limit
             values, examined = _bucket(rows, partitions, counts, limit, max_result_bytes)
         else:

@@ -24,6 +24,8 @@ from spark_statestore.store.layout import (
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata
 from spark_statestore.store.versions import (
+    RawGet,
+    RawRange,
     Version,
     decode_stream_times,
     gated_reads,
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     import plyvel
     import pyarrow as pa
 
-    from spark_statestore.store.store import Store
+    from spark_statestore.store.protocols import SnapshotOwner
 
 __all__ = ["Snapshot", "arrow_schema", "envelope_batch", "headers_type", "no_headers"]
 
@@ -145,7 +147,7 @@ def _records_batch(
         offsets.append(record.offset)
         stamps.append(record.timestamp)
         headers.append([{"key": k, "value": v} for k, v in record.headers])
-    return _to_batch(columns, arrow_schema())
+    return to_batch(columns, arrow_schema())
 
 
 def rechunk(batches: Iterable[pa.RecordBatch], batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -203,7 +205,8 @@ def _first_bad_envelope(dkeys: Sequence[bytes], raws: Sequence[bytes], path: str
         decode_record(dkey[1:], raw, path)  # raises StoreCorruptedError for the bad one
 
 
-def _to_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
+def to_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """One batch of ``schema`` from Python lists, one per field (the row-by-row paths)."""
     import pyarrow as pa
 
     arrays = [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)]
@@ -219,11 +222,17 @@ class Snapshot:
     resources; a snapshot cannot outlive its store handle.
     """
 
-    def __init__(self, store: Store, snapshot: plyvel.Snapshot, metadata: StoreMetadata) -> None:
-        self._store = store
+    def __init__(
+        self, owner: SnapshotOwner[Snapshot], snapshot: plyvel.Snapshot, metadata: StoreMetadata
+    ) -> None:
+        self._owner = owner
         self._snapshot: plyvel.Snapshot | None = snapshot
         self._get = snapshot.get
-        self._gate = store._gate
+        self._gate = owner.gate
+        self.path = owner.path
+        """The store's directory."""
+        self.manifest = owner.manifest
+        """What the store is (:class:`~spark_statestore.store.manifest.StoreManifest`)."""
         self.metadata = metadata
 
     # -- what this snapshot is ------------------------------------------------------------
@@ -262,15 +271,20 @@ class Snapshot:
             raise self._closed()
         with self._gate:
             raw = self._get(DATA_PREFIX + key)
-        return None if raw is None else decode_record(key, raw, self._store.path)
+        return None if raw is None else decode_record(key, raw, self.path)
 
     def versions(self, key: bytes) -> list[Version]:
         """Every retained version of ``key`` in a versioned store, oldest first (empty for
         a key-value store's keys: they have no history)."""
+        get, scan = self.raw_reads()
+        return key_versions(get, scan, key, self.path)
+
+    def raw_reads(self) -> tuple[RawGet, RawRange]:
+        """``(get, scan)`` of raw keys in this snapshot, each call inside the store's gate:
+        what the version helpers (:mod:`~spark_statestore.store.versions`) read through."""
         if self._snapshot is None:
             raise self._closed()
-        get, scan = gated_reads(self._snapshot, self._gate)
-        return key_versions(get, scan, key, self._store.path)
+        return gated_reads(self._snapshot, self._gate)
 
     def stream_times(self) -> dict[int, int]:
         """A versioned store's ``{partition: observed stream time}`` (the largest record
@@ -279,7 +293,7 @@ class Snapshot:
             raise self._closed()
         with self._gate:
             raw = self._get(META_STREAM_TIME)
-        return decode_stream_times(raw, self._store.path)
+        return decode_stream_times(raw, self.path)
 
     def multi_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
         """``{key: value}`` of the ``keys`` that exist."""
@@ -309,7 +323,7 @@ class Snapshot:
         ``lower`` and ``upper`` are inclusive bounds (None: open); ``prefix`` selects the
         keys starting with it instead. ``limit`` stops after that many pairs.
         """
-        for dkey, raw in self._raw(lower, upper, reverse, prefix, limit):
+        for dkey, raw in self.envelopes(lower, upper, reverse, prefix, limit):
             yield dkey[1:], envelope_value(raw)
 
     def records(
@@ -322,8 +336,8 @@ class Snapshot:
         limit: int | None = None,
     ) -> Iterator[StoredRecord]:
         """Like :meth:`items`, yielding :class:`StoredRecord` with partition/offset/timestamp."""
-        path = self._store.path
-        for dkey, raw in self._raw(lower, upper, reverse, prefix, limit):
+        path = self.path
+        for dkey, raw in self.envelopes(lower, upper, reverse, prefix, limit):
             yield decode_record(dkey[1:], raw, path)
 
     def range(
@@ -356,18 +370,18 @@ class Snapshot:
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise StoreError(f"batch_rows must be an int >= 1, got {batch_rows!r}")
         wanted = None if partitions is None else frozenset(partitions)
-        rows = self._raw(lower, upper, reverse, prefix, limit)
+        rows = self.envelopes(lower, upper, reverse, prefix, limit)
         batches = (
-            envelope_batch(chunk, self._store.path, wanted)
+            envelope_batch(chunk, self.path, wanted)
             for chunk in iter(lambda: list(islice(rows, batch_rows)), [])
         )
         yield from rechunk(batches, batch_rows) if wanted is not None else batches
 
     def count(self) -> int:
         """Number of keys (a full scan)."""
-        return sum(1 for _ in self._raw(None, None, False, None, None))
+        return sum(1 for _ in self.envelopes(None, None, False, None, None))
 
-    def _raw(
+    def envelopes(
         self,
         lower: bytes | None,
         upper: bytes | None,
@@ -375,6 +389,8 @@ class Snapshot:
         prefix: bytes | None,
         limit: int | None,
     ) -> Generator[tuple[bytes, bytes], None, None]:
+        """``(data key, envelope)`` pairs as stored, selected as :meth:`items` selects them:
+        the raw rows the store's queries and scans decode in bulk."""
         if self._snapshot is None:
             raise self._closed()
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
@@ -382,7 +398,7 @@ class Snapshot:
         try:
             start, stop, include_stop = data_bounds(lower, upper, prefix)
         except ValueError as exc:
-            raise StoreError(str(exc), self._store.path) from None
+            raise StoreError(str(exc), self.path) from None
         if limit is not None and limit <= 0:
             return
         if lower is not None and upper is not None and lower > upper:
@@ -390,10 +406,11 @@ class Snapshot:
         items = iterate(self._snapshot, start, stop, include_stop, reverse, self._gate)
         yield from items if limit is None else islice(items, limit)
 
-    def _forward_chunks(
+    def envelope_chunks(
         self, lower: bytes | None, upper: bytes | None, size: Callable[[], int]
     ) -> Generator[list[tuple[bytes, bytes]], None, None]:
-        """Forward ``[lower, upper]`` scans as lists of ``size()`` raw items (a bulk path).
+        """Forward ``[lower, upper]`` scans as lists of ``size()`` raw items (a bulk path:
+        :meth:`envelopes` a chunk at a time).
 
         Reads plyvel's iterator with ``islice`` (no Python frame per row); forward scans are
         not affected by the plyvel reverse-scan bug that :func:`iterate` works around.
@@ -419,19 +436,24 @@ class Snapshot:
     # -- lifecycle ------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
-        return self._snapshot is None or self._store.closed
+        return self._snapshot is None or self._owner.closed
 
     def close(self) -> None:
         """Release the snapshot (idempotent)."""
         snapshot, self._snapshot = self._snapshot, None
         if snapshot is not None:
-            self._store._release_snapshot(self, snapshot)
+            self._owner.release_snapshot(self, snapshot)
+
+    def detach(self) -> None:
+        """Its store handle is closing: every later read fails with
+        :class:`StoreClosedError`. Nothing is released: the database goes with the handle."""
+        self._snapshot = None
 
     def _closed(self) -> StoreClosedError:
         return StoreClosedError(
-            f"snapshot of store {self._store.path} at commit {self.commit_seq} is closed "
+            f"snapshot of store {self.path} at commit {self.commit_seq} is closed "
             "(or its store handle is); take a new one with store.snapshot()",
-            self._store.path,
+            self.path,
         )
 
     def __enter__(self) -> Snapshot:
@@ -447,6 +469,6 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return (
-            f"Snapshot(store={self._store.path!r}, commit_seq={self.commit_seq}, "
+            f"Snapshot(store={self.path!r}, commit_seq={self.commit_seq}, "
             f"position={self.position.to_json()})"
         )

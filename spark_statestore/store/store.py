@@ -54,6 +54,7 @@ from spark_statestore.store.manifest import (
     decode_seq,
 )
 from spark_statestore.store.ownership import OwnerInfo, OwnerLock
+from spark_statestore.store.readers import remove_stale_checkpoints
 from spark_statestore.store.redo import (
     RedoMarker,
     SpillArea,
@@ -288,7 +289,7 @@ class Store:
                 )
             with self._gate:
                 base = db.snapshot()
-            self._txn = Transaction(self, base, self._metadata)
+            self._txn = Transaction(_HandleView(self), base, self._metadata)
             return self._txn
 
     def _end_transaction(self, txn: Transaction, base: plyvel.Snapshot) -> None:
@@ -383,11 +384,11 @@ class Store:
         with self._mutex:
             if self._pinned is not None:
                 # A chunked commit is being applied: show the state before it.
-                view = Snapshot(self, self._pinned.acquire(), self._pinned.metadata)
+                view = Snapshot(_HandleView(self), self._pinned.acquire(), self._pinned.metadata)
             else:
                 with self._gate:
                     base = db.snapshot()
-                view = Snapshot(self, base, self._metadata)
+                view = Snapshot(_HandleView(self), base, self._metadata)
             self._snapshots.add(view)
             return view
 
@@ -432,11 +433,11 @@ class Store:
         the database is closed once the LevelDB calls in flight (a lookup, one chunk of a
         scan, a commit) have returned.
         """
-        lock = self._close_database()
+        lock = self.close_database()
         if lock is not None:
             lock.release()
 
-    def _close_database(self) -> OwnerLock | None:
+    def close_database(self) -> OwnerLock | None:
         """Close as :meth:`close` does but keep ownership: the database files are then at
         rest and nobody else may write them until the caller releases the returned lock
         (None when the handle was closed already). Checkpoints copy the files so."""
@@ -450,9 +451,9 @@ class Store:
         try:
             self._gate.close()
             if txn is not None:
-                txn._abandon()
+                txn.abandon()
             for view in views:
-                view._snapshot = None
+                view.detach()
             durable = self._unsynced and _flush(db, self.path)
             db.close()
             if durable:
@@ -482,6 +483,44 @@ class Store:
     def __repr__(self) -> str:
         state = "closed" if self._db is None else f"commit {self._metadata.commit_seq}"
         return f"Store({self.path!r}, {self.manifest.role.value}, {state})"
+
+
+class _HandleView:
+    """The handle as its snapshots and transactions see it
+    (:mod:`~spark_statestore.store.protocols`): what they need of it by public names, so they
+    do not import it. One per child: it refers to the handle, the handle not to it."""
+
+    __slots__ = ("_store", "gate", "manifest", "options", "path")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.path = store.path
+        self.manifest = store.manifest
+        self.options = store.options
+        self.gate = store._gate
+
+    @property
+    def closed(self) -> bool:
+        return self._store.closed
+
+    def release_snapshot(self, view: Snapshot, snapshot: plyvel.Snapshot) -> None:
+        self._store._release_snapshot(view, snapshot)
+
+    def new_batch(self) -> plyvel.WriteBatch:
+        return self._store._new_batch()
+
+    def commit_batch(
+        self, batch: plyvel.WriteBatch, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
+    ) -> None:
+        self._store._commit_batch(batch, metadata, new_meta)
+
+    def commit_chunked(
+        self, spill: SpillArea, metadata: Mapping[bytes, bytes], new_meta: StoreMetadata
+    ) -> None:
+        self._store._commit_chunked(spill, metadata, new_meta)
+
+    def end_transaction(self, txn: Transaction, base: plyvel.Snapshot) -> None:
+        self._store._end_transaction(txn, base)
 
 
 class _PinnedSnapshot:
@@ -650,8 +689,6 @@ def _recover(db: plyvel.DB, path: str, options: StoreOptions) -> None:
         apply_redo(db, path, marker, options.chunk_bytes, sync=True)
     for removed in remove_stray_redo(path):
         _log.info("store %s: removed the redo file %s of an uncommitted transaction", path, removed)
-    from spark_statestore.store.checkpoint import remove_stale_checkpoints
-
     remove_stale_checkpoints(path)  # their hard links would keep deleted tables on disk
 
 

@@ -55,7 +55,7 @@ from spark_statestore.store.versions import (
 if TYPE_CHECKING:
     import plyvel
 
-    from spark_statestore.store.store import Store
+    from spark_statestore.store.protocols import TransactionOwner
 
 __all__ = ["Transaction", "TransactionState"]
 
@@ -81,7 +81,9 @@ class Transaction:
     when it raises. Only one transaction per store is open at a time.
     """
 
-    def __init__(self, store: Store, base: plyvel.Snapshot, meta: StoreMetadata) -> None:
+    def __init__(
+        self, store: TransactionOwner[Transaction], base: plyvel.Snapshot, meta: StoreMetadata
+    ) -> None:
         self._store = store
         self._base = base
         self._meta = meta
@@ -91,7 +93,7 @@ class Transaction:
         # Bulk writes not yet in the read index: built only if the transaction reads.
         self._pending: list[tuple[list[bytes], list[bytes | None]]] = []
         self._pending_count = 0
-        self._batch = store._new_batch()  # the same writes, ready to commit
+        self._batch = store.new_batch()  # the same writes, ready to commit
         # The budget is checked every _CHECK_EVERY writes, or sooner when large values add
         # up to a sixteenth of it.
         self._count = 0
@@ -335,7 +337,7 @@ class Transaction:
             )
         writer = self._versions
         if writer is None:
-            base, gate = self._base, self._store._gate
+            base, gate = self._base, self._store.gate
             get, scan = gated_reads(base, gate)
             with gate:
                 times = decode_stream_times(base.get(META_STREAM_TIME), self._store.path)
@@ -478,7 +480,7 @@ class Transaction:
             found, envelope = self._spill.get(dkey)
             if found:
                 return envelope
-        with self._store._gate:
+        with self._store.gate:
             result: bytes | None = self._base.get(dkey)
         return result
 
@@ -504,7 +506,7 @@ class Transaction:
         ]
         if self._spill is not None:
             layers.append(self._spill.entries(start, stop, include_stop, reverse))
-        layers.append(iterate(self._base, start, stop, include_stop, reverse, self._store._gate))
+        layers.append(iterate(self._base, start, stop, include_stop, reverse, self._store.gate))
         for dkey, envelope in merge_layers(layers, reverse):
             yield dkey[1:], envelope_value(envelope)
 
@@ -560,11 +562,11 @@ class Transaction:
         new_meta = StoreMetadata(position, dict(self._offsets), commit_record, seq, store_wide)
         try:
             if self._spill is None:
-                self._store._commit_batch(self._batch, metadata, new_meta)
+                self._store.commit_batch(self._batch, metadata, new_meta)
             else:
                 self._spill.write(self._index())
                 self._writes = {}
-                self._store._commit_chunked(self._spill, metadata, new_meta)
+                self._store.commit_chunked(self._spill, metadata, new_meta)
         except BaseException:
             self.state = TransactionState.FAILED
             self._finish()
@@ -580,7 +582,7 @@ class Transaction:
         self.state = TransactionState.ROLLED_BACK
         self._finish()
 
-    def _abandon(self) -> None:
+    def abandon(self) -> None:
         """The store is closing under this transaction (from any thread): roll it back
         without touching its write batch, which the transaction's own thread may be using."""
         if self.state is TransactionState.OPEN:
@@ -600,12 +602,12 @@ class Transaction:
         if self._spill is not None:
             self._spill.discard()
             self._spill = None
-        self._store._end_transaction(self, self._base)
+        self._store.end_transaction(self, self._base)
 
     def _spill_writes(self) -> None:
         if self._spill is None:
             store = self._store
-            self._spill = SpillArea(store.path, self.id, store._gate, store.options.sync)
+            self._spill = SpillArea(store.path, self.id, store.gate, store.options.sync)
         self._spill.write(self._index())
         self._writes = {}
         self._batch.clear()

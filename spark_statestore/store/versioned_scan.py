@@ -16,14 +16,13 @@ from spark_statestore.changelog.partitioner import partition_for_key
 from spark_statestore.store.errors import InvalidScanError
 from spark_statestore.store.versions import (
     cutoff_of,
-    gated_reads,
     grouped_versions,
     history_range,
     version_as_of,
 )
 
 if TYPE_CHECKING:
-    from spark_statestore.store.scan import ScanSpec, ScanStats
+    from spark_statestore.store.scan_spec import ScanSpec, ScanStats
     from spark_statestore.store.snapshot import Snapshot
     from spark_statestore.store.versions import Version
 
@@ -42,9 +41,9 @@ def as_of_rows(snapshot: Snapshot, spec: ScanSpec, stats: ScanStats) -> Generato
         If the store is not versioned, or ``spec.as_of`` is older than a selected
         partition's stream time minus the history retention.
     """
-    store = snapshot._store
-    retention = store.manifest.history_retention_ms
-    path = store.path
+    manifest = snapshot.manifest
+    retention = manifest.history_retention_ms
+    path = snapshot.path
     if retention is None:
         raise InvalidScanError(
             f"store {path} is a key-value store: it keeps no versions to read as of "
@@ -55,8 +54,8 @@ def as_of_rows(snapshot: Snapshot, spec: ScanSpec, stats: ScanStats) -> Generato
     as_of = spec.as_of
     assert as_of is not None
     times = snapshot.stream_times()
-    counts = store.manifest.partitions
-    wanted = spec.partitions if spec.partitions is not None else store.manifest.holds
+    counts = manifest.partitions
+    wanted = spec.partitions if spec.partitions is not None else manifest.holds
     for partition in sorted(wanted):
         cutoff = cutoff_of(times.get(partition), retention)
         if as_of < cutoff:
@@ -67,19 +66,17 @@ def as_of_rows(snapshot: Snapshot, spec: ScanSpec, stats: ScanStats) -> Generato
                 "as they have in Kafka Streams; read as of a later time",
                 path,
             )
-    if snapshot._snapshot is None:
-        raise snapshot._closed()
-    _, scan = gated_reads(snapshot._snapshot, snapshot._gate)
+    _, scan = snapshot.raw_reads()
     keyed: Iterator[tuple[bytes, list[Version]]]
     if spec.keys is not None:
         keyed = ((key, snapshot.versions(key)) for key in spec.keys if spec.matches_key(key))
     else:
-        bounds = spec._key_range()
+        bounds = spec.key_range()
         if bounds is None:
             return
         lower, upper, _ = bounds
         history = scan(*history_range(lower, upper))
-        latest = snapshot._raw(lower, upper, False, None, None)
+        latest = snapshot.envelopes(lower, upper, False, None, None)
         keyed = grouped_versions(history, latest, path)
     for key, versions in keyed:
         stats.rows_examined += len(versions)

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from spark_statestore.changelog.versioned import history_retention_of
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.errors import FollowerError
 from spark_statestore.follower import Follower
+from spark_statestore.follower.versioned import history_retention_of
 from spark_statestore.position import Position
 from spark_statestore.query import (
     MultiVersionedKeyQuery,
@@ -243,7 +243,7 @@ def test_a_retention_other_than_the_changelogs_is_refused(
                             Follower(replica, source)
                     else:
                         with caplog.at_level(
-                            "WARNING", logger="spark_statestore.changelog.versioned"
+                            "WARNING", logger="spark_statestore.follower.versioned"
                         ):
                             Follower(replica, source)
                         assert "not marked as a Kafka Streams versioned store" in caplog.text

@@ -162,7 +162,7 @@ def test_query_needs_exactly_one_of_key_range_prefix_all(
 
 
 def test_query_options_turn_keys_into_stored_bytes() -> None:
-    from spark_statestore.cli.query import QueryOptions
+    from spark_statestore.cli.query_types import QueryOptions
     from spark_statestore.store.scan import ScanSpec
 
     def scan(**kwargs: object) -> ScanSpec:
@@ -202,7 +202,7 @@ def test_query_options_turn_keys_into_stored_bytes() -> None:
 def test_query_options_refuse_bad_arguments_naming_the_flag(
     kwargs: dict[str, object], message: str
 ) -> None:
-    from spark_statestore.cli.query import QueryOptions
+    from spark_statestore.cli.query_types import QueryOptions
     from spark_statestore.errors import OptionError
 
     with pytest.raises(OptionError, match=re.escape(message)):
@@ -211,7 +211,7 @@ def test_query_options_refuse_bad_arguments_naming_the_flag(
 
 def test_query_options_parse_the_bound_and_formats() -> None:
     from spark_statestore import Position, PositionBound
-    from spark_statestore.cli.query import QueryOptions
+    from spark_statestore.cli.query_types import QueryOptions
 
     args = build_parser().parse_args(
         [
@@ -313,7 +313,7 @@ def test_lag_takes_a_store_or_a_changelog_with_its_brokers(
 
 
 def test_query_takes_a_store_or_a_changelog_with_its_brokers_and_token(tmp_path: Path) -> None:
-    from spark_statestore.cli.query import QueryOptions
+    from spark_statestore.cli.query_types import QueryOptions
     from spark_statestore.errors import OptionError
 
     with pytest.raises(OptionError, match="give one of STORE and --changelog TOPIC"):

@@ -16,7 +16,6 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
-from spark_statestore.changelog.versioned import history_retention_of
 from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer, announce_store
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
@@ -24,6 +23,7 @@ from spark_statestore.connectors.spark.options import SourceOptions, StoreType
 from spark_statestore.connectors.spark.serve_options import serving_endpoint
 from spark_statestore.errors import FollowerError, OptionError
 from spark_statestore.follower import Follower, FollowerState
+from spark_statestore.follower.versioned import history_retention_of
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.serve.auth import read_token_file

@@ -182,14 +182,14 @@ def windowed_lookup(spec: ScanSpec) -> tuple[ScanSpec, ScanSpec]:
     """
     from dataclasses import replace
 
-    from spark_statestore.store.scan import _prefix_end
+    from spark_statestore.store.scan_spec import prefix_end
 
     key_filter = replace(spec, partitions=None, limit=None)
     lower: bytes | None = spec.lower
     upper: bytes | None = None
     keys = spec.keys
     if keys:
-        ends = [_prefix_end(key) for key in keys]
+        ends = [prefix_end(key) for key in keys]
         lower = keys[0] if lower is None else max(lower, keys[0])
         upper = None if None in ends else max(e for e in ends if e is not None)
     scan = ScanSpec(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from spark_statestore.errors import FollowerError
 
 if TYPE_CHECKING:
-    from spark_statestore.follower import ChangelogSource
+    from spark_statestore.follower.protocols import ChangelogSource
     from spark_statestore.store import Store
 
 __all__ = ["VERSIONED_EXTRA_LAG_MS", "check_versioned", "history_retention_of"]
