@@ -6,8 +6,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 
 def test_importing_the_engine_loads_no_spark_kafka_or_storage_library() -> None:
     code = (
@@ -119,18 +117,6 @@ _ENGINE_LAYERS = (
 """The engine's layers, lowest first (DESIGN §2): value types < changelog < store < follower,
 sink, serve < discovery. A module imports from its own layer or the ones below."""
 
-# Circles being cut (issue 27); each is expected to be there until its commit removes it.
-_KNOWN_CIRCLES: dict[str, frozenset[str]] = {
-    "connectors.kafka: follower <-> sink": frozenset(
-        {
-            "spark_statestore.connectors.kafka.follower.batches",
-            "spark_statestore.connectors.kafka.follower.source",
-            "spark_statestore.connectors.kafka.sink.progress",
-            "spark_statestore.connectors.kafka.sink.ranges",
-        }
-    ),
-}
-
 
 def _import_graph() -> dict[str, dict[str, int]]:
     """Each module of the installed layout -> the modules it imports (with a line of each).
@@ -238,25 +224,7 @@ def test_no_import_circle_between_modules() -> None:
     """No two modules import each other, directly or through others (DESIGN §2): a type two
     modules need lives below both, a handle's children receive what they need."""
     graph = _import_graph()
-    unknown = [
-        _describe(circle, graph)
-        for circle in _circles(graph)
-        if not any(set(circle) <= known for known in _KNOWN_CIRCLES.values())
-    ]
-    assert unknown == []
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="issue 27: not cut yet"))
-        for name in _KNOWN_CIRCLES
-    ],
-)
-def test_known_import_circle_is_cut(name: str) -> None:
-    graph = _import_graph()
-    left = [circle for circle in _circles(graph) if set(circle) & _KNOWN_CIRCLES[name]]
-    assert left == []
+    assert [_describe(circle, graph) for circle in _circles(graph)] == []
 
 
 def test_the_engine_imports_no_binding_and_no_program() -> None:
