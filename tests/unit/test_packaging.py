@@ -257,3 +257,29 @@ def test_the_engine_imports_no_binding_and_no_program() -> None:
         or (layer(target) or 0) > (layer(module) or 0)
     ]
     assert upward == []
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    """A name with a leading underscore stays in its module (STYLE 17): no module imports
+    one from another module of the package. (Reaching a private attribute of another
+    module's object cannot be told apart statically; review watches that.)"""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    crossing = []
+    for top in _TREES:
+        for path in (root / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                ours = node.level > 0 or (node.module or "").split(".")[0] in _TREES.values()
+                private = [
+                    alias.name
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+                if ours and private:
+                    where = f"{path.relative_to(root)}:{node.lineno}"
+                    crossing.append(f"{where}: from {node.module} import {', '.join(private)}")
+    assert crossing == []
