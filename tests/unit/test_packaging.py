@@ -259,6 +259,21 @@ def test_the_engine_imports_no_binding_and_no_program() -> None:
     assert upward == []
 
 
+def test_the_connectors_import_no_program() -> None:
+    """The bindings sit below the programs (DESIGN §2): nothing in ``connectors/`` imports
+    the CLI, the demo or the bench."""
+    graph = _import_graph()
+    programs = [high for high in _PROGRAMS_AND_BINDINGS if high != "spark_statestore.connectors"]
+    upward = [
+        f"{module}:{line} -> {target}"
+        for module, edges in sorted(graph.items())
+        if _within(module, "spark_statestore.connectors")
+        for target, line in sorted(edges.items())
+        if any(_within(target, program) for program in programs)
+    ]
+    assert upward == []
+
+
 def test_no_private_name_is_imported_from_another_module() -> None:
     """A name with a leading underscore stays in its module (STYLE 17): no module imports
     one from another module of the package. (Reaching a private attribute of another
