@@ -54,7 +54,8 @@ class QueryFailedError(StateStoreError, RuntimeError):
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _check_partition(partition: object, what: str = "partition") -> int:
+def check_partition(partition: object, what: str = "partition") -> int:
+    """``partition`` when it is an int >= 0; a :class:`QueryError` naming ``what`` if not."""
     if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
         raise QueryError(f"{what} must be an int >= 0, got {partition!r}")
     return partition

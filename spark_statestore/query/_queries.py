@@ -269,7 +269,7 @@ Query: TypeAlias = (
 )
 """Any query a store may be asked to execute."""
 
-_QUERY_TYPES = (
+QUERY_TYPES = (
     KeyQuery,
     RangeQuery,
     PrefixQuery,
@@ -279,3 +279,4 @@ _QUERY_TYPES = (
     MultiVersionedKeyQuery,
     CustomQuery,
 )
+"""The query classes a request may carry (the ``isinstance`` check of a request)."""

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from spark_statestore.position import Position, PositionBound
-from spark_statestore.query._errors import QueryError, _check_partition
-from spark_statestore.query._queries import _QUERY_TYPES, Query
+from spark_statestore.query._errors import QueryError, check_partition
+from spark_statestore.query._queries import QUERY_TYPES, Query
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -54,9 +54,9 @@ class StateQueryRequest:
 
     def __post_init__(self) -> None:
         _check_store_name(self.store_name)
-        if not isinstance(self.query, _QUERY_TYPES):
+        if not isinstance(self.query, QUERY_TYPES):
             raise QueryError(
-                f"query must be one of {', '.join(t.__name__ for t in _QUERY_TYPES[:-1])} "
+                f"query must be one of {', '.join(t.__name__ for t in QUERY_TYPES[:-1])} "
                 f"or a CustomQuery subclass, "
                 f"got {type(self.query).__name__}"
             )
@@ -111,7 +111,7 @@ def _check_store_name(name: object) -> str:
 def _check_partitions(partitions: object) -> frozenset[int]:
     if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Iterable):
         raise QueryError(f"partitions must be an iterable of ints, got {partitions!r}")
-    checked = frozenset(_check_partition(p, "each partition") for p in partitions)
+    checked = frozenset(check_partition(p, "each partition") for p in partitions)
     if not checked:
         raise QueryError(
             "partitions must not be empty (that would query nothing); "

@@ -14,7 +14,7 @@ from spark_statestore.query._errors import (
     FailureReason,
     QueryError,
     QueryFailedError,
-    _check_partition,
+    check_partition,
 )
 
 R = TypeVar("R")
@@ -130,7 +130,7 @@ class QueryResult(Generic[R]):
         ``note`` says why the store's position may not be advancing, when it is known.
         """
         if partition is not None:
-            _check_partition(partition)
+            check_partition(partition)
         if not isinstance(bound, PositionBound):
             raise QueryError(f"bound must be a PositionBound, got {type(bound).__name__}")
         where = "the store" if partition is None else f"store partition {partition}"
@@ -254,7 +254,7 @@ class StateQueryResult(Generic[R]):
     def __post_init__(self) -> None:
         items = tuple(sorted(self.partition_items, key=_partition_of_item))
         for partition, result in items:
-            _check_partition(partition)
+            check_partition(partition)
             if not isinstance(result, QueryResult):  # (the message is built on failure only)
                 _check_query_result(result, f"result of partition {partition}")
         partitions = [p for p, _ in items]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from spark_statestore.query._errors import QueryError, _check_partition
+from spark_statestore.query._errors import QueryError, check_partition
 
 
 # -- replicas and lag (KIP-535) ------------------------------------------------------------
@@ -94,7 +94,7 @@ class KeyQueryMetadata:
             if self.active is not None or standbys:
                 raise QueryError("partition -1 means not available: it cannot have hosts")
         else:
-            _check_partition(self.partition)
+            check_partition(self.partition)
 
     @classmethod
     def not_available(cls) -> KeyQueryMetadata:

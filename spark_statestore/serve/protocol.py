@@ -83,6 +83,7 @@ __all__ = [
     "encode_object",
     "lags_from_dict",
     "lags_to_dict",
+    "wire_field",
 ]
 
 ACTION_PIN: Final = "pin"
@@ -320,29 +321,29 @@ class StoreDescription:
             raise BadRequestError(
                 f"a store description must be an object, got {reprlib.repr(data)}"
             )
-        held = _field(data, "held_partitions", list, optional=True)
-        prefix = _field(data, "key_prefix", str, optional=True)
-        record = _field(data, "commit_record", dict, optional=True)
+        held = wire_field(data, "held_partitions", list, optional=True)
+        prefix = wire_field(data, "key_prefix", str, optional=True)
+        record = wire_field(data, "commit_record", dict, optional=True)
         try:
-            role = Role(_field(data, "role", str))
-            position = Position.from_dict(_field(data, "position", dict))
+            role = Role(wire_field(data, "role", str))
+            position = Position.from_dict(wire_field(data, "position", dict))
             key_prefix = None if prefix is None else bytes.fromhex(prefix)
         except (ValueError, InvalidPositionError) as exc:
             raise BadRequestError(f"malformed store description: {exc}") from exc
         return cls(
-            store=_field(data, "store", str),
-            store_id=_field(data, "store_id", str),
-            path=_field(data, "path", str),
-            changelog_topic=_field(data, "changelog_topic", str, optional=True),
+            store=wire_field(data, "store", str),
+            store_id=wire_field(data, "store_id", str),
+            path=wire_field(data, "path", str),
+            changelog_topic=wire_field(data, "changelog_topic", str, optional=True),
             partitions=_count(data, "partitions", minimum=1),
             held_partitions=None
             if held is None
             else tuple(_partition(p, "held_partitions", key=False) for p in held),
             key_prefix=key_prefix,
             role=role,
-            created_at=_field(data, "created_at", str),
+            created_at=wire_field(data, "created_at", str),
             position=position,
-            changelog_offsets=_offsets_from_dict(_field(data, "changelog_offsets", dict)),
+            changelog_offsets=_offsets_from_dict(wire_field(data, "changelog_offsets", dict)),
             commit_seq=_count(data, "commit_seq", minimum=0),
             commit_record=record,
             format_version=_optional_count(data, "format_version", minimum=1),
@@ -394,26 +395,26 @@ class DescribeReply:
             If a field is missing or malformed.
         """
         description = StoreDescription.from_dict(data)
-        lags = _field(data, "lags", dict, optional=True)
-        owner = _field(data, "owner", dict)
-        flight_location = _field(owner, "flight_location", str, optional=True, what="owner")
+        lags = wire_field(data, "lags", dict, optional=True)
+        owner = wire_field(data, "owner", dict)
+        flight_location = wire_field(owner, "flight_location", str, optional=True, what="owner")
         return cls(
             description=description,
             lags=None if lags is None else lags_from_dict(lags),
             owner=OwnerInfo(
-                pid=_field(owner, "pid", int, what="owner"),
-                host=_field(owner, "host", str, what="owner"),
-                role=_field(owner, "role", str, what="owner"),
-                purpose=_field(owner, "purpose", str, what="owner"),
-                started_at=_field(owner, "started_at", str, what="owner"),
+                pid=wire_field(owner, "pid", int, what="owner"),
+                host=wire_field(owner, "host", str, what="owner"),
+                role=wire_field(owner, "role", str, what="owner"),
+                purpose=wire_field(owner, "purpose", str, what="owner"),
+                started_at=wire_field(owner, "started_at", str, what="owner"),
                 flight_location=flight_location,
             ),
             pins=_count(data, "pins", minimum=0),
-            location=_field(data, "location", str, optional=True),
+            location=wire_field(data, "location", str, optional=True),
         )
 
 
-def _field(
+def wire_field(
     data: Mapping[str, Any],
     name: str,
     kind: type,
@@ -435,7 +436,7 @@ def _field(
 
 def _count(data: Mapping[str, Any], name: str, *, minimum: int) -> int:
     """An integer field of a description, ``>= minimum`` and within an int64."""
-    value: int = _field(data, name, int)
+    value: int = wire_field(data, name, int)
     if not minimum <= value <= INT64_MAX:
         raise BadRequestError(f"the store description's {name!r} is out of range: {value}")
     return value

@@ -80,7 +80,7 @@ from spark_statestore.query import (
     VersionedRecord,
 )
 from spark_statestore.serve.errors import BadRequestError
-from spark_statestore.serve.protocol import _field
+from spark_statestore.serve.protocol import wire_field
 
 __all__ = [
     "MAX_OPAQUE_REPR",
@@ -138,26 +138,26 @@ def decode_query_body(body: Mapping[str, Any]) -> tuple[StateQueryRequest, int]:
     wait_ms = body.get("wait_ms", 0)
     if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or not 0 <= wait_ms <= _INT64_MAX:
         raise BadRequestError(f'action "query": wait_ms must be an int >= 0, got {wait_ms!r}')
-    data = _field(body, "request", dict, what="query body")
+    data = wire_field(body, "request", dict, what="query body")
     _only(
         data,
         {"store", "query", "partitions", "position_bound", "active_only", "execution_info"},
         "query request",
     )
-    partitions = _field(data, "partitions", list, optional=True, what="query request")
+    partitions = wire_field(data, "partitions", list, optional=True, what="query request")
     for partition in partitions or ():
         if type(partition) is int and partition > _INT32_MAX:
             raise BadRequestError(f'action "query": partition {partition} is beyond int32')
-    raw_bound = _field(data, "position_bound", dict, optional=True, what="query request")
+    raw_bound = wire_field(data, "position_bound", dict, optional=True, what="query request")
     try:
         bound = PositionBound.from_dict(raw_bound)
         request = StateQueryRequest(
-            _field(data, "store", str, what="query request"),
-            _decode_query(_field(data, "query", dict, what="query request")),
+            wire_field(data, "store", str, what="query request"),
+            _decode_query(wire_field(data, "query", dict, what="query request")),
             None if partitions is None else frozenset(partitions),
             bound,
-            _field(data, "active_only", bool, what="query request"),
-            _field(data, "execution_info", bool, what="query request"),
+            wire_field(data, "active_only", bool, what="query request"),
+            wire_field(data, "execution_info", bool, what="query request"),
         )
     except BadRequestError:
         raise
@@ -201,47 +201,47 @@ def _encode_query(query: Query) -> dict[str, Any]:
 
 
 def _decode_query(data: Mapping[str, Any]) -> Query:
-    kind = _field(data, "type", str, what="query")
+    kind = wire_field(data, "type", str, what="query")
     what = f"{kind!r} query"
     if kind == "key":
         _only(data, {"type", "key"}, what)
-        return KeyQuery(_decode_key(_field(data, "key", dict, what=what), what))
+        return KeyQuery(_decode_key(wire_field(data, "key", dict, what=what), what))
     if kind == "range":
         _only(data, {"type", "lower", "upper", "descending"}, what)
-        lower = _field(data, "lower", dict, optional=True, what=what)
-        upper = _field(data, "upper", dict, optional=True, what=what)
+        lower = wire_field(data, "lower", dict, optional=True, what=what)
+        upper = wire_field(data, "upper", dict, optional=True, what=what)
         return RangeQuery(
             None if lower is None else _decode_key(lower, what),
             None if upper is None else _decode_key(upper, what),
-            _field(data, "descending", bool, what=what),
+            wire_field(data, "descending", bool, what=what),
         )
     if kind == "prefix":
         _only(data, {"type", "prefix"}, what)
-        return PrefixQuery(_decode_key(_field(data, "prefix", dict, what=what), what))
+        return PrefixQuery(_decode_key(wire_field(data, "prefix", dict, what=what), what))
     if kind == "raw_key":
         _only(data, {"type", "key"}, what)
-        return RawKeyQuery(_decode_key(_field(data, "key", dict, what=what), what))
+        return RawKeyQuery(_decode_key(wire_field(data, "key", dict, what=what), what))
     if kind == "raw_scan":
         _only(data, {"type", "limit"}, what)
-        return RawScanQuery(_check_limit(_field(data, "limit", int, optional=True, what=what)))
+        return RawScanQuery(_check_limit(wire_field(data, "limit", int, optional=True, what=what)))
     if kind == "versioned_key":
         _only(data, {"type", "key", "as_of"}, what)
         return VersionedKeyQuery(
-            _decode_key(_field(data, "key", dict, what=what), what), _time(data, "as_of", what)
+            _decode_key(wire_field(data, "key", dict, what=what), what), _time(data, "as_of", what)
         )
     if kind == "multi_versioned_key":
         _only(data, {"type", "key", "from", "to", "ascending"}, what)
         return MultiVersionedKeyQuery(
-            _decode_key(_field(data, "key", dict, what=what), what),
+            _decode_key(wire_field(data, "key", dict, what=what), what),
             _time(data, "from", what),
             _time(data, "to", what),
-            _field(data, "ascending", bool, what=what),
+            wire_field(data, "ascending", bool, what=what),
         )
     if kind == "custom":
         _only(data, {"type", "class", "repr"}, what)
         return _stand_in(  # type: ignore[no-any-return]
-            _field(data, "class", str, what=what),
-            _field(data, "repr", str, what=what),
+            wire_field(data, "class", str, what=what),
+            wire_field(data, "repr", str, what=what),
             CustomQuery,
             what,
         )
@@ -263,8 +263,8 @@ def _decode_key(data: Mapping[str, Any], what: str) -> Any:
     if "opaque" in data:
         _only(data, {"opaque", "repr"}, f"{what}'s opaque key")
         return _stand_in(
-            _field(data, "opaque", str, what=what),
-            _field(data, "repr", str, what=what),
+            wire_field(data, "opaque", str, what=what),
+            wire_field(data, "repr", str, what=what),
             object,
             what,
         )
@@ -305,7 +305,7 @@ def _check_limit(limit: object, error: type[Exception] = BadRequestError) -> int
 
 
 def _time(data: Mapping[str, Any], name: str, what: str) -> int | None:
-    value = _field(data, name, int, optional=True, what=what)
+    value = wire_field(data, name, int, optional=True, what=what)
     if value is not None and not _INT64_MIN <= value <= _INT64_MAX:
         raise BadRequestError(f"the {what}'s {name!r} is outside the int64 range: {value}")
     return value  # type: ignore[no-any-return]
@@ -330,7 +330,7 @@ def decode_result(data: Mapping[str, Any]) -> StateQueryResult[Any]:
     """
     _only(data, {"partitions", "global"}, "query reply")
     items = []
-    for item in _field(data, "partitions", list, what="query reply"):
+    for item in wire_field(data, "partitions", list, what="query reply"):
         if not isinstance(item, list) or len(item) != 2:
             raise BadRequestError(f"malformed partition result {reprlib.repr(item)}")
         partition, raw = item
@@ -341,7 +341,7 @@ def decode_result(data: Mapping[str, Any]) -> StateQueryResult[Any]:
         if not isinstance(raw, dict):
             raise BadRequestError(f"malformed result of partition {partition}")
         items.append((partition, _decode_one(raw, f"result of partition {partition}")))
-    raw_global = _field(data, "global", dict, optional=True, what="query reply")
+    raw_global = wire_field(data, "global", dict, optional=True, what="query reply")
     try:
         return StateQueryResult(
             tuple(items), None if raw_global is None else _decode_one(raw_global, "global result")
@@ -364,22 +364,22 @@ def _encode_one(result: QueryResult[Any]) -> dict[str, Any]:
 
 def _decode_one(data: Mapping[str, Any], what: str) -> QueryResult[Any]:
     _only(data, {"value", "position", "execution_info", "failure"}, what)
-    info = _field(data, "execution_info", list, what=what)
-    failure = _field(data, "failure", dict, optional=True, what=what)
+    info = wire_field(data, "execution_info", list, what=what)
+    failure = wire_field(data, "failure", dict, optional=True, what=what)
     reason = message = None
     if failure is not None:
         _only(failure, {"reason", "message"}, f"{what}'s failure")
         try:
-            reason = FailureReason(_field(failure, "reason", str, what=what))
+            reason = FailureReason(wire_field(failure, "reason", str, what=what))
         except ValueError:
             raise BadRequestError(
                 f"the {what} has an unknown failure reason {reprlib.repr(failure['reason'])}"
             ) from None
-        message = _field(failure, "message", str, what=what)
+        message = wire_field(failure, "message", str, what=what)
     try:
         return QueryResult(
             _decode_value(data.get("value"), what),
-            Position.from_dict(_field(data, "position", dict, what=what)),
+            Position.from_dict(wire_field(data, "position", dict, what=what)),
             tuple(info),
             reason,
             message,

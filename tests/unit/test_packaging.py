@@ -6,8 +6,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 
 def test_importing_the_engine_loads_no_spark_kafka_or_storage_library() -> None:
     code = (
@@ -119,18 +117,6 @@ _ENGINE_LAYERS = (
 """The engine's layers, lowest first (DESIGN §2): value types < changelog < store < follower,
 sink, serve < discovery. A module imports from its own layer or the ones below."""
 
-# Circles being cut (issue 27); each is expected to be there until its commit removes it.
-_KNOWN_CIRCLES: dict[str, frozenset[str]] = {
-    "connectors.kafka: follower <-> sink": frozenset(
-        {
-            "spark_statestore.connectors.kafka.follower.batches",
-            "spark_statestore.connectors.kafka.follower.source",
-            "spark_statestore.connectors.kafka.sink.progress",
-            "spark_statestore.connectors.kafka.sink.ranges",
-        }
-    ),
-}
-
 
 def _import_graph() -> dict[str, dict[str, int]]:
     """Each module of the installed layout -> the modules it imports (with a line of each).
@@ -238,25 +224,7 @@ def test_no_import_circle_between_modules() -> None:
     """No two modules import each other, directly or through others (DESIGN §2): a type two
     modules need lives below both, a handle's children receive what they need."""
     graph = _import_graph()
-    unknown = [
-        _describe(circle, graph)
-        for circle in _circles(graph)
-        if not any(set(circle) <= known for known in _KNOWN_CIRCLES.values())
-    ]
-    assert unknown == []
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="issue 27: not cut yet"))
-        for name in _KNOWN_CIRCLES
-    ],
-)
-def test_known_import_circle_is_cut(name: str) -> None:
-    graph = _import_graph()
-    left = [circle for circle in _circles(graph) if set(circle) & _KNOWN_CIRCLES[name]]
-    assert left == []
+    assert [_describe(circle, graph) for circle in _circles(graph)] == []
 
 
 def test_the_engine_imports_no_binding_and_no_program() -> None:
@@ -289,3 +257,44 @@ def test_the_engine_imports_no_binding_and_no_program() -> None:
         or (layer(target) or 0) > (layer(module) or 0)
     ]
     assert upward == []
+
+
+def test_the_connectors_import_no_program() -> None:
+    """The bindings sit below the programs (DESIGN §2): nothing in ``connectors/`` imports
+    the CLI, the demo or the bench."""
+    graph = _import_graph()
+    programs = [high for high in _PROGRAMS_AND_BINDINGS if high != "spark_statestore.connectors"]
+    upward = [
+        f"{module}:{line} -> {target}"
+        for module, edges in sorted(graph.items())
+        if _within(module, "spark_statestore.connectors")
+        for target, line in sorted(edges.items())
+        if any(_within(target, program) for program in programs)
+    ]
+    assert upward == []
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    """A name with a leading underscore stays in its module (STYLE 17): no module imports
+    one from another module of the package. (Reaching a private attribute of another
+    module's object cannot be told apart statically; review watches that.)"""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    crossing = []
+    for top in _TREES:
+        for path in (root / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                ours = node.level > 0 or (node.module or "").split(".")[0] in _TREES.values()
+                private = [
+                    alias.name
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+                if ours and private:
+                    where = f"{path.relative_to(root)}:{node.lineno}"
+                    crossing.append(f"{where}: from {node.module} import {', '.join(private)}")
+    assert crossing == []

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError
-from spark_statestore.connectors.kafka.follower.source import handle_out_of_range
+from spark_statestore.connectors.kafka.lost_offsets import handle_out_of_range
 
 __all__ = ["read_range"]
 

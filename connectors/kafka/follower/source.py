@@ -17,7 +17,8 @@ from spark_statestore.changelog.headers import POSITION_HEADER, VERSION_HEADER
 from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.connectors.kafka import clients
-from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError
+from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.lost_offsets import handle_out_of_range
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.errors import PositionUnavailableError
 from spark_statestore.follower import PollResult, Row
@@ -343,56 +344,6 @@ def read_ahead_settings(
     # A fetch never asks for more than the budget leaves room for.
     out["fetch.max.bytes"] = min(int(out.get("fetch.max.bytes", share * 1024)), share * 1024)
     return out
-
-
-def handle_out_of_range(
-    topic: str,
-    partition: int,
-    wanted: int,
-    watermarks: tuple[int, int],
-    *,
-    fail_on_data_loss: bool,
-) -> int:
-    """Decide what to do when ``wanted`` is no longer in ``topic``-``partition``.
-
-    Returns the offset to resume at (the earliest available one) when the loss may be
-    skipped; raises :class:`DataLossError` otherwise. An offset past the end of the
-    partition is never skipped: the topic was deleted and re-created (or truncated), and
-    the offsets already applied belong to another history.
-    """
-    low, high = watermarks
-    where = f"{topic}-{partition}"
-    if wanted > high:
-        raise DataLossError(
-            f"changelog {where} ends at offset {high} but offset {wanted} was already read: "
-            "the topic was deleted and re-created or truncated; delete the store and follow "
-            "the changelog again",
-            topic,
-            partition,
-            wanted,
-            watermarks,
-        )
-    if wanted >= low:
-        return wanted  # still there (the partition moved or was being truncated): retry
-    if fail_on_data_loss:
-        raise DataLossError(
-            f"changelog {where}: offsets {wanted}-{low - 1} are gone (the earliest available "
-            f"offset is {low}; retention or an unsafe compaction removed them), so the store "
-            "would miss changes: restore it from a complete changelog (delete the store), or "
-            "set failOnDataLoss=false to skip the lost offsets",
-            topic,
-            partition,
-            wanted,
-            watermarks,
-        )
-    _log.warning(
-        "changelog %s: offsets %d-%d are gone (failOnDataLoss=false): skipping to %d",
-        where,
-        wanted,
-        low - 1,
-        low,
-    )
-    return low
 
 
 def changelog_lags(

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import DataLossError, KafkaClientError, describe_error
-from spark_statestore.connectors.kafka.follower.source import handle_out_of_range
+from spark_statestore.connectors.kafka.lost_offsets import handle_out_of_range
 
 __all__ = ["ChangelogEntry", "read_changelog_range", "read_ranges"]
 
