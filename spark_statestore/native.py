@@ -54,7 +54,7 @@ def module() -> ModuleType | None:
     try:
         if _missing:
             raise _missing[0]
-        import spark_statestore_native
+        import spark_statestore_native as extension
     except ImportError as exc:
         if not _missing:
             _missing.append(exc)
@@ -65,7 +65,8 @@ def module() -> ModuleType | None:
                 "libleveldb-dev), or unset the variable"
             ) from exc
         return None
-    return spark_statestore_native
+    loaded: ModuleType = extension
+    return loaded
 
 
 def enabled() -> bool:

@@ -32,6 +32,7 @@ from spark_statestore.connectors.kafka.errors import (
 __all__ = [
     "admin",
     "consumer",
+    "consumer_settings",
     "ensure_topic",
     "partition_count",
     "producer",
@@ -69,7 +70,42 @@ def consumer(
     defaults: Mapping[str, Any] | None = None,
     read_committed: bool = True,
 ) -> Consumer:
-    """A consumer of ``bootstrap_servers``, never joining ``group`` (a required id).
+    """A consumer of ``bootstrap_servers``, never joining ``group`` (a required id), with
+    the settings of :func:`consumer_settings`.
+
+    Raises
+    ------
+    KafkaClientError
+        As :func:`consumer_settings`, or librdkafka refuses the settings.
+    """
+    settings = consumer_settings(
+        bootstrap_servers,
+        config,
+        group=group,
+        what=what,
+        defaults=defaults,
+        read_committed=read_committed,
+    )
+    try:
+        return Consumer(settings)
+    except KafkaException as exc:
+        raise client_error(
+            exc,
+            f"the Kafka client refused the consumer settings for {what}",
+            "; check the kafka.* options",
+        ) from exc
+
+
+def consumer_settings(
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    *,
+    group: str,
+    what: str,
+    defaults: Mapping[str, Any] | None = None,
+    read_committed: bool = True,
+) -> dict[str, Any]:
+    """The settings of a consumer of ``bootstrap_servers``, never joining ``group``.
 
     Parameters
     ----------
@@ -87,8 +123,7 @@ def consumer(
     Raises
     ------
     KafkaClientError
-        ``config`` sets another isolation level for a reading consumer, or librdkafka
-        refuses the settings.
+        ``config`` sets another isolation level for a reading consumer.
     """
     settings: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers,
@@ -106,14 +141,7 @@ def consumer(
         )
     else:
         settings["isolation.level"] = "read_committed"
-    try:
-        return Consumer(settings)
-    except KafkaException as exc:
-        raise client_error(
-            exc,
-            f"the Kafka client refused the consumer settings for {what}",
-            "; check the kafka.* options",
-        ) from exc
+    return settings
 
 
 def producer(bootstrap_servers: str, config: Mapping[str, Any] | None, *, what: str) -> Producer:

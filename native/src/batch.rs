@@ -161,9 +161,13 @@ impl WriteBatch {
     /// `prefix + key` -> a version 0 envelope (partition, offset, timestamp) + the value; a
     /// null value deletes `prefix + key`. A partition must be below `partitions`.
     ///
+    /// `heads`: `(row, envelope start)` pairs in row order, for the rows whose envelope is
+    /// not version 0 (a version 1 envelope keeping the record's headers): the given bytes
+    /// replace the 21-byte header before the value.
+    ///
     /// Raises ValueError(index, reason) for the first malformed record (nothing of the call
     /// is then in the batch), TypeError for columns of the wrong type or length.
-    #[pyo3(signature = (keys, values, partitions, offsets, timestamps, *, prefix, max_partition))]
+    #[pyo3(signature = (keys, values, partitions, offsets, timestamps, *, prefix, max_partition, heads=None))]
     #[allow(clippy::too_many_arguments)]
     fn put_records(
         &self,
@@ -175,7 +179,12 @@ impl WriteBatch {
         timestamps: &Bound<'_, PyAny>,
         prefix: &[u8],
         max_partition: i64,
+        heads: Option<Vec<(usize, Vec<u8>)>>,
     ) -> PyResult<usize> {
+        let heads = heads.unwrap_or_default();
+        if heads.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(PyValueError::new_err("heads must be in increasing row order"));
+        }
         let keys = Column::borrow(keys, "keys")?;
         let values = Column::borrow(values, "values")?;
         let partitions = Column::borrow(partitions, "partitions")?;
@@ -211,7 +220,12 @@ impl WriteBatch {
         let mut key_buf: Vec<u8> = Vec::with_capacity(64);
         let mut value_buf: Vec<u8> = Vec::with_capacity(256);
         let _ = py;
+        let mut next_head = heads.iter().peekable();
         for i in 0..len {
+            let head = match next_head.peek() {
+                Some((row, _)) if *row == i => next_head.next().map(|(_, h)| h.as_slice()),
+                _ => None,
+            };
             key_buf.clear();
             key_buf.extend_from_slice(prefix);
             key_buf.extend_from_slice(keys.bytes(i));
@@ -222,10 +236,14 @@ impl WriteBatch {
             }
             let value = values.bytes(i);
             value_buf.clear();
-            value_buf.push(0);
-            value_buf.extend_from_slice(&(partitions.int(i).unwrap() as i32).to_be_bytes());
-            value_buf.extend_from_slice(&offsets.int(i).unwrap().to_be_bytes());
-            value_buf.extend_from_slice(&timestamps.int(i).unwrap().to_be_bytes());
+            if let Some(head) = head {
+                value_buf.extend_from_slice(head);
+            } else {
+                value_buf.push(0);
+                value_buf.extend_from_slice(&(partitions.int(i).unwrap() as i32).to_be_bytes());
+                value_buf.extend_from_slice(&offsets.int(i).unwrap().to_be_bytes());
+                value_buf.extend_from_slice(&timestamps.int(i).unwrap().to_be_bytes());
+            }
             value_buf.extend_from_slice(value);
             batch.put(&key_buf, &value_buf);
             batch.account_put(key_buf.len(), value_buf.len());

@@ -121,35 +121,20 @@ impl ColumnReader {
         Ok(())
     }
 
-    /// `[(partition, next offset)]` of the consumer's position (-1001: none yet).
-    fn positions(&self, py: Python<'_>, partitions: Vec<i32>) -> PyResult<Vec<(i32, i64)>> {
-        let guard = crate::db::lock_released(py, &self.client);
-        let client = guard.as_ref().ok_or_else(closed)?;
-        unsafe {
-            let list = rd::rd_kafka_topic_partition_list_new(partitions.len() as i32);
-            for partition in &partitions {
-                rd::rd_kafka_topic_partition_list_add(list, self.topic.as_ptr(), *partition);
-            }
-            rd::rd_kafka_position(client.rk, list);
-            let mut out = Vec::with_capacity(partitions.len());
-            for i in 0..(*list).cnt as usize {
-                let tp = (*list).elems.add(i);
-                out.push(((*tp).partition, (*tp).offset));
-            }
-            rd::rd_kafka_topic_partition_list_destroy(list);
-            Ok(out)
-        }
-    }
-
     /// Up to `max_records` records, waiting at most `timeout_ms`: for a whole chunk
     /// (`fill`), else for the first arrival and whatever came with it. Returns a tuple:
     /// `(rows, keys, values, partitions, offsets, timestamps, events, merged, without, slow,
     /// kept)`: Arrow buffers of the records (keys and values as `(validity, offsets, data)`;
     /// the int32/int64 columns as little-endian bytes); events `(code, name, partition,
     /// offset, text)` (partition EOF, offset reset, errors); the merged position of the rows
-    /// on the common header path `{topic: {partition: offset}}`; how many rows had no `v`
+    /// on the common header path `{topic: {partition: offset}}` (events: code 0 named
+    /// `NULL_KEY` is a record without a key, which is not in the columns); how many rows had no `v`
     /// header; `[(row, headers)]` of the rows whose position headers need the full rules;
-    /// `[(row, headers)]` of the rows with headers besides `v`/`c` (those others only).
+    /// `[(row, headers)]` of the rows with headers besides `v`/`c` (those others only);
+    /// `[(partition, next offset)]` after the last record of each partition returned.
+    ///
+    /// librdkafka's own position (`rd_kafka_position`) is not used: in the batch path of
+    /// librdkafka 2.12 a partition-end event moves it one past the end.
     fn poll<'py>(&self, py: Python<'py>, max_records: usize, timeout_ms: i32, fill: bool) -> PyResult<Bound<'py, PyTuple>> {
         let guard = crate::db::lock_released(py, &self.client);
         let client = guard.as_ref().ok_or_else(closed)?;
@@ -160,7 +145,11 @@ impl ColumnReader {
         let rows = batch.rows;
         let events = PyList::empty(py);
         for (code, partition, offset) in batch.events.drain(..) {
-            let (name, text) = error_name(code);
+            let (name, text) = if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                ("NULL_KEY".to_string(), "a record without a key".to_string())
+            } else {
+                error_name(code)
+            };
             events.append((code as i32, name, partition, offset, text))?;
         }
         let merged = PyDict::new(py);
@@ -192,6 +181,7 @@ impl ColumnReader {
                 batch.merged.without.into_pyobject(py)?.into_any(),
                 slow.into_any(),
                 kept.into_any(),
+                batch.next.into_pyobject(py)?.into_any(),
             ],
         )
     }
@@ -242,6 +232,7 @@ struct Batch {
     merged: Merged,
     slow: Vec<(usize, Headers)>,
     kept: Vec<(usize, Headers)>,
+    next: Vec<(i32, i64)>,
 }
 
 const CHUNK: usize = 8192;
@@ -302,8 +293,8 @@ unsafe fn take(batch: &mut Batch, message: *mut rd::rd_kafka_message_t) {
         return;
     }
     if m.key.is_null() {
-        // A changelog record has a key: let the Python rules name this one.
-        batch.events.push((rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__BAD_MSG, m.partition, m.offset));
+        // A changelog record has a key: an event (code 0, "NULL_KEY") for Python to name.
+        batch.events.push((rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR, m.partition, m.offset));
         return;
     }
     let row = batch.rows;
@@ -315,6 +306,10 @@ unsafe fn take(batch: &mut Batch, message: *mut rd::rd_kafka_message_t) {
     }
     batch.partitions.push(m.partition);
     batch.offsets.push(m.offset);
+    match batch.next.iter_mut().find(|(p, _)| *p == m.partition) {
+        Some(slot) => slot.1 = slot.1.max(m.offset + 1),
+        None => batch.next.push((m.partition, m.offset + 1)),
+    }
     let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
     let timestamp = rd::rd_kafka_message_timestamp(message, &mut kind);
     batch.timestamps.push(

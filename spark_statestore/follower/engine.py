@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from spark_statestore.changelog.columns import RecordColumns
 from spark_statestore.errors import FollowerError, PositionUnavailableError
 from spark_statestore.follower.versioned import check_versioned
 from spark_statestore.position import Position
@@ -279,15 +280,20 @@ class Follower:
         if prefix is not None:
             # A subset store has still read the records it does not keep: the chunk's
             # position counts for it (it is as fresh for its keys as the changelog it read).
-            selected = [i for i, row in enumerate(rows) if row[0].startswith(prefix)]
+            if isinstance(rows, RecordColumns):
+                rows, selected = rows.with_key_prefix(prefix)
+            else:
+                selected = [i for i, row in enumerate(rows) if row[0].startswith(prefix)]
+                rows = [rows[i] for i in selected]
             if headers:
                 renumbered = {old: new for new, old in enumerate(selected)}
                 headers = {renumbered[i]: h for i, h in headers.items() if i in renumbered}
-            rows = [rows[i] for i in selected]
         kept = len(rows)
         with self.store.begin() as txn:
             if self.store.manifest.versioned:
-                kept = txn.put_versions(rows)
+                kept = txn.put_versions(rows.to_rows() if isinstance(rows, RecordColumns) else rows)
+            elif isinstance(rows, RecordColumns):
+                txn.put_records(rows, headers)
             else:
                 txn.put_all(rows, headers)
             if self._batches is not None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from spark_statestore.changelog.columns import RecordColumns
 from spark_statestore.position import Position
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ class PollResult:
     Parameters
     ----------
     rows
-        Committed records as :data:`Row` tuples, in offset order per partition.
+        Committed records in offset order per partition: :data:`Row` tuples, or the same
+        records in columns (:class:`~spark_statestore.changelog.columns.RecordColumns`, the
+        fast path: no Python object per record).
     positions
         ``{partition: next offset}`` the source has read up to after these records; it can
         be past the last record's offset + 1 (transaction markers take offsets too).
@@ -47,7 +50,7 @@ class PollResult:
         row (Kafka Streams 4.3 header-aware stores log their headers this way).
     """
 
-    rows: Sequence[Row]
+    rows: Sequence[Row] | RecordColumns
     positions: Mapping[int, int]
     position: Position | None = None
     without_position: int = 0

@@ -18,7 +18,6 @@ cause, not a store condition.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from itertools import islice
@@ -32,6 +31,7 @@ from spark_statestore.store.errors import (
     StoreError,
     StoreIOError,
 )
+from spark_statestore.store.leveldb import loaded_bindings
 
 __all__ = ["Gate", "gated_chunks", "translate"]
 
@@ -133,18 +133,18 @@ def translate(exc: BaseException, path: str) -> StoreError | None:
     ``exc`` through (our own errors, ``MemoryError``, ``KeyboardInterrupt``, bugs)."""
     if isinstance(exc, StoreError):
         return None
-    plyvel = sys.modules.get("plyvel")
-    if plyvel is not None and isinstance(exc, plyvel.CorruptionError):
+    bindings = loaded_bindings()
+    if any(isinstance(exc, b.CorruptionError) for b in bindings):
         return StoreCorruptedError(
             f"store {path}: LevelDB reports corruption ({exc}); {RECOVERY_HINT}", path
         )
-    if isinstance(exc, OSError):  # plyvel.IOError is one
+    if isinstance(exc, OSError):  # both bindings' IOError is one
         return StoreIOError(
             f"store {path}: the disk refused a read or write ({exc}); free space or fix "
             "the permissions, then open the store again: it keeps its last complete commit",
             path,
         )
-    if plyvel is not None and isinstance(exc, plyvel.Error):
+    if any(isinstance(exc, b.Error) for b in bindings):
         return StoreError(f"store {path}: LevelDB error ({exc})", path)
     if isinstance(exc, RuntimeError) and "closed" in str(exc):
         return StoreClosedError(f"store {path} is closed; open it again ({exc})", path)

@@ -45,6 +45,7 @@ from spark_statestore.store.errors import (
 from spark_statestore.store.files import fsync_dir, make_private_dir
 from spark_statestore.store.gate import Gate
 from spark_statestore.store.layout import DATA_START, HISTORY_STOP, META_REDO, iterate
+from spark_statestore.store.leveldb import binding
 
 if TYPE_CHECKING:
     import plyvel
@@ -61,7 +62,7 @@ class SpillArea:
     """The redo file of one transaction: its spilled writes, readable in key order."""
 
     def __init__(self, store_path: str, txn_id: str, gate: Gate, sync: bool) -> None:
-        import plyvel
+        leveldb = binding()
 
         self.relpath = os.path.join(REDO_DIR, txn_id)
         self.path = os.path.join(store_path, self.relpath)
@@ -72,7 +73,7 @@ class SpillArea:
         with gate:
             make_private_dir(os.path.dirname(self.path))
             shutil.rmtree(self.path, ignore_errors=True)
-            self._db: plyvel.DB | None = plyvel.DB(self.path, create_if_missing=True)
+            self._db: plyvel.DB | None = leveldb.DB(self.path, create_if_missing=True)
 
     @property
     def db(self) -> plyvel.DB:
@@ -170,8 +171,7 @@ def apply_redo(
     Called inside the store's gate. ``sync`` syncs each chunk; the last batch (metadata and
     the marker's removal) is always synced, since the redo file is removed right after it.
     """
-    import plyvel
-
+    leveldb = binding()
     owned = spill is None
     if spill is not None:
         redo_db = spill.db
@@ -184,15 +184,15 @@ def apply_redo(
                 store_path,
             )
         try:
-            redo_db = plyvel.DB(full, create_if_missing=False)
-        except plyvel.IOError as exc:
+            redo_db = leveldb.DB(full, create_if_missing=False)
+        except leveldb.IOError as exc:
             raise StoreIOError(
                 f"store {store_path}: the redo file {full} of an interrupted chunked commit "
                 f"cannot be read ({exc}); free space or fix the permissions and open the "
                 "store again: the commit is completed then",
                 store_path,
             ) from exc
-        except plyvel.Error as exc:
+        except leveldb.Error as exc:
             raise StoreCorruptedError(
                 f"store {store_path}: the redo file {full} of an interrupted chunked commit "
                 f"cannot be opened ({exc}); {RECOVERY_HINT}",

@@ -42,6 +42,7 @@ from spark_statestore.store.layout import (
     META_SEQ,
     META_STORE_WIDE,
 )
+from spark_statestore.store.leveldb import binding
 from spark_statestore.store.manifest import (
     KEY_VALUE_FORMAT_VERSION,
     VERSIONED_FORMAT_VERSION,
@@ -156,8 +157,7 @@ class Store:
         StoreFormatError, StoreCorruptedError
             The store is newer than this code, or damaged (the message says how to recover).
         """
-        import plyvel
-
+        leveldb = binding()
         path = os.path.abspath(os.fspath(path))
         options = options or StoreOptions()
         db_path = os.path.join(path, DB_DIR)
@@ -182,7 +182,7 @@ class Store:
             if unsynced:
                 mark_unsynced(path)  # before the first unsynced write
             created = not os.path.isdir(db_path)
-            db = _open_leveldb(plyvel, db_path, spec is not None, options)
+            db = _open_leveldb(leveldb, db_path, spec is not None, options)
             opening = Gate(path)
             with opening:
                 manifest = _load_or_create_manifest(db, path, spec)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import Enum
 from itertools import islice
 from types import TracebackType
@@ -55,6 +55,7 @@ from spark_statestore.store.versions import (
 if TYPE_CHECKING:
     import plyvel
 
+    from spark_statestore.changelog.columns import RecordColumns
     from spark_statestore.store.protocols import TransactionOwner
 
 __all__ = ["Transaction", "TransactionState"]
@@ -90,8 +91,9 @@ class Transaction:
         self._partitions = store.manifest.partitions
         self._budget = store.options.uncommitted_max_bytes
         self._writes: dict[bytes, bytes | None] = {}  # read index: data key -> envelope
-        # Bulk writes not yet in the read index: built only if the transaction reads.
-        self._pending: list[tuple[list[bytes], list[bytes | None]]] = []
+        # Bulk writes not yet in the read index: built only if the transaction reads (a
+        # column write's entries are made from its columns then).
+        self._pending: list[_Pending] = []
         self._pending_count = 0
         self._batch = store.new_batch()  # the same writes, ready to commit
         # The budget is checked every _CHECK_EVERY writes, or sooner when large values add
@@ -261,6 +263,54 @@ class Transaction:
             )
         return count
 
+    def put_records(
+        self, records: RecordColumns, headers: Mapping[int, Headers] | None = None
+    ) -> int:
+        """Write changelog records given in columns (the fast path of followers): as
+        :meth:`put_all` with ``records.to_rows()``, the same bytes in the store.
+
+        With the compiled extension the whole batch of envelopes is built and put in one
+        call, and the read index is built from the columns only if the transaction reads;
+        otherwise (the reference path) the records go through :meth:`put_all`.
+        """
+        self._check_key_value_write("put_records")
+        count = len(records)
+        put_records = getattr(self._batch, "put_records", None)
+        if put_records is None:
+            return self.put_all(records.to_rows(), headers)
+        if not count:
+            return 0
+        heads = _header_heads(records, headers, self._malformed)
+        try:
+            put_records(
+                records.keys,
+                records.values,
+                records.partitions,
+                records.offsets,
+                records.timestamps,
+                prefix=DATA_PREFIX,
+                max_partition=self._partitions,
+                heads=heads or None,
+            )
+        except ValueError as exc:
+            if len(exc.args) == 2 and isinstance(exc.args[0], int):
+                raise self._malformed(exc.args[0], str(exc.args[1])) from exc
+            raise TransactionError(
+                f"store {self._store.path}: put_records: {exc}", self._store.path
+            ) from exc
+        except TypeError as exc:
+            raise TransactionError(
+                f"store {self._store.path}: put_records takes binary keys and values and "
+                f"int32/int64 partitions, offsets and timestamps: {exc}",
+                self._store.path,
+            ) from exc
+        self._pending.append(lambda: _column_envelopes(records, heads))
+        self._pending_count += count
+        self._sorted = None
+        self._count += count
+        self._check_budget()
+        return count
+
     def _put_chunk(
         self,
         first: int,
@@ -277,25 +327,9 @@ class Transaction:
         try:
             if max(partitions) >= self._partitions:
                 raise ValueError("partition out of range")
-            fixed = map(pack_header, partitions, offsets, timestamps)
-            if None in values:
-                envelopes: list[bytes | None] = [
-                    None if value is None else header + value
-                    for header, value in zip(fixed, values, strict=True)
-                ]
-            else:
-                envelopes = list(map(bytes.__add__, fixed, values))  # type: ignore[arg-type]
-            if headers:
-                # Few records carry headers: rebuild just their envelopes (version 1).
-                for index, kept in headers.items():
-                    at = index - first
-                    value = values[at] if 0 <= at < len(keys) else None
-                    if kept and value is not None:
-                        envelopes[at] = (
-                            pack_headers_envelope(partitions[at], offsets[at], timestamps[at], kept)
-                            + value
-                        )
-            dkeys = list(map(DATA_PREFIX.__add__, keys))
+            dkeys, envelopes = _envelopes(
+                first, keys, values, partitions, offsets, timestamps, headers
+            )
         except (TypeError, ValueError, AttributeError, struct.error) as exc:
             bad = _first_bad(
                 list(zip(keys, values, partitions, offsets, timestamps, strict=True)),
@@ -394,7 +428,8 @@ class Transaction:
     def _index(self) -> dict[bytes, bytes | None]:
         """The read index of unspilled writes, with the pending bulk writes folded in."""
         writes = self._writes
-        for dkeys, envelopes in self._pending:
+        for pending in self._pending:
+            dkeys, envelopes = pending() if callable(pending) else pending
             writes.update(zip(dkeys, envelopes, strict=True))
         self._pending.clear()
         self._pending_count = 0
@@ -642,6 +677,80 @@ class Transaction:
             self.commit()
         else:
             self.rollback()
+
+
+_Written = tuple[list[bytes], list[bytes | None]]
+_Pending = _Written | Callable[[], _Written]
+
+
+def _envelopes(
+    first: int,
+    keys: Sequence[bytes],
+    values: Sequence[bytes | None],
+    partitions: Sequence[int],
+    offsets: Sequence[int],
+    timestamps: Sequence[int],
+    headers: Mapping[int, Headers] | None,
+) -> _Written:
+    """The data keys and envelopes (None: a delete) of records ``first``... given by column;
+    ``headers`` maps a record's index (counted from 0, ``first`` being this chunk's start)
+    to the headers kept in its envelope."""
+    fixed = map(pack_header, partitions, offsets, timestamps)
+    if None in values:
+        envelopes: list[bytes | None] = [
+            None if value is None else header + value
+            for header, value in zip(fixed, values, strict=True)
+        ]
+    else:
+        envelopes = list(map(bytes.__add__, fixed, values))  # type: ignore[arg-type]
+    if headers:
+        # Few records carry headers: rebuild just their envelopes (version 1).
+        for index, kept in headers.items():
+            at = index - first
+            value = values[at] if 0 <= at < len(keys) else None
+            if kept and value is not None:
+                envelopes[at] = (
+                    pack_headers_envelope(partitions[at], offsets[at], timestamps[at], kept) + value
+                )
+    return list(map(DATA_PREFIX.__add__, keys)), envelopes
+
+
+def _header_heads(
+    records: RecordColumns,
+    headers: Mapping[int, Headers] | None,
+    malformed: Callable[[int, str], TransactionError],
+) -> list[tuple[int, bytes]]:
+    """``(row, envelope start)`` of the records whose envelope keeps headers (version 1),
+    in row order: what :func:`_envelopes` writes for them."""
+    heads: list[tuple[int, bytes]] = []
+    for index in sorted(headers or ()):
+        kept = (headers or {})[index]
+        if not kept or not 0 <= index < len(records) or not records.values[index].is_valid:
+            continue
+        try:
+            heads.append(
+                (
+                    index,
+                    pack_headers_envelope(
+                        records.partitions[index].as_py(),
+                        records.offsets[index].as_py(),
+                        records.timestamps[index].as_py(),
+                        kept,
+                    ),
+                )
+            )
+        except (TypeError, ValueError, AttributeError, struct.error) as exc:
+            raise malformed(index, str(exc)) from exc
+    return heads
+
+
+def _column_envelopes(records: RecordColumns, heads: Sequence[tuple[int, bytes]]) -> _Written:
+    """:func:`_envelopes` of a column write (for the read index)."""
+    keys, values, partitions, offsets, timestamps = records.to_lists()
+    dkeys, envelopes = _envelopes(0, keys, values, partitions, offsets, timestamps, None)
+    for index, head in heads:
+        envelopes[index] = head + values[index]
+    return dkeys, envelopes
 
 
 def _first_bad(chunk: Sequence[object], partitions: int) -> int:

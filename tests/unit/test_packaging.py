@@ -105,6 +105,7 @@ _ENGINE_LAYERS = (
     (
         "spark_statestore.errors",
         "spark_statestore.integer_spec",
+        "spark_statestore.native",
         "spark_statestore.partition_spec",
         "spark_statestore.position",
         "spark_statestore.query",

@@ -25,6 +25,7 @@ from spark_statestore.store import (
     live_owner,
     read_owner,
 )
+from spark_statestore.store.leveldb import binding
 from spark_statestore.store.ownership import wait_for_release
 from tests.conftest import REPO_ROOT
 
@@ -175,14 +176,45 @@ def test_read_owner_of_a_damaged_owner_file(tmp_path: Path) -> None:
 def test_foreign_leveldb_lock_is_a_locked_error(tmp_path: Path) -> None:
     path = tmp_path / "s"
     Store.open(path, SPEC).close()
-    foreign = plyvel.DB(str(path / "db"))  # a program outside the ownership protocol
+    # A program outside the ownership protocol, in this process: through the binding the
+    # store opens with (LevelDB's lock is per process and per copy of the library; another
+    # process, through either binding, is the next test).
+    foreign = binding().DB(str(path / "db"))
     try:
         with pytest.raises(StoreLockedError, match="LevelDB is locked") as info:
             Store.open(path, SPEC)
-        assert not isinstance(info.value, plyvel.Error)
+        assert not isinstance(info.value, binding().Error)
         assert read_owner(str(path)) is None  # the failed open gave ownership back
     finally:
         foreign.close()
+    with Store.open(path, SPEC) as store:
+        assert not store.closed
+
+
+def test_foreign_leveldb_lock_of_another_process_is_a_locked_error(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    Store.open(path, SPEC).close()
+    # plyvel in another process: the store may open through the other binding here.
+    foreign = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import plyvel, sys; db = plyvel.DB(sys.argv[1]); print('held', flush=True); "
+            "sys.stdin.read()",
+            str(path / "db"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert foreign.stdout is not None and foreign.stdout.readline() == "held\n"
+        with pytest.raises(StoreLockedError, match="LevelDB is locked"):
+            Store.open(path, SPEC)
+    finally:
+        assert foreign.stdin is not None
+        foreign.stdin.close()
+        foreign.wait(30)
     with Store.open(path, SPEC) as store:
         assert not store.closed
 

@@ -13,11 +13,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from spark_statestore import native
 from spark_statestore.changelog.headers import POSITION_HEADER, VERSION_HEADER
 from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.follower.columns import NativeReader, native_settings
 from spark_statestore.connectors.kafka.lost_offsets import handle_out_of_range
 from spark_statestore.connectors.kafka.tail import message_to_record
 from spark_statestore.errors import PositionUnavailableError
@@ -51,6 +53,10 @@ retention plus this (``VersionedChangelogTopicConfig``); other changelogs keep K
 _READER_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "error",  # a lost offset is data loss, not a silent reset
     "fetch.max.bytes": 32 * 1024 * 1024,
+    # librdkafka postpones fetching a partition by this much whenever its queue is past the
+    # read-ahead budget (1000 ms by default): a restore that drains chunk by chunk stalled
+    # on it every time, at half its rate. Fetch again as soon as there is room.
+    "fetch.queue.backoff.ms": 0,
 }
 
 
@@ -97,6 +103,10 @@ class KafkaChangelogSource:
         # The reading consumer is made by assign(), which knows how many partitions share
         # the read-ahead budget.
         self._consumer: Consumer | None = None
+        # The compiled extension's column reader, when the fast paths are on and the
+        # settings are plain values (a confluent-kafka callback keeps the reference path).
+        self._extension = native.module()
+        self._native: NativeReader | None = None
         # Metadata and offset queries come from other threads (lag, Spark's latestOffset)
         # while the follower thread blocks in consume(): they get their own client. Made
         # here, it also refuses bad settings (another isolation level) at once.
@@ -188,14 +198,41 @@ class KafkaChangelogSource:
     def assign(self, starts: Mapping[int, int]) -> None:
         self._assigned = sorted(starts)
         self._positions = dict(starts)
-        if self._consumer is None:
-            self._consumer = self._reading_consumer(len(starts))
+        if self._consumer is None and self._native is None:
+            self._open_reader(len(starts))
+        if self._native is not None:
+            self._native.assign(starts)
+            return
+        assert self._consumer is not None
         self._consumer.assign([TopicPartition(self._topic, p, o) for p, o in starts.items()])
 
-    def _reading_consumer(self, partitions: int) -> Consumer:
-        """The consumer that reads the records, its read-ahead bounded in total."""
+    @property
+    def columnar(self) -> bool:
+        """True when records are read into columns by the compiled extension."""
+        return self._native is not None
+
+    def _open_reader(self, partitions: int) -> None:
+        """The consumer that reads the records, its read-ahead bounded in total: the column
+        reader on the fast path, else a confluent-kafka consumer."""
         settings = read_ahead_settings({**_READER_DEFAULTS, **self._user}, self._user, partitions)
-        return self._client(self._group, settings)
+        if self._extension is not None:
+            full = clients.consumer_settings(
+                self._bootstrap,
+                settings,
+                group=self._group,
+                what=f"changelog {self._topic!r}",
+                defaults=_READER_DEFAULTS,
+            )
+            plain = native_settings(full)
+            if plain is not None:
+                self._native = NativeReader(self._extension, plain, self._topic, self._on_missing)
+                return
+            _log.info(
+                "changelog %r: a kafka.* setting is a Python callback, which only "
+                "confluent-kafka's consumer takes: reading on the reference path",
+                self._topic,
+            )
+        self._consumer = self._client(self._group, settings)
 
     def _client(self, group: str, config: Mapping[str, Any]) -> Consumer:
         return clients.consumer(
@@ -212,6 +249,8 @@ class KafkaChangelogSource:
         return self._consumer
 
     def poll(self, max_records: int, timeout_s: float, *, fill: bool = True) -> PollResult:
+        if self._native is not None:
+            return self._poll_columns(self._native, max_records, timeout_s, fill)
         consumer = self._reader()
         limit = min(max_records, 1_000_000)
         if fill:
@@ -254,23 +293,7 @@ class KafkaChangelogSource:
                 )
                 continue
             where, at = message.partition(), message.offset()
-            if error.code() == KafkaError._PARTITION_EOF:
-                if where is not None and at is not None:
-                    # Past the transaction markers at the end of the partition.
-                    self._positions[where] = max(self._positions.get(where, 0), at)
-                continue
-            if error.code() == KafkaError._AUTO_OFFSET_RESET and where is not None:
-                partition = where
-                wanted = self._positions.get(partition, 0)
-                low = handle_out_of_range(
-                    self._topic,
-                    partition,
-                    wanted,
-                    self.watermarks([partition])[partition],
-                    fail_on_data_loss=self._fail_on_data_loss,
-                )
-                self.lost_offsets[partition] = self.lost_offsets.get(partition, 0) + low - wanted
-                resets[partition] = low
+            if self._handled(error.code(), where, at, resets):
                 continue
             raise KafkaClientError(
                 f"reading changelog {self._topic}-{message.partition()} at offset "
@@ -302,7 +325,61 @@ class KafkaChangelogSource:
             kept_headers(all_headers),
         )
 
+    def _handled(
+        self, code: int, where: int | None, at: int | None, resets: dict[int, int]
+    ) -> bool:
+        """Apply a consumer event (a partition's end, an offset gone); False: an error."""
+        if code == KafkaError._PARTITION_EOF:
+            if where is not None and at is not None:
+                # Past the transaction markers at the end of the partition.
+                self._positions[where] = max(self._positions.get(where, 0), at)
+            return True
+        if code == KafkaError._AUTO_OFFSET_RESET and where is not None:
+            wanted = self._positions.get(where, 0)
+            low = handle_out_of_range(
+                self._topic,
+                where,
+                wanted,
+                self.watermarks([where])[where],
+                fail_on_data_loss=self._fail_on_data_loss,
+            )
+            self.lost_offsets[where] = self.lost_offsets.get(where, 0) + low - wanted
+            resets[where] = low
+            return True
+        return False
+
+    def _poll_columns(
+        self, reader: NativeReader, max_records: int, timeout_s: float, fill: bool
+    ) -> PollResult:
+        """:meth:`poll` on the fast path: the same events, positions and errors."""
+        polled = reader.poll(min(max_records, 1_000_000), timeout_s, fill)
+        resets: dict[int, int] = {}
+        for code, _name, where, at, text in polled.events:
+            if self._handled(code, where if where >= 0 else None, at if at >= 0 else None, resets):
+                continue
+            raise KafkaClientError(
+                f"reading changelog {self._topic}-{where} at offset {at} failed: {text}"
+            )
+        # Past the records returned; the partition-end events above are past the
+        # transaction markers that end a partition.
+        for partition, offset in polled.next_offsets.items():
+            if offset > self._positions.get(partition, 0):
+                self._positions[partition] = offset
+        if resets:
+            self._positions.update(resets)
+            reader.assign({p: self._positions[p] for p in self._assigned})
+        return PollResult(
+            polled.records,
+            dict(self._positions),
+            polled.position,
+            polled.without_position,
+            polled.skipped_positions,
+            polled.headers,
+        )
+
     def close(self) -> None:
+        if self._native is not None:
+            self._native.close()
         if self._consumer is not None:
             self._consumer.close()
         if self._batches:

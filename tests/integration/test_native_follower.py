@@ -1,0 +1,142 @@
+"""The fast path and the reference path follow the same real changelog into byte-equal
+stores: records, tombstones, aborted transactions, headers besides the position headers,
+malformed and unknown position headers (skipped, or failing naming the record), in chunks
+smaller than the changelog."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import plyvel
+import pytest
+from confluent_kafka import Producer
+
+from spark_statestore.changelog.missing_position import OnMissingPosition
+from spark_statestore.changelog.position_codec import encode_position
+from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
+from spark_statestore.errors import StateStoreError
+from spark_statestore.follower import Follower, FollowerState
+from spark_statestore.native import ENV
+from spark_statestore.position import Position
+from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
+from tests.kafka_util import wait_until_readable
+from tests.native_util import native_or_skip
+
+native_or_skip()
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+def position_header(partition: int, offset: int) -> bytes:
+    return encode_position(
+        Position.from_map({"orders": {partition: offset}}), pad_like_kafka_streams=True
+    )
+
+
+def produce(bootstrap: str, topic: str, *, bad: bool) -> None:
+    """Transactions of every header case; ``bad`` adds a malformed ``c`` header."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"w-{topic}"})
+    producer.init_transactions(30)
+    ends: dict[int, int] = {}
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is None:
+            p = message.partition()
+            ends[p] = max(ends.get(p, -1), message.offset())
+
+    n = 0
+    for txn in range(12):
+        producer.begin_transaction()
+        for i in range(40):
+            n += 1
+            p = n % PARTITIONS
+            key = b"k%03d" % (n * 7 % 90)
+            value = None if n % 9 == 0 else b"v%d-%d" % (txn, i)
+            headers: list[tuple[str, bytes | None]] = [("v", b"\x00"), ("c", position_header(p, n))]
+            if n % 11 == 0:  # a header-aware store's record: kept with it
+                headers = [("trace", b"t%d" % n), *headers, ("empty", None)]
+            if n % 17 == 0:
+                headers = []  # no position at all
+            if n % 23 == 0:
+                headers = [("v", b"\x05"), ("c", b"future")]  # an unknown version: ignored
+            if bad and n == 301:
+                headers = [("v", b"\x00"), ("c", b"\x00\x00\x00\x00\x09")]  # truncated
+            producer.produce(
+                topic, key=key, value=value, partition=p, headers=headers, on_delivery=delivered
+            )
+        if txn % 5 == 4:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    producer.flush(30)
+    wait_until_readable(bootstrap, topic, ends)
+
+
+def follow(
+    bootstrap: str, topic: str, path: Path, on_missing: OnMissingPosition
+) -> tuple[dict[bytes, bytes], dict[str, int]]:
+    """Restore ``topic`` into a fresh store in chunks of 50; its raw LevelDB contents (data
+    and metadata) and the follower's counters."""
+    spec = StoreSpec(Role.FOLLOWER, topic, PARTITIONS)
+    with Store.open(path, spec, options=StoreOptions(sync=False)) as store:
+        source = KafkaChangelogSource(bootstrap, topic, on_missing_position=on_missing)
+        follower = Follower(store, source, chunk_records=50)
+        try:
+            follower.start_restore()
+            while follower.state is not FollowerState.RUNNING:
+                follower.step()
+            counters = {
+                "applied": follower.records_applied,
+                "without_position": follower.records_without_position,
+            }
+        finally:
+            follower.stop()
+    db = plyvel.DB(str(path / "db"))
+    try:
+        # All but the commit counter and the manifest (its store id and creation time).
+        return {k: v for k, v in db.iterator() if k not in (b"m:seq", b"m:manifest")}, counters
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("bad", [False, True], ids=["well-formed", "a-malformed-header"])
+def test_both_paths_follow_into_equal_stores(
+    kafka_broker: Any,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bad: bool,
+) -> None:
+    topic = make_topic(partitions=PARTITIONS, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    produce(bootstrap, topic, bad=bad)
+    results = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv(ENV, mode)
+        source = KafkaChangelogSource(bootstrap, topic)
+        try:
+            source.assign({0: 0})
+            assert source.columnar is (mode == "1")
+        finally:
+            source.close()
+        results[mode] = follow(bootstrap, topic, tmp_path / mode, OnMissingPosition.SKIP)
+        if bad:
+            with pytest.raises(StateStoreError) as failed:
+                follow(bootstrap, topic, tmp_path / f"fail{mode}", OnMissingPosition.FAIL)
+            results[f"error{mode}"] = str(failed.value)
+    assert _diff(results["1"][0], results["0"][0]) == []
+    assert results["1"] == results["0"]
+    contents, counters = results["1"]
+    assert counters["applied"] == 400  # 10 committed transactions of 40
+    assert any(v[:1] == b"\x01" for k, v in contents.items() if k[:1] == b"d")  # kept headers
+    if bad:
+        assert results["error1"] == results["error0"]
+        assert "offset" in results["error1"]
+
+
+def _diff(a: dict[bytes, bytes], b: dict[bytes, bytes]) -> list[tuple[bytes, Any, Any]]:
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
