@@ -536,7 +536,7 @@ impl Snapshot {
                     ffi::leveldb_free(value as *mut libc::c_void);
                     if !ok {
                         if decoded.bad.is_none() {
-                            decoded.bad = Some((key.to_vec(), "the answer does not fit one Arrow batch (2 GiB)".into()));
+                            return Some("the answer does not fit one Arrow batch (2 GiB)".to_string());
                         }
                         return None;
                     }
@@ -906,7 +906,9 @@ impl Iterator {
             let examined = SameThread(&mut examined);
             py.detach(move || unsafe {
                 let (ptrs, decoded, examined) = (ptrs.get(), decoded.get(), examined.get());
-                while decoded.rows < max_rows && decoded.bytes < max_bytes {
+                // Rows another partition holds are read too: bound those per call.
+                let max_examined = max_rows.max(1024).saturating_mul(8);
+                while decoded.rows < max_rows && decoded.bytes < max_bytes && *examined < max_examined {
                     match self.advance_detached(ptrs) {
                         Err(message) => return Err(message),
                         Ok(false) => return Ok(true),

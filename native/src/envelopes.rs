@@ -1,8 +1,9 @@
 //! Stored records decoded into Arrow columns: `(data key, envelope)` pairs become key, value,
 //! partition, offset and timestamp columns (-1, "unknown", becomes null), the layout of
-//! `spark_statestore.store.layout`. Rows whose envelope keeps headers (version 1) are
-//! handed back with their header block for Python to decode; a malformed envelope stops
-//! the batch, naming its key.
+//! `spark_statestore.store.layout` (a negative field, "unknown", becomes null). Rows whose
+//! envelope keeps headers (version 1) are handed back with their envelope for Python's
+//! decoder; a malformed envelope stops the batch and is handed back with its key, for the
+//! same decoder to name what is wrong.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -53,7 +54,7 @@ pub struct Decoded {
     timestamps: Vec<i64>,
     timestamp_valid: Validity,
     header_rows: Vec<(usize, Vec<u8>)>,
-    pub bad: Option<(Vec<u8>, String)>,
+    pub bad: Option<(Vec<u8>, Vec<u8>)>,
     pub examined: usize,
     pub bytes: usize,
 }
@@ -71,7 +72,7 @@ impl Decoded {
     /// malformed, or when its partition is not `wanted` (nothing added then).
     pub fn push(&mut self, key: &[u8], envelope: &[u8], wanted: Option<&[i32]>) -> bool {
         if envelope.len() < HEADER_SIZE {
-            self.bad = Some((key.to_vec(), format!("envelope of {} bytes, shorter than its {HEADER_SIZE}-byte header", envelope.len())));
+            self.bad = Some((key.to_vec(), envelope.to_vec()));
             return false;
         }
         let version = envelope[0];
@@ -81,24 +82,23 @@ impl Decoded {
         let (value, headers) = match version {
             0 => (&envelope[HEADER_SIZE..], None),
             1 => {
-                if envelope.len() < HEADER_SIZE + 4 {
-                    self.bad = Some((key.to_vec(), "envelope with headers too short for their length".into()));
-                    return false;
-                }
-                let length = i32::from_be_bytes(envelope[21..25].try_into().unwrap());
-                let end = 25usize.checked_add(length.max(0) as usize);
-                match end {
+                let length = if envelope.len() >= HEADER_SIZE + 4 {
+                    i32::from_be_bytes(envelope[21..25].try_into().unwrap())
+                } else {
+                    -1
+                };
+                match 25usize.checked_add(length.max(0) as usize) {
                     Some(end) if length >= 0 && end <= envelope.len() => {
-                        (&envelope[end..], Some(envelope[25..end].to_vec()))
+                        (&envelope[end..], Some(envelope.to_vec()))
                     }
                     _ => {
-                        self.bad = Some((key.to_vec(), format!("header block of {length} bytes runs past the envelope")));
+                        self.bad = Some((key.to_vec(), envelope.to_vec()));
                         return false;
                     }
                 }
             }
-            other => {
-                self.bad = Some((key.to_vec(), format!("unknown envelope version {other}")));
+            _ => {
+                self.bad = Some((key.to_vec(), envelope.to_vec()));
                 return false;
             }
         };
@@ -113,11 +113,11 @@ impl Decoded {
         self.keys.push(key);
         self.values.push(value);
         self.partitions.push(partition);
-        self.partition_valid.push(partition != -1);
+        self.partition_valid.push(partition >= 0);
         self.offsets.push(offset);
-        self.offset_valid.push(offset != -1);
+        self.offset_valid.push(offset >= 0);
         self.timestamps.push(timestamp);
-        self.timestamp_valid.push(timestamp != -1);
+        self.timestamp_valid.push(timestamp >= 0);
         if let Some(block) = headers {
             self.header_rows.push((self.rows, block));
         }
@@ -140,14 +140,15 @@ impl Decoded {
     }
 
     /// `(rows, keys, values, (partition validity, partitions), (offset validity, offsets),
-    /// (timestamp validity, timestamps), [(row, header block)], bad (key, reason) or None)`.
+    /// (timestamp validity, timestamps), [(row, envelope)] of the rows with headers, bad
+    /// (key, envelope) or None)`.
     pub fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let header_rows = PyList::empty(py);
         for (row, block) in &self.header_rows {
             header_rows.append((*row, PyBytes::new(py, block)))?;
         }
         let bad = match &self.bad {
-            Some((key, reason)) => (PyBytes::new(py, key), reason.as_str()).into_pyobject(py)?.into_any(),
+            Some((key, envelope)) => (PyBytes::new(py, key), PyBytes::new(py, envelope)).into_pyobject(py)?.into_any(),
             None => py.None().into_bound(py),
         };
         let partitions = PyTuple::new(

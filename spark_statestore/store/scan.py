@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
+from spark_statestore.store.columnar import native_key_batches, native_range_batches
 from spark_statestore.store.errors import InvalidScanError
 from spark_statestore.store.layout import DATA_PREFIX
 from spark_statestore.store.scan_spec import KeyRange, ScanSpec, ScanStats, in_range
@@ -87,6 +88,10 @@ def _scan(
         yield from _range_batches(snapshot, spec, bounds, batch_rows, stats)
         return
     else:
+        view = snapshot.columns_view()
+        if view is not None:
+            yield from _native_point_batches(snapshot, view, spec, bounds, batch_rows, stats)
+            return
         rows = _point_reads(snapshot, spec.keys, bounds, stats)
     schema = arrow_schema()
     wanted = spec.partitions
@@ -163,15 +168,18 @@ def _range_batches(
         # Never read more rows than the limit still needs: each could be returned.
         return batch_rows if needed is None else min(needed, batch_rows)
 
-    raw_chunks = snapshot.envelope_chunks(lower, upper, size)
+    view = snapshot.columns_view()
+    raw_chunks: Generator[tuple[pa.RecordBatch, int], None, None]
+    if view is not None:
+        raw_chunks = native_range_batches(*view, path, lower, upper, upper_inclusive, size, wanted)
+    else:
+        raw = snapshot.envelope_chunks(lower, upper, size)
+        raw_chunks = _decoded_chunks(raw, stop_at, path, wanted)
 
     def chunks() -> Iterator[pa.RecordBatch]:
         nonlocal needed
-        for chunk in raw_chunks:
-            stats.rows_examined += len(chunk)
-            if chunk[-1][0] == stop_at:
-                chunk.pop()
-            batch = envelope_batch(chunk, path, wanted)
+        for batch, examined in raw_chunks:
+            stats.rows_examined += examined
             if needed is not None:
                 batch = batch.slice(0, needed)
                 needed -= batch.num_rows
@@ -186,3 +194,51 @@ def _range_batches(
             yield batch
     finally:
         raw_chunks.close()  # at the limit, or when the caller stops: end the iteration now
+
+
+def _decoded_chunks(
+    raw_chunks: Generator[list[tuple[bytes, bytes]], None, None],
+    stop_at: bytes | None,
+    path: str,
+    wanted: frozenset[int] | None,
+) -> Generator[tuple[pa.RecordBatch, int], None, None]:
+    """``(batch, rows examined)`` of raw ``(data key, envelope)`` chunks (the reference
+    path), without the key ``stop_at`` (an exclusive upper bound)."""
+    try:
+        for chunk in raw_chunks:
+            examined = len(chunk)
+            if chunk[-1][0] == stop_at:
+                chunk.pop()
+            yield envelope_batch(chunk, path, wanted), examined
+    finally:
+        raw_chunks.close()
+
+
+def _native_point_batches(
+    snapshot: Snapshot,
+    view: tuple[Any, Any],
+    spec: ScanSpec,
+    bounds: KeyRange,
+    batch_rows: int,
+    stats: ScanStats,
+) -> Iterator[pa.RecordBatch]:
+    """Key lookups on the fast path: one multi-get per batch of keys, decoded in Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    assert spec.keys is not None
+    keys = [key for key in spec.keys if in_range(key, bounds)]
+    remaining = spec.limit
+    wanted = None if spec.partitions is None else pa.array(sorted(spec.partitions), pa.int32())
+    for found in native_key_batches(*view, snapshot.path, keys, batch_rows):
+        stats.rows_examined += found.num_rows
+        if wanted is not None:
+            found = found.filter(pc.is_in(found.column(2), wanted))
+        if remaining is not None:
+            found = found.slice(0, remaining)
+            remaining -= found.num_rows
+        if found.num_rows:
+            stats.rows_returned += found.num_rows
+            yield found
+        if remaining == 0:
+            return

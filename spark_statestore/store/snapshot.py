@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import plyvel
     import pyarrow as pa
 
+    from spark_statestore.store.gate import Gate
     from spark_statestore.store.protocols import SnapshotOwner
 
 __all__ = ["Snapshot", "arrow_schema", "envelope_batch", "headers_type", "no_headers"]
@@ -285,6 +286,16 @@ class Snapshot:
         if self._snapshot is None:
             raise self._closed()
         return gated_reads(self._snapshot, self._gate)
+
+    def columns_view(self) -> tuple[Any, Gate] | None:
+        """``(LevelDB snapshot, gate)`` when the binding decodes rows into Arrow columns
+        itself (the compiled extension: :mod:`~spark_statestore.store.columnar` reads
+        through it), else None (plyvel, the reference path)."""
+        if self._snapshot is None:
+            raise self._closed()
+        if not hasattr(self._snapshot, "get_records"):
+            return None
+        return self._snapshot, self._gate
 
     def stream_times(self) -> dict[int, int]:
         """A versioned store's ``{partition: observed stream time}`` (the largest record

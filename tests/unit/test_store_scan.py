@@ -309,7 +309,10 @@ def test_key_lookups_read_only_their_keys_on_a_large_store(make_store: MakeStore
     assert table.column("key").to_pylist() == wanted[:3]
     assert stats.rows_examined <= len(wanted)
     _, stats = _scan(store, ScanSpec.between(b"k0100000", b"k0100009", upper_inclusive=False))
-    assert (stats.rows_returned, stats.rows_examined) == (9, 10)
+    # The reference path reads the exclusive bound's key and drops it; the compiled
+    # extension's iterator stops at it.
+    assert stats.rows_returned == 9
+    assert stats.rows_examined in (9, 10)
     _, stats = _scan(store, ScanSpec.with_prefix(b"k019999"))
     assert stats.rows_examined == stats.rows_returned == 10
     _, stats = _scan(store, ScanSpec.everything().with_limit(5))
