@@ -62,6 +62,9 @@ __all__ = ["Transaction", "TransactionState"]
 
 _ENTRY_OVERHEAD = 96  # dict slot + two bytes object headers, roughly
 _CHECK_EVERY = 1024  # single writes between budget checks
+_BYTES = frozenset({bytes})
+_BYTES_OR_NONE = frozenset({bytes, type(None)})
+_INT = frozenset({int})
 _CHUNK = 4096  # records per step of the bulk paths (and between their budget checks)
 _INT64_MAX = 2**63 - 1
 
@@ -280,7 +283,20 @@ class Transaction:
             return self.put_all(records.to_rows(), headers)
         if not count:
             return 0
-        heads = _header_heads(records, headers, self._malformed)
+        self._put_record_columns(put_records, 0, records, headers)
+        return count
+
+    def _put_record_columns(
+        self,
+        put_records: Callable[..., int],
+        first: int,
+        records: RecordColumns,
+        headers: Mapping[int, Headers] | None,
+    ) -> None:
+        """Put ``records`` (records ``first``... of the caller's write) into the batch in one
+        call of the extension's ``put_records``."""
+        count = len(records)
+        heads = _header_heads(records, headers, self._malformed, first)
         try:
             put_records(
                 records.keys,
@@ -294,7 +310,7 @@ class Transaction:
             )
         except ValueError as exc:
             if len(exc.args) == 2 and isinstance(exc.args[0], int):
-                raise self._malformed(exc.args[0], str(exc.args[1])) from exc
+                raise self._malformed(first + exc.args[0], str(exc.args[1])) from exc
             raise TransactionError(
                 f"store {self._store.path}: put_records: {exc}", self._store.path
             ) from exc
@@ -309,7 +325,6 @@ class Transaction:
         self._sorted = None
         self._count += count
         self._check_budget()
-        return count
 
     def _put_chunk(
         self,
@@ -324,6 +339,13 @@ class Transaction:
         # C-level map/zip instead of a Python loop per record: this is the hot write path.
         if not keys:
             return
+        put_records = getattr(self._batch, "put_records", None)
+        if put_records is not None:
+            columns = _as_columns(keys, values, partitions, offsets, timestamps)
+            if columns is not None:
+                self._put_record_columns(put_records, first, columns, headers)
+                return
+            # A record Arrow cannot take: the path below names it.
         try:
             if max(partitions) >= self._partitions:
                 raise ValueError("partition out of range")
@@ -719,12 +741,15 @@ def _header_heads(
     records: RecordColumns,
     headers: Mapping[int, Headers] | None,
     malformed: Callable[[int, str], TransactionError],
+    first: int = 0,
 ) -> list[tuple[int, bytes]]:
     """``(row, envelope start)`` of the records whose envelope keeps headers (version 1),
-    in row order: what :func:`_envelopes` writes for them."""
+    in row order: what :func:`_envelopes` writes for them. ``headers`` counts records from
+    the caller's first, ``records`` being records ``first``..."""
     heads: list[tuple[int, bytes]] = []
-    for index in sorted(headers or ()):
-        kept = (headers or {})[index]
+    for number in sorted(headers or ()):
+        kept = (headers or {})[number]
+        index = number - first
         if not kept or not 0 <= index < len(records) or not records.values[index].is_valid:
             continue
         try:
@@ -740,8 +765,42 @@ def _header_heads(
                 )
             )
         except (TypeError, ValueError, AttributeError, struct.error) as exc:
-            raise malformed(index, str(exc)) from exc
+            raise malformed(number, str(exc)) from exc
     return heads
+
+
+def _as_columns(
+    keys: Sequence[bytes],
+    values: Sequence[bytes | None],
+    partitions: Sequence[int],
+    offsets: Sequence[int],
+    timestamps: Sequence[int],
+) -> RecordColumns | None:
+    """The records as Arrow columns (one C-level conversion per column), or None unless
+    every key is bytes, every value bytes or None and every other field an int (Arrow would
+    also take text and floats, which the reference path refuses)."""
+    import pyarrow as pa
+
+    from spark_statestore.changelog.columns import RecordColumns
+
+    if not (
+        set(map(type, keys)) <= _BYTES
+        and set(map(type, values)) <= _BYTES_OR_NONE
+        and set(map(type, partitions)) <= _INT
+        and set(map(type, offsets)) <= _INT
+        and set(map(type, timestamps)) <= _INT
+    ):
+        return None
+    try:
+        return RecordColumns(
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(partitions, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(timestamps, pa.int64()),
+        )
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
 
 
 def _column_envelopes(records: RecordColumns, heads: Sequence[tuple[int, bytes]]) -> _Written:
