@@ -33,7 +33,7 @@ impl Validity {
         self.len += 1;
     }
 
-    fn into_py<'py>(self, py: Python<'py>) -> Bound<'py, PyAny> {
+    pub fn into_py<'py>(self, py: Python<'py>) -> Bound<'py, PyAny> {
         if self.nulls == 0 {
             py.None().into_bound(py)
         } else {

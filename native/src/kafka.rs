@@ -135,12 +135,18 @@ impl ColumnReader {
     ///
     /// librdkafka's own position (`rd_kafka_position`) is not used: in the batch path of
     /// librdkafka 2.12 a partition-end event moves it one past the end.
-    fn poll<'py>(&self, py: Python<'py>, max_records: usize, timeout_ms: i32, fill: bool) -> PyResult<Bound<'py, PyTuple>> {
+    ///
+    /// With `feed`, two more elements: each row's timestamp type (int32 bytes) and each
+    /// row's own position as the buffers of an Arrow `map<string, map<int32, int64>>`
+    /// (`(row validity or None, row offsets, topics (offsets, data), topic offsets,
+    /// partitions, offsets)`; null for the rows without a position on the common path).
+    #[pyo3(signature = (max_records, timeout_ms, fill, feed=false))]
+    fn poll<'py>(&self, py: Python<'py>, max_records: usize, timeout_ms: i32, fill: bool, feed: bool) -> PyResult<Bound<'py, PyTuple>> {
         let guard = crate::db::lock_released(py, &self.client);
         let client = guard.as_ref().ok_or_else(closed)?;
         let (rk, queue) = (client.rk as usize, client.queue as usize);
         let max_records = max_records.clamp(1, 1_000_000);
-        let batch = py.detach(|| unsafe { read_batch(rk as *mut _, queue as *mut _, max_records, timeout_ms, fill) });
+        let batch = py.detach(|| unsafe { read_batch(rk as *mut _, queue as *mut _, max_records, timeout_ms, fill, feed) });
         let mut batch = batch;
         let rows = batch.rows;
         let events = PyList::empty(py);
@@ -167,7 +173,12 @@ impl ColumnReader {
         let partitions = PyBytes::new(py, as_bytes_i32(&batch.partitions));
         let offsets = PyBytes::new(py, as_bytes_i64(&batch.offsets));
         let timestamps = PyBytes::new(py, as_bytes_i64(&batch.timestamps));
-        PyTuple::new(
+        let mut items: Vec<Bound<'py, PyAny>> = Vec::new();
+        if let Some(rowpos) = batch.row_positions.take() {
+            items.push(PyBytes::new(py, as_bytes_i32(&batch.timestamp_types)).into_any());
+            items.push(rowpos.into_py(py)?.into_any());
+        }
+        let tuple = PyTuple::new(
             py,
             [
                 rows.into_pyobject(py)?.into_any(),
@@ -183,7 +194,13 @@ impl ColumnReader {
                 kept.into_any(),
                 batch.next.into_pyobject(py)?.into_any(),
             ],
-        )
+        )?;
+        if items.is_empty() {
+            return Ok(tuple);
+        }
+        let mut all: Vec<Bound<'py, PyAny>> = tuple.iter().collect();
+        all.extend(items);
+        PyTuple::new(py, all)
     }
 
     /// Close the consumer (idempotent).
@@ -233,6 +250,72 @@ struct Batch {
     slow: Vec<(usize, Headers)>,
     kept: Vec<(usize, Headers)>,
     next: Vec<(i32, i64)>,
+    timestamp_types: Vec<i32>,
+    row_positions: Option<RowPositions>,
+}
+
+/// Each row's own position, as the buffers of an Arrow `map<string, map<int32, int64>>`.
+#[derive(Default)]
+struct RowPositions {
+    valid: crate::envelopes::Validity,
+    row_offsets: Vec<i32>,
+    topics: BinaryBuilder,
+    topic_offsets: Vec<i32>,
+    partitions: Vec<i32>,
+    offsets: Vec<i64>,
+}
+
+impl RowPositions {
+    fn new() -> Self {
+        RowPositions {
+            row_offsets: vec![0],
+            topics: BinaryBuilder::with_capacity(0, 0),
+            topic_offsets: vec![0],
+            ..Default::default()
+        }
+    }
+
+    /// The next row: its sorted, unique entries (None: a null position).
+    fn push(&mut self, entries: Option<&[(&[u8], i32, i64)]>) {
+        match entries {
+            None => self.valid.push(false),
+            Some(entries) => {
+                self.valid.push(true);
+                let mut last: Option<&[u8]> = None;
+                for &(topic, partition, offset) in entries {
+                    if last != Some(topic) {
+                        if last.is_some() {
+                            self.topic_offsets.push(self.partitions.len() as i32);
+                        }
+                        self.topics.push(topic);
+                        last = Some(topic);
+                    }
+                    self.partitions.push(partition);
+                    self.offsets.push(offset);
+                }
+                if last.is_some() {
+                    self.topic_offsets.push(self.partitions.len() as i32);
+                }
+            }
+        }
+        self.row_offsets.push(self.topics.len as i32);
+    }
+
+    fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let valid = self.valid.into_py(py);
+        let topics = self.topics.into_py(py)?;
+        PyTuple::new(
+            py,
+            [
+                valid,
+                PyBytes::new(py, as_bytes_i32(&self.row_offsets)).into_any(),
+                PyTuple::new(py, [topics.get_item(1)?, topics.get_item(2)?])?.into_any(),
+                PyBytes::new(py, as_bytes_i32(&self.topic_offsets)).into_any(),
+                PyBytes::new(py, as_bytes_i32(&self.partitions)).into_any(),
+                PyBytes::new(py, as_bytes_i64(&self.offsets)).into_any(),
+            ],
+        )
+    }
 }
 
 const CHUNK: usize = 8192;
@@ -243,10 +326,12 @@ unsafe fn read_batch(
     max_records: usize,
     timeout_ms: i32,
     fill: bool,
+    feed: bool,
 ) -> Batch {
     let mut batch = Batch {
         keys: BinaryBuilder::with_capacity(max_records.min(65536), 0),
         values: BinaryBuilder::with_capacity(max_records.min(65536), 0),
+        row_positions: if feed { Some(RowPositions::new()) } else { None },
         ..Default::default()
     };
     let mut messages: Vec<*mut rd::rd_kafka_message_t> = vec![ptr::null_mut(); CHUNK.min(max_records)];
@@ -315,19 +400,24 @@ unsafe fn take(batch: &mut Batch, message: *mut rd::rd_kafka_message_t) {
     batch.timestamps.push(
         if kind == rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE { -1 } else { timestamp },
     );
+    if batch.row_positions.is_some() {
+        batch.timestamp_types.push(kind as i32);
+    }
     batch.rows += 1;
+    // Each path below pushes this row's own position exactly once when the feed wants it.
+    let mut row_position: Option<Vec<(&[u8], i32, i64)>> = None;
     let mut headers: *mut rd::rd_kafka_headers_t = ptr::null_mut();
     if rd::rd_kafka_message_headers(message, &mut headers) != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
         || headers.is_null()
+        || rd::rd_kafka_header_cnt(headers) == 0
     {
         batch.merged.without += 1;
+        if let Some(rows) = batch.row_positions.as_mut() {
+            rows.push(None);
+        }
         return;
     }
     let count = rd::rd_kafka_header_cnt(headers);
-    if count == 0 {
-        batch.merged.without += 1;
-        return;
-    }
     let mut version: Option<Option<&[u8]>> = None;
     let mut position: Option<Option<&[u8]>> = None;
     let mut others = false;
@@ -350,12 +440,18 @@ unsafe fn take(batch: &mut Batch, message: *mut rd::rd_kafka_message_t) {
         None => batch.merged.without += 1,
         Some(Some(v)) if !v.is_empty() && v[0] == 0 => match position {
             Some(Some(c)) => match decode_entries(c) {
-                Ok(entries) => batch.merged.add(&entries),
+                Ok(entries) => {
+                    batch.merged.add(&entries);
+                    row_position = Some(entries);
+                }
                 Err(()) => batch.slow.push((row, read_headers(headers, count, false))),
             },
             _ => batch.slow.push((row, read_headers(headers, count, false))),
         },
         _ => batch.slow.push((row, read_headers(headers, count, false))),
+    }
+    if let Some(rows) = batch.row_positions.as_mut() {
+        rows.push(row_position.as_deref());
     }
 }
 

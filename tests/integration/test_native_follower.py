@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import plyvel
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
@@ -140,3 +141,77 @@ def test_both_paths_follow_into_equal_stores(
 
 def _diff(a: dict[bytes, bytes], b: dict[bytes, bytes]) -> list[tuple[bytes, Any, Any]]:
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+@pytest.mark.parametrize(
+    ("formats", "on_missing"),
+    [
+        ({}, "fail"),
+        ({"keyformat": "string", "valueformat": "string", "mode": "PERMISSIVE"}, "skip"),
+        ({"valueformat": "long", "mode": "PERMISSIVE"}, "skip"),
+    ],
+)
+def test_both_paths_convert_a_range_into_the_same_feed_batches(
+    kafka_broker: Any,
+    make_topic: Callable[..., str],
+    spark: Any,
+    formats: dict[str, str],
+    on_missing: str,
+) -> None:
+    """The change feed's executors: the same offset ranges read as messages and as
+    columns give equal Arrow batches (positions per record included), or the same error."""
+    from pyspark.sql.types import StructType
+
+    from spark_statestore.connectors.kafka.follower.ranges import read_range, read_range_columns
+    from spark_statestore.connectors.spark.follower.feed import (
+        FeedStats,
+        column_feed_batches,
+        feed_batches,
+        feed_ddl,
+    )
+    from spark_statestore.connectors.spark.options import parse_source_options
+
+    topic = make_topic(partitions=PARTITIONS, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    produce(bootstrap, topic, bad=on_missing == "skip")
+    options = parse_source_options(
+        {
+            "path": "/tmp/unused-store",
+            "kafka.bootstrap.servers": bootstrap,
+            "changelog": topic,
+            "onmissingposition": on_missing,
+            **formats,
+        }
+    )
+    schema = StructType.fromDDL(feed_ddl(options))
+    import spark_statestore_native
+
+    source = KafkaChangelogSource(bootstrap, topic)
+    try:
+        ends = source.end_offsets(list(range(PARTITIONS)))
+    finally:
+        source.close()
+    # A whole partition, a range from inside a transaction, one ending at its end.
+    ranges = [(0, ends[0]), (3, 57), (ends[2] - 30, ends[2])]
+    for partition, (start, end) in enumerate(ranges):
+        reference_stats, fast_stats = FeedStats(), FeedStats()
+        messages = read_range(bootstrap, topic, partition, start, end)
+        chunks = read_range_columns(
+            spark_statestore_native,
+            bootstrap,
+            topic,
+            partition,
+            start,
+            end,
+            on_missing=options.on_missing_position,
+        )
+        assert chunks is not None
+        reference = pa.Table.from_batches(
+            list(feed_batches(messages, options, schema, reference_stats))
+        )
+        fast = pa.Table.from_batches(
+            list(column_feed_batches(chunks, topic, options, schema, fast_stats))
+        )
+        assert fast.schema == reference.schema
+        assert fast.to_pylist() == reference.to_pylist()
+        assert fast_stats == reference_stats

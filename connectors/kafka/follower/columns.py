@@ -61,6 +61,39 @@ class ColumnPoll:
     """``{partition: offset after its last record here}``."""
 
 
+@dataclass(frozen=True, slots=True)
+class FeedPoll:
+    """One poll of the column reader for the change feed: each record with its own
+    timestamp type and position."""
+
+    records: RecordColumns
+    timestamp_types: Any
+    """int32 Arrow array (confluent-kafka's numbering)."""
+    positions: Any
+    """Arrow ``map<string, map<int32, int64>>``: each record's position (null without one,
+    and for the records in ``slow``)."""
+    slow: list[tuple[int, list[tuple[str, bytes | None]]]]
+    """``(row, headers)`` of the records whose position headers need the Python rules."""
+    events: list[tuple[int, str, int, int, str]]
+
+    def head(self, rows: int) -> FeedPoll:
+        """The first ``rows`` records (the slow ones among them)."""
+        records = self.records
+        return FeedPoll(
+            RecordColumns(
+                records.keys.slice(0, rows),
+                records.values.slice(0, rows),
+                records.partitions.slice(0, rows),
+                records.offsets.slice(0, rows),
+                records.timestamps.slice(0, rows),
+            ),
+            self.timestamp_types.slice(0, rows),
+            self.positions.slice(0, rows),
+            [(row, headers) for row, headers in self.slow if row < rows],
+            self.events,
+        )
+
+
 class NativeReader:
     """A read_committed reader of one changelog topic, handing out columns.
 
@@ -108,14 +141,7 @@ class NativeReader:
             kept,
             next_offsets,
         ) = self._reader.poll(max_records, max(0, int(timeout_s * 1000)), fill)
-        for _code, name, partition, offset, _text in events:
-            if name == NULL_KEY:
-                # Raises naming the record, as the reference path's decoding does.
-                ChangelogRecord.from_parts(self._topic, partition, offset, None, None)
-                raise KafkaClientError(
-                    f"changelog {self._topic}-{partition} at offset {offset}: a record "
-                    "without a key"
-                )
+        self._refuse_null_keys(events)
         records = RecordColumns.from_buffers(rows, keys, values, partitions, offsets, timestamps)
         merger = PositionMerger(self._on_missing)
         if slow:
@@ -138,6 +164,57 @@ class NativeReader:
             {row: tuple(headers) for row, headers in kept},
             dict(next_offsets),
         )
+
+    def poll_feed(self, max_records: int, timeout_s: float) -> FeedPoll:
+        """Up to ``max_records`` records for the change feed (waiting for a whole chunk at
+        most ``timeout_s``), each with its own position."""
+        import pyarrow as pa
+
+        out = self._reader.poll(max_records, max(0, int(timeout_s * 1000)), True, True)
+        rows, keys, values, partitions, offsets, timestamps, events = out[:7]
+        slow, types, positions = out[9], out[12], out[13]
+        self._refuse_null_keys(events)
+        records = RecordColumns.from_buffers(rows, keys, values, partitions, offsets, timestamps)
+        valid, row_offsets, (topic_offsets, topic_data), entry_offsets, parts, offs = positions
+        topics = pa.Array.from_buffers(
+            pa.string(),
+            len(topic_offsets) // 4 - 1,
+            [None, pa.py_buffer(topic_offsets), pa.py_buffer(topic_data)],
+        )
+        inner = pa.MapArray.from_arrays(
+            pa.Array.from_buffers(
+                pa.int32(), len(entry_offsets) // 4, [None, pa.py_buffer(entry_offsets)]
+            ),
+            pa.Array.from_buffers(pa.int32(), len(parts) // 4, [None, pa.py_buffer(parts)]),
+            pa.Array.from_buffers(pa.int64(), len(offs) // 8, [None, pa.py_buffer(offs)]),
+        )
+        outer_offsets = pa.Array.from_buffers(
+            pa.int32(),
+            rows + 1,
+            [None, pa.py_buffer(row_offsets)],
+        )
+        mask = None
+        if valid is not None:
+            bits = pa.Array.from_buffers(pa.bool_(), rows, [None, pa.py_buffer(valid)])
+            mask = pa.compute.invert(bits)
+        position_array = pa.MapArray.from_arrays(outer_offsets, topics, inner, mask=mask)
+        return FeedPoll(
+            records,
+            pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(types)]),
+            position_array,
+            list(slow),
+            list(events),
+        )
+
+    def _refuse_null_keys(self, events: list[tuple[int, str, int, int, str]]) -> None:
+        for _code, name, partition, offset, _text in events:
+            if name == NULL_KEY:
+                # Raises naming the record, as the reference path's decoding does.
+                ChangelogRecord.from_parts(self._topic, partition, offset, None, None)
+                raise KafkaClientError(
+                    f"changelog {self._topic}-{partition} at offset {offset}: a record "
+                    "without a key"
+                )
 
     def close(self) -> None:
         self._reader.close()

@@ -15,9 +15,14 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import KafkaClientError
+from spark_statestore.connectors.kafka.follower.columns import (
+    FeedPoll,
+    NativeReader,
+    native_settings,
+)
 from spark_statestore.connectors.kafka.lost_offsets import handle_out_of_range
 
-__all__ = ["read_range"]
+__all__ = ["read_range", "read_range_columns"]
 
 _INVALID_OFFSET = -1001
 _RANGE_DEFAULTS: dict[str, Any] = {
@@ -108,3 +113,128 @@ def read_range(
                 )
     finally:
         consumer.close()
+
+
+def read_range_columns(
+    extension: Any,
+    bootstrap_servers: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    config: Mapping[str, Any] | None = None,
+    on_missing: Any = None,
+    fail_on_data_loss: bool = True,
+    batch_size: int = 10_000,
+    stall_timeout_s: float = 120.0,
+) -> Iterator[FeedPoll] | None:
+    """:func:`read_range` through the compiled extension's column reader: the records of
+    ``[start, end)`` as :class:`FeedPoll` chunks. None when a setting is a Python callback
+    (only confluent-kafka's consumer takes those: read with :func:`read_range` then).
+
+    The range ends when a record at ``end`` or later arrives (dropped) or the partition's
+    end reaches ``end``: transaction markers and gaps count, records are not counted.
+    """
+    settings = native_settings(
+        clients.consumer_settings(
+            bootstrap_servers,
+            config,
+            group=f"spark-statestore-range-{topic}",
+            what=f"changelog {topic!r}",
+            defaults=_RANGE_DEFAULTS,
+        )
+    )
+    if settings is None or end <= start:
+        return None if settings is None else iter(())
+    reader = NativeReader(extension, settings, topic, on_missing)
+    return _read_columns(
+        reader,
+        bootstrap_servers,
+        topic,
+        partition,
+        start,
+        end,
+        config,
+        fail_on_data_loss,
+        batch_size,
+        stall_timeout_s,
+    )
+
+
+def _read_columns(
+    reader: NativeReader,
+    bootstrap_servers: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    config: Mapping[str, Any] | None,
+    fail_on_data_loss: bool,
+    batch_size: int,
+    stall_timeout_s: float,
+) -> Iterator[FeedPoll]:
+    where = f"{topic}-{partition} offsets [{start}, {end})"
+    try:
+        reader.assign({partition: start})
+        position = start
+        last_progress = time.monotonic()
+        while position < end:
+            polled = reader.poll_feed(max(1, min(batch_size, end - position)), 1.0)
+            for code, _name, _p, at, text in polled.events:
+                if code == KafkaError._PARTITION_EOF:
+                    position = max(position, at)
+                elif code == KafkaError._AUTO_OFFSET_RESET:
+                    position = _lost(
+                        topic, partition, position, bootstrap_servers, config, fail_on_data_loss
+                    )
+                    reader.assign({partition: position})
+                else:
+                    raise KafkaClientError(f"reading changelog {where} failed: {text}")
+            rows = len(polled.records)
+            if rows:
+                inside = _rows_before(polled.records.offsets, end)
+                if inside < rows:
+                    polled = polled.head(inside)
+                    position = end
+                if inside:
+                    yield polled
+                    position = max(position, polled.records.offsets[inside - 1].as_py() + 1)
+            if rows or polled.events:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                raise KafkaClientError(
+                    f"reading changelog {where} made no progress for {stall_timeout_s:.0f} s "
+                    f"(stuck at offset {position}); check that the brokers of "
+                    f"{bootstrap_servers} are reachable from the executors"
+                )
+    finally:
+        reader.close()
+
+
+def _rows_before(offsets: Any, end: int) -> int:
+    """How many of the (ascending) ``offsets`` are below ``end``."""
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.less(offsets, end)).as_py() or 0)
+
+
+def _lost(
+    topic: str,
+    partition: int,
+    position: int,
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    fail_on_data_loss: bool,
+) -> int:
+    """Where to resume when ``position`` is gone (raises when that is data loss)."""
+    consumer = clients.consumer(
+        bootstrap_servers, config, group=f"spark-statestore-range-{topic}", what=topic
+    )
+    try:
+        marks = clients.watermarks(consumer, topic, partition, 30)
+    finally:
+        consumer.close()
+    return handle_out_of_range(
+        topic, partition, position, marks, fail_on_data_loss=fail_on_data_loss
+    )

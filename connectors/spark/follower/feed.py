@@ -34,7 +34,16 @@ if TYPE_CHECKING:
     from confluent_kafka import Message
     from pyspark.sql.types import StructType
 
-__all__ = ["FeedStats", "feed_ddl", "messages_to_batch"]
+    from spark_statestore.connectors.kafka.follower.columns import FeedPoll
+
+__all__ = [
+    "FeedStats",
+    "column_feed_batches",
+    "columns_to_batch",
+    "feed_batches",
+    "feed_ddl",
+    "messages_to_batch",
+]
 
 POSITION_TYPE = "MAP<STRING, MAP<INT, BIGINT>>"
 
@@ -154,6 +163,78 @@ def messages_to_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=arrow)
 
 
+def columns_to_batch(
+    polled: FeedPoll,
+    topic: str,
+    options: SourceOptions,
+    schema: StructType,
+    codecs: tuple[Any, Any],
+    stats: FeedStats,
+) -> pa.RecordBatch:
+    """:func:`messages_to_batch` of records the compiled extension read into columns (no
+    Python object per record where the key and value formats are binary or string): the
+    same batch, the same errors. Not for window stores or ``includeHeaders`` (those read
+    messages)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_statestore.changelog.headers import read_position_headers
+
+    records = polled.records
+    rows = len(records)
+    positions = polled.positions
+    if polled.slow:
+        # Records whose position headers need the full rules (malformed, other versions):
+        # decided as the reference path decides them.
+        patched = positions.to_pylist()
+        for row, headers in polled.slow:
+            decision = read_position_headers(
+                headers,
+                on_missing=options.on_missing_position,
+                topic=topic,
+                partition=records.partitions[row].as_py(),
+                offset=records.offsets[row].as_py(),
+            )
+            if decision.position is None:
+                patched[row] = None
+                if decision.status is HeaderStatus.SKIPPED:
+                    stats.missing_positions += 1
+            else:
+                patched[row] = [(t, list(p.items())) for t, p in decision.position.to_map().items()]
+        positions = pa.array(patched, positions.type)
+    partitions, offsets = records.partitions, records.offsets
+
+    def locate(i: int) -> str:
+        return f"changelog topic {topic} partition {partitions[i]} offset {offsets[i]}"
+
+    permissive = options.formats.mode is DecodeMode.PERMISSIVE
+    key_codec, value_codec = codecs
+    key_array, bad_keys = key_codec.decode_array(records.keys, locate=locate, permissive=permissive)
+    value_array, bad_values = value_codec.decode_array(
+        records.values, locate=locate, permissive=permissive
+    )
+    stats.undecodable_keys += bad_keys
+    stats.undecodable_values += bad_values
+    stats.rows += rows
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    stamps = records.timestamps
+    millis = pa.timestamp("ms", tz="UTC")
+    columns: dict[str, Any] = {
+        "key": key_array,
+        "value": value_array,
+        "topic": pa.repeat(pa.scalar(topic, pa.string()), rows),
+        "partition": partitions,
+        "offset": offsets,
+        "timestamp": pc.if_else(pc.less(stamps, 0), None, stamps).cast(millis),
+        "timestampType": polled.timestamp_types,
+        "op": pc.if_else(pc.is_null(records.values), "delete", "upsert"),
+        "position": positions,
+    }
+    arrays = [columns[f.name].cast(f.type) for f in arrow]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+
 def feed_batches(
     batches: Iterator[Sequence[Message]],
     options: SourceOptions,
@@ -165,3 +246,17 @@ def feed_batches(
     for messages in batches:
         if messages:
             yield messages_to_batch(messages, options, schema, codecs, stats)
+
+
+def column_feed_batches(
+    chunks: Iterator[FeedPoll],
+    topic: str,
+    options: SourceOptions,
+    schema: StructType,
+    stats: FeedStats,
+) -> Iterator[pa.RecordBatch]:
+    """:func:`feed_batches` of column chunks (the fast path)."""
+    codecs = codecs_for(options.formats)
+    for polled in chunks:
+        if len(polled.records):
+            yield columns_to_batch(polled, topic, options, schema, codecs, stats)

@@ -23,8 +23,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_statestore import native
 from spark_statestore.connectors.spark.errors import SparkSourceError
 from spark_statestore.connectors.spark.options import EARLIEST, LATEST, SourceOptions
+from spark_statestore.connectors.spark.windows import WINDOWED
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -234,22 +236,50 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executor side ----------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from spark_statestore.connectors.kafka.follower.ranges import read_range
-        from spark_statestore.connectors.spark.follower.feed import FeedStats, feed_batches
+        from spark_statestore.connectors.kafka.follower.ranges import (
+            read_range,
+            read_range_columns,
+        )
+        from spark_statestore.connectors.spark.follower.feed import (
+            FeedStats,
+            column_feed_batches,
+            feed_batches,
+        )
 
         assert isinstance(partition, ChangelogRange)
         options = self._options
         stats = FeedStats()
-        batches = read_range(
-            options.bootstrap_servers,
-            partition.topic,
-            partition.partition,
-            partition.start,
-            partition.end,
-            config=options.kafka,
-            fail_on_data_loss=options.fail_on_data_loss,
-        )
-        yield from feed_batches(batches, options, self._schema, stats)
+        extension = native.module()
+        chunks = None
+        if (
+            extension is not None
+            and not options.include_headers
+            and (options.store_type not in WINDOWED)
+        ):
+            chunks = read_range_columns(
+                extension,
+                options.bootstrap_servers,
+                partition.topic,
+                partition.partition,
+                partition.start,
+                partition.end,
+                config=options.kafka,
+                on_missing=options.on_missing_position,
+                fail_on_data_loss=options.fail_on_data_loss,
+            )
+        if chunks is not None:
+            yield from column_feed_batches(chunks, partition.topic, options, self._schema, stats)
+        else:
+            batches = read_range(
+                options.bootstrap_servers,
+                partition.topic,
+                partition.partition,
+                partition.start,
+                partition.end,
+                config=options.kafka,
+                fail_on_data_loss=options.fail_on_data_loss,
+            )
+            yield from feed_batches(batches, options, self._schema, stats)
         if stats.undecodable_keys or stats.undecodable_values or stats.missing_positions:
             _log.warning(
                 "%s-%d [%d, %d): %d undecodable keys and %d values set to null "
