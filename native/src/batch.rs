@@ -251,6 +251,89 @@ impl WriteBatch {
         Ok(len)
     }
 
+    /// `put_records` of Python sequences (the bulk path of `put_all`): keys `bytes`, values
+    /// `bytes` or None, partitions, offsets and timestamps `int` (partition within
+    /// `[-2**31, max_partition)`, the others int64). Returns False, with nothing put, when
+    /// any field is of another type or out of range: the caller's reference path then
+    /// handles (or names) it.
+    #[pyo3(signature = (keys, values, partitions, offsets, timestamps, *, prefix, max_partition, heads=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_rows<'py>(
+        &self,
+        keys: &Bound<'py, PyAny>,
+        values: &Bound<'py, PyAny>,
+        partitions: &Bound<'py, PyAny>,
+        offsets: &Bound<'py, PyAny>,
+        timestamps: &Bound<'py, PyAny>,
+        prefix: &[u8],
+        max_partition: i64,
+        heads: Option<Vec<(usize, Vec<u8>)>>,
+    ) -> PyResult<bool> {
+        use pyo3::types::{PyBytes, PyInt, PySequence};
+        fn seq<'py>(o: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+            o.cast::<PySequence>()?.try_iter()?.collect()
+        }
+        let columns = (seq(keys), seq(values), seq(partitions), seq(offsets), seq(timestamps));
+        let (Ok(keys), Ok(values), Ok(partitions), Ok(offsets), Ok(timestamps)) = columns else {
+            return Ok(false);
+        };
+        let len = keys.len();
+        if [values.len(), partitions.len(), offsets.len(), timestamps.len()].iter().any(|&n| n != len) {
+            return Ok(false);
+        }
+        let exact_int = |o: &Bound<'_, PyAny>| -> Option<i64> {
+            if o.is_exact_instance_of::<PyInt>() { o.extract::<i64>().ok() } else { None }
+        };
+        let mut fields: Vec<(i32, i64, i64)> = Vec::with_capacity(len);
+        for i in 0..len {
+            if !keys[i].is_exact_instance_of::<PyBytes>()
+                || !(values[i].is_none() || values[i].is_exact_instance_of::<PyBytes>())
+            {
+                return Ok(false);
+            }
+            match (exact_int(&partitions[i]), exact_int(&offsets[i]), exact_int(&timestamps[i])) {
+                (Some(p), Some(o), Some(t)) if p < max_partition && p >= i32::MIN as i64 && p <= i32::MAX as i64 => {
+                    fields.push((p as i32, o, t))
+                }
+                _ => return Ok(false),
+            }
+        }
+        let heads = heads.unwrap_or_default();
+        let mut next_head = heads.iter().peekable();
+        let mut batch = self.raw();
+        let batch = &mut *batch;
+        let mut key_buf: Vec<u8> = Vec::with_capacity(64);
+        let mut value_buf: Vec<u8> = Vec::with_capacity(256);
+        for i in 0..len {
+            let head = match next_head.peek() {
+                Some((row, _)) if *row == i => next_head.next().map(|(_, h)| h.as_slice()),
+                _ => None,
+            };
+            key_buf.clear();
+            key_buf.extend_from_slice(prefix);
+            key_buf.extend_from_slice(keys[i].cast::<PyBytes>()?.as_bytes());
+            if values[i].is_none() {
+                batch.delete(&key_buf);
+                batch.account_delete(key_buf.len());
+                continue;
+            }
+            let (partition, offset, timestamp) = fields[i];
+            value_buf.clear();
+            if let Some(head) = head {
+                value_buf.extend_from_slice(head);
+            } else {
+                value_buf.push(0);
+                value_buf.extend_from_slice(&partition.to_be_bytes());
+                value_buf.extend_from_slice(&offset.to_be_bytes());
+                value_buf.extend_from_slice(&timestamp.to_be_bytes());
+            }
+            value_buf.extend_from_slice(values[i].cast::<PyBytes>()?.as_bytes());
+            batch.put(&key_buf, &value_buf);
+            batch.account_put(key_buf.len(), value_buf.len());
+        }
+        Ok(true)
+    }
+
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }

@@ -62,9 +62,6 @@ __all__ = ["Transaction", "TransactionState"]
 
 _ENTRY_OVERHEAD = 96  # dict slot + two bytes object headers, roughly
 _CHECK_EVERY = 1024  # single writes between budget checks
-_BYTES = frozenset({bytes})
-_BYTES_OR_NONE = frozenset({bytes, type(None)})
-_INT = frozenset({int})
 _CHUNK = 4096  # records per step of the bulk paths (and between their budget checks)
 _INT64_MAX = 2**63 - 1
 
@@ -286,6 +283,50 @@ class Transaction:
         self._put_record_columns(put_records, 0, records, headers)
         return count
 
+    def _put_rows(
+        self,
+        put_rows: Callable[..., bool],
+        first: int,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        partitions: Sequence[int],
+        offsets: Sequence[int],
+        timestamps: Sequence[int],
+        headers: Mapping[int, Headers] | None,
+    ) -> bool:
+        """Put records ``first``... of the caller's write in one call of the extension's
+        ``put_rows``; False (nothing put) when a field is not of the reference path's
+        plain types (bytes, None, int) or out of range."""
+        heads: list[tuple[int, bytes]] = []
+        for number in sorted(headers or ()):
+            kept = (headers or {})[number]
+            at = number - first
+            if kept and 0 <= at < len(keys) and values[at] is not None:
+                try:
+                    head = pack_headers_envelope(partitions[at], offsets[at], timestamps[at], kept)
+                except (TypeError, ValueError, AttributeError, struct.error):
+                    return False  # the reference path names the record
+                heads.append((at, head))
+        done = put_rows(
+            keys,
+            values,
+            partitions,
+            offsets,
+            timestamps,
+            prefix=DATA_PREFIX,
+            max_partition=self._partitions,
+            heads=heads or None,
+        )
+        if not done:
+            return False
+        written = (keys, values, partitions, offsets, timestamps)
+        self._pending.append(lambda: _row_envelopes(written, heads))
+        self._pending_count += len(keys)
+        self._sorted = None
+        self._count += len(keys)
+        self._check_budget()
+        return True
+
     def _put_record_columns(
         self,
         put_records: Callable[..., int],
@@ -339,13 +380,12 @@ class Transaction:
         # C-level map/zip instead of a Python loop per record: this is the hot write path.
         if not keys:
             return
-        put_records = getattr(self._batch, "put_records", None)
-        if put_records is not None:
-            columns = _as_columns(keys, values, partitions, offsets, timestamps)
-            if columns is not None:
-                self._put_record_columns(put_records, first, columns, headers)
-                return
-            # A record Arrow cannot take: the path below names it.
+        put_rows = getattr(self._batch, "put_rows", None)
+        if put_rows is not None and self._put_rows(
+            put_rows, first, keys, values, partitions, offsets, timestamps, headers
+        ):
+            return
+        # The reference path (or a record the one-call path does not take: named below).
         try:
             if max(partitions) >= self._partitions:
                 raise ValueError("partition out of range")
@@ -769,38 +809,20 @@ def _header_heads(
     return heads
 
 
-def _as_columns(
-    keys: Sequence[bytes],
-    values: Sequence[bytes | None],
-    partitions: Sequence[int],
-    offsets: Sequence[int],
-    timestamps: Sequence[int],
-) -> RecordColumns | None:
-    """The records as Arrow columns (one C-level conversion per column), or None unless
-    every key is bytes, every value bytes or None and every other field an int (Arrow would
-    also take text and floats, which the reference path refuses)."""
-    import pyarrow as pa
-
-    from spark_statestore.changelog.columns import RecordColumns
-
-    if not (
-        set(map(type, keys)) <= _BYTES
-        and set(map(type, values)) <= _BYTES_OR_NONE
-        and set(map(type, partitions)) <= _INT
-        and set(map(type, offsets)) <= _INT
-        and set(map(type, timestamps)) <= _INT
-    ):
-        return None
-    try:
-        return RecordColumns(
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(partitions, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(timestamps, pa.int64()),
-        )
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return None
+def _row_envelopes(
+    written: tuple[
+        Sequence[bytes], Sequence[bytes | None], Sequence[int], Sequence[int], Sequence[int]
+    ],
+    heads: Sequence[tuple[int, bytes]],
+) -> _Written:
+    """:func:`_envelopes` of a ``put_rows`` write (for the read index)."""
+    keys, values, partitions, offsets, timestamps = written
+    dkeys, envelopes = _envelopes(0, keys, values, partitions, offsets, timestamps, None)
+    for index, head in heads:
+        value = values[index]
+        assert value is not None
+        envelopes[index] = head + value
+    return dkeys, envelopes
 
 
 def _column_envelopes(records: RecordColumns, heads: Sequence[tuple[int, bytes]]) -> _Written:
