@@ -13,10 +13,6 @@ use crate::db::{as_bytes, Inner};
 use crate::errors::leveldb_error;
 use crate::leveldb as ffi;
 
-/// Envelope version 0: version byte, int32 partition, int64 offset, int64 timestamp, all
-/// big-endian (`spark_statestore.store.layout`).
-pub const ENVELOPE_SIZE: usize = 21;
-
 fn varint_len(mut n: usize) -> usize {
     let mut len = 1;
     while n >= 128 {
@@ -81,6 +77,50 @@ impl Drop for RawBatch {
     }
 }
 
+/// Reusable buffers for the records of one call, and where the envelopes given whole
+/// (`heads`, in row order) are.
+struct RecordWriter<'a> {
+    prefix: &'a [u8],
+    key: Vec<u8>,
+    value: Vec<u8>,
+    heads: std::iter::Peekable<std::slice::Iter<'a, (usize, Vec<u8>)>>,
+}
+
+impl<'a> RecordWriter<'a> {
+    fn new(prefix: &'a [u8], heads: &'a [(usize, Vec<u8>)]) -> Self {
+        RecordWriter { prefix, key: Vec::with_capacity(64), value: Vec::with_capacity(256), heads: heads.iter().peekable() }
+    }
+
+    /// Row `row`: `prefix + key` -> its envelope and `value`, or a delete when `value` is None.
+    fn write(&mut self, batch: &mut RawBatch, row: usize, key: &[u8], value: Option<&[u8]>, fields: (i32, i64, i64)) {
+        let head = match self.heads.peek() {
+            Some((at, _)) if *at == row => self.heads.next().map(|(_, h)| h.as_slice()),
+            _ => None,
+        };
+        self.key.clear();
+        self.key.extend_from_slice(self.prefix);
+        self.key.extend_from_slice(key);
+        let Some(value) = value else {
+            batch.delete(&self.key);
+            batch.account_delete(self.key.len());
+            return;
+        };
+        self.value.clear();
+        if let Some(head) = head {
+            self.value.extend_from_slice(head);
+        } else {
+            let (partition, offset, timestamp) = fields;
+            self.value.push(0);
+            self.value.extend_from_slice(&partition.to_be_bytes());
+            self.value.extend_from_slice(&offset.to_be_bytes());
+            self.value.extend_from_slice(&timestamp.to_be_bytes());
+        }
+        self.value.extend_from_slice(value);
+        batch.put(&self.key, &self.value);
+        batch.account_put(self.key.len(), self.value.len());
+    }
+}
+
 /// Applies `batch` atomically (GIL released meanwhile).
 pub fn write(py: Python<'_>, inner: &Arc<Inner>, batch: &RawBatch, sync: bool) -> PyResult<()> {
     let guard = inner.open(py)?;
@@ -111,7 +151,7 @@ pub struct WriteBatch {
 }
 
 impl WriteBatch {
-    pub fn new(inner: Arc<Inner>, transaction: bool, sync: bool) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, transaction: bool, sync: bool) -> Self {
         WriteBatch { inner, batch: Mutex::new(RawBatch::new()), transaction, sync }
     }
 
@@ -216,37 +256,16 @@ impl WriteBatch {
             }
         }
         let mut batch = self.raw();
-        let batch = &mut *batch;
-        let mut key_buf: Vec<u8> = Vec::with_capacity(64);
-        let mut value_buf: Vec<u8> = Vec::with_capacity(256);
+        let mut writer = RecordWriter::new(prefix, &heads);
         let _ = py;
-        let mut next_head = heads.iter().peekable();
         for i in 0..len {
-            let head = match next_head.peek() {
-                Some((row, _)) if *row == i => next_head.next().map(|(_, h)| h.as_slice()),
-                _ => None,
-            };
-            key_buf.clear();
-            key_buf.extend_from_slice(prefix);
-            key_buf.extend_from_slice(keys.bytes(i));
-            if values.is_null(i) {
-                batch.delete(&key_buf);
-                batch.account_delete(key_buf.len());
-                continue;
-            }
-            let value = values.bytes(i);
-            value_buf.clear();
-            if let Some(head) = head {
-                value_buf.extend_from_slice(head);
-            } else {
-                value_buf.push(0);
-                value_buf.extend_from_slice(&(partitions.int(i).unwrap() as i32).to_be_bytes());
-                value_buf.extend_from_slice(&offsets.int(i).unwrap().to_be_bytes());
-                value_buf.extend_from_slice(&timestamps.int(i).unwrap().to_be_bytes());
-            }
-            value_buf.extend_from_slice(value);
-            batch.put(&key_buf, &value_buf);
-            batch.account_put(key_buf.len(), value_buf.len());
+            let value = if values.is_null(i) { None } else { Some(values.bytes(i)) };
+            let fields = (
+                partitions.int(i).unwrap() as i32,
+                offsets.int(i).unwrap(),
+                timestamps.int(i).unwrap(),
+            );
+            writer.write(&mut batch, i, keys.bytes(i), value, fields);
         }
         Ok(len)
     }
@@ -299,37 +318,11 @@ impl WriteBatch {
             }
         }
         let heads = heads.unwrap_or_default();
-        let mut next_head = heads.iter().peekable();
         let mut batch = self.raw();
-        let batch = &mut *batch;
-        let mut key_buf: Vec<u8> = Vec::with_capacity(64);
-        let mut value_buf: Vec<u8> = Vec::with_capacity(256);
+        let mut writer = RecordWriter::new(prefix, &heads);
         for i in 0..len {
-            let head = match next_head.peek() {
-                Some((row, _)) if *row == i => next_head.next().map(|(_, h)| h.as_slice()),
-                _ => None,
-            };
-            key_buf.clear();
-            key_buf.extend_from_slice(prefix);
-            key_buf.extend_from_slice(keys[i].cast::<PyBytes>()?.as_bytes());
-            if values[i].is_none() {
-                batch.delete(&key_buf);
-                batch.account_delete(key_buf.len());
-                continue;
-            }
-            let (partition, offset, timestamp) = fields[i];
-            value_buf.clear();
-            if let Some(head) = head {
-                value_buf.extend_from_slice(head);
-            } else {
-                value_buf.push(0);
-                value_buf.extend_from_slice(&partition.to_be_bytes());
-                value_buf.extend_from_slice(&offset.to_be_bytes());
-                value_buf.extend_from_slice(&timestamp.to_be_bytes());
-            }
-            value_buf.extend_from_slice(values[i].cast::<PyBytes>()?.as_bytes());
-            batch.put(&key_buf, &value_buf);
-            batch.account_put(key_buf.len(), value_buf.len());
+            let value = if values[i].is_none() { None } else { Some(values[i].cast::<PyBytes>()?.as_bytes()) };
+            writer.write(&mut batch, i, keys[i].cast::<PyBytes>()?.as_bytes(), value, fields[i]);
         }
         Ok(true)
     }

@@ -55,7 +55,6 @@ pub struct Decoded {
     timestamp_valid: Validity,
     header_rows: Vec<(usize, Vec<u8>)>,
     pub bad: Option<(Vec<u8>, Vec<u8>)>,
-    pub examined: usize,
     pub bytes: usize,
 }
 

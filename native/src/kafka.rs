@@ -213,7 +213,9 @@ impl ColumnReader {
     }
 }
 
-struct SendClient(Client);
+/// Moves a client into `Python::detach` to be dropped there (librdkafka's close can wait
+/// for the broker).
+struct SendClient(#[allow(dead_code)] Client);
 
 fn closed() -> PyErr {
     PyRuntimeError::new_err("the Kafka reader is closed")
