@@ -279,6 +279,7 @@ impl WriteBatch {
     #[allow(clippy::too_many_arguments)]
     fn put_rows<'py>(
         &self,
+        py: Python<'py>,
         keys: &Bound<'py, PyAny>,
         values: &Bound<'py, PyAny>,
         partitions: &Bound<'py, PyAny>,
@@ -288,41 +289,87 @@ impl WriteBatch {
         max_partition: i64,
         heads: Option<Vec<(usize, Vec<u8>)>>,
     ) -> PyResult<bool> {
-        use pyo3::types::{PyBytes, PyInt, PySequence};
-        fn seq<'py>(o: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-            o.cast::<PySequence>()?.try_iter()?.collect()
-        }
-        let columns = (seq(keys), seq(values), seq(partitions), seq(offsets), seq(timestamps));
-        let (Ok(keys), Ok(values), Ok(partitions), Ok(offsets), Ok(timestamps)) = columns else {
+        // Raw CPython calls: borrowed items of the sequences, exact-type checks, no
+        // reference counting per field (this is the hot loop of put_all).
+        use pyo3::ffi;
+        let _ = py;
+        let fast = |o: &Bound<'py, PyAny>| -> Option<Bound<'py, PyAny>> {
+            let seq = unsafe { ffi::PySequence_Fast(o.as_ptr(), c"not a sequence".as_ptr()) };
+            if seq.is_null() {
+                unsafe { ffi::PyErr_Clear() };
+                None
+            } else {
+                Some(unsafe { Bound::from_owned_ptr(o.py(), seq) })
+            }
+        };
+        let (Some(keys), Some(values), Some(partitions), Some(offsets), Some(timestamps)) =
+            (fast(keys), fast(values), fast(partitions), fast(offsets), fast(timestamps))
+        else {
             return Ok(false);
         };
-        let len = keys.len();
-        if [values.len(), partitions.len(), offsets.len(), timestamps.len()].iter().any(|&n| n != len) {
+        // PySequence_Fast gives a list or a tuple: their item arrays, borrowed.
+        let items = |s: &Bound<'py, PyAny>| -> Vec<*mut ffi::PyObject> {
+            unsafe {
+                let ptr = s.as_ptr();
+                if ffi::PyList_Check(ptr) != 0 {
+                    (0..ffi::PyList_GET_SIZE(ptr)).map(|i| ffi::PyList_GET_ITEM(ptr, i)).collect()
+                } else {
+                    (0..ffi::PyTuple_GET_SIZE(ptr)).map(|i| ffi::PyTuple_GET_ITEM(ptr, i)).collect()
+                }
+            }
+        };
+        let (k, v, p, o, t) = (items(&keys), items(&values), items(&partitions), items(&offsets), items(&timestamps));
+        let len = k.len();
+        if [v.len(), p.len(), o.len(), t.len()].iter().any(|&n| n != len) {
             return Ok(false);
         }
-        let exact_int = |o: &Bound<'_, PyAny>| -> Option<i64> {
-            if o.is_exact_instance_of::<PyInt>() { o.extract::<i64>().ok() } else { None }
-        };
+        let (k, v, p, o, t) = (k.as_ptr(), v.as_ptr(), p.as_ptr(), o.as_ptr(), t.as_ptr());
+        unsafe fn bytes_of<'a>(obj: *mut ffi::PyObject) -> Option<&'a [u8]> {
+            if ffi::PyBytes_CheckExact(obj) == 0 {
+                return None;
+            }
+            let data = ffi::PyBytes_AsString(obj) as *const u8;
+            Some(std::slice::from_raw_parts(data, ffi::PyBytes_Size(obj) as usize))
+        }
+        unsafe fn int_of(obj: *mut ffi::PyObject) -> Option<i64> {
+            if ffi::PyLong_CheckExact(obj) == 0 {
+                return None;
+            }
+            let mut overflow: std::os::raw::c_int = 0;
+            let value = ffi::PyLong_AsLongLongAndOverflow(obj, &mut overflow);
+            if overflow != 0 || (value == -1 && !ffi::PyErr_Occurred().is_null()) {
+                ffi::PyErr_Clear();
+                return None;
+            }
+            Some(value)
+        }
+        let none = unsafe { ffi::Py_None() };
         let mut fields: Vec<(i32, i64, i64)> = Vec::with_capacity(len);
         for i in 0..len {
-            if !keys[i].is_exact_instance_of::<PyBytes>()
-                || !(values[i].is_none() || values[i].is_exact_instance_of::<PyBytes>())
-            {
-                return Ok(false);
-            }
-            match (exact_int(&partitions[i]), exact_int(&offsets[i]), exact_int(&timestamps[i])) {
-                (Some(p), Some(o), Some(t)) if p < max_partition && p >= i32::MIN as i64 && p <= i32::MAX as i64 => {
-                    fields.push((p as i32, o, t))
+            unsafe {
+                let (key, value) = (*k.add(i), *v.add(i));
+                if bytes_of(key).is_none() || (value != none && bytes_of(value).is_none()) {
+                    return Ok(false);
                 }
-                _ => return Ok(false),
+                match (int_of(*p.add(i)), int_of(*o.add(i)), int_of(*t.add(i))) {
+                    (Some(p), Some(o), Some(t))
+                        if p < max_partition && p >= i32::MIN as i64 && p <= i32::MAX as i64 =>
+                    {
+                        fields.push((p as i32, o, t))
+                    }
+                    _ => return Ok(false),
+                }
             }
         }
         let heads = heads.unwrap_or_default();
         let mut batch = self.raw();
         let mut writer = RecordWriter::new(prefix, &heads);
         for i in 0..len {
-            let value = if values[i].is_none() { None } else { Some(values[i].cast::<PyBytes>()?.as_bytes()) };
-            writer.write(&mut batch, i, keys[i].cast::<PyBytes>()?.as_bytes(), value, fields[i]);
+            unsafe {
+                let value = *v.add(i);
+                let value = if value == none { None } else { bytes_of(value) };
+                writer.write(&mut batch, i, bytes_of(*k.add(i)).unwrap_or(&[]), value, fields[i]);
+            }
         }
         Ok(true)
     }
