@@ -26,6 +26,12 @@ fn spark_statestore_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptionError", py.get_type::<errors::CorruptionError>())?;
     m.add("IOError", py.get_type::<errors::IOError>())?;
     m.add(
+        "LIBRDKAFKA_VERSION",
+        unsafe { std::ffi::CStr::from_ptr(rdkafka_sys::rd_kafka_version_str()) }
+            .to_string_lossy()
+            .into_owned(),
+    )?;
+    m.add(
         "LEVELDB_VERSION",
         unsafe { (leveldb::leveldb_major_version(), leveldb::leveldb_minor_version()) },
     )?;

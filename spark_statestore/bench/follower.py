@@ -336,6 +336,8 @@ def consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
         "fetch.max.bytes": 32 * 1024 * 1024,
+        # As the follower's reader: fetch again as soon as the queue has room.
+        "fetch.queue.backoff.ms": 0,
     }
     return read_ahead_settings(settings, {}, PARTITIONS)
 

@@ -21,7 +21,14 @@ def machine_facts() -> dict[str, Any]:
     """What the numbers depend on: interpreter, platform, CPUs, LevelDB, scratch directory."""
     import plyvel
 
+    from spark_statestore import native
+
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    extension = native.module()
+    fast_path: dict[str, Any] = {"fast_path": extension is not None}
+    if extension is not None:
+        fast_path["fast_path_leveldb"] = ".".join(map(str, extension.LEVELDB_VERSION))
+        fast_path["fast_path_librdkafka"] = extension.LIBRDKAFKA_VERSION
     return {
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
@@ -33,6 +40,7 @@ def machine_facts() -> dict[str, Any]:
         "leveldb": plyvel.__leveldb_version__,
         "spark_statestore": __version__,
         "temp_dir": tempfile.gettempdir(),
+        **fast_path,
     }
 
 
@@ -77,7 +85,13 @@ def render_table(run: BenchRun) -> str:
         f"{options.batch_records:,} per transaction" + ("; quick" if options.quick else ""),
         f"machine: Python {machine.get('python')} on {machine.get('platform')}, "
         f"{machine.get('cpu_count')} CPU(s), plyvel {machine.get('plyvel')} "
-        f"(LevelDB {machine.get('leveldb')})",
+        f"(LevelDB {machine.get('leveldb')}); "
+        + (
+            f"compiled fast path on (LevelDB {machine.get('fast_path_leveldb')}, librdkafka "
+            f"{machine.get('fast_path_librdkafka')})"
+            if machine.get("fast_path")
+            else "reference paths (no compiled extension, or SPARK_STATESTORE_NATIVE=0)"
+        ),
         "",
     ]
     for row in rows:
