@@ -4,6 +4,7 @@
 //! other header case is handed back with its row index for the Python rules to decide, so
 //! errors, skips and unknown versions behave exactly as on the pure-Python path.
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
 use std::sync::Mutex;
@@ -48,6 +49,9 @@ fn error_name(code: rd::rd_kafka_resp_err_t) -> (String, String) {
 pub struct ColumnReader {
     client: Mutex<Option<Client>>,
     topic: CString,
+    /// The assigned partitions, and per partition the offset of its last partition-end
+    /// event while no record at or past it has come (see `positions`).
+    assigned: Mutex<(Vec<i32>, HashMap<i32, i64>)>,
 }
 
 #[pymethods]
@@ -94,7 +98,11 @@ impl ColumnReader {
             }
             rd::rd_kafka_poll_set_consumer(rk);
             let queue = rd::rd_kafka_queue_get_consumer(rk);
-            Ok(ColumnReader { client: Mutex::new(Some(Client { rk, queue })), topic })
+            Ok(ColumnReader {
+                client: Mutex::new(Some(Client { rk, queue })),
+                topic,
+                assigned: Mutex::new((Vec::new(), HashMap::new())),
+            })
         }
     }
 
@@ -118,6 +126,8 @@ impl ColumnReader {
             let (name, text) = error_name(err);
             return Err(PyRuntimeError::new_err(format!("assign failed: {name}: {text}")));
         }
+        let mut assigned = self.assigned.lock().unwrap_or_else(|e| e.into_inner());
+        *assigned = (starts.iter().map(|(p, _)| *p).collect(), HashMap::new());
         Ok(())
     }
 
@@ -131,10 +141,8 @@ impl ColumnReader {
     /// `NULL_KEY` is a record without a key, which is not in the columns); how many rows had no `v`
     /// header; `[(row, headers)]` of the rows whose position headers need the full rules;
     /// `[(row, headers)]` of the rows with headers besides `v`/`c` (those others only);
-    /// `[(partition, next offset)]` after the last record of each partition returned.
-    ///
-    /// librdkafka's own position (`rd_kafka_position`) is not used: in the batch path of
-    /// librdkafka 2.12 a partition-end event moves it one past the end.
+    /// `[(partition, next offset)]`: the consumer's position in each assigned partition,
+    /// past the records returned and the transaction markers after them.
     ///
     /// With `feed`, two more elements: each row's timestamp type (int32 bytes) and each
     /// row's own position as the buffers of an Arrow `map<string, map<int32, int64>>`
@@ -148,6 +156,7 @@ impl ColumnReader {
         let max_records = max_records.clamp(1, 1_000_000);
         let batch = py.detach(|| unsafe { read_batch(rk as *mut _, queue as *mut _, max_records, timeout_ms, fill, feed) });
         let mut batch = batch;
+        batch.next = unsafe { self.positions(rk as *mut _, &batch) };
         let rows = batch.rows;
         let events = PyList::empty(py);
         for (code, partition, offset) in batch.events.drain(..) {
@@ -215,6 +224,58 @@ impl ColumnReader {
 
 /// Moves a client into `Python::detach` to be dropped there (librdkafka's close can wait
 /// for the broker).
+impl ColumnReader {
+    /// The consumer's positions after `batch`. In librdkafka 2.12's batch path a partition
+    /// end event moves `rd_kafka_position` one past the end (confluent-kafka's 2.16 does
+    /// not): a position exactly one past the last partition end, with no record at or past
+    /// that end since, is that end.
+    unsafe fn positions(&self, rk: *mut rd::rd_kafka_t, batch: &Batch) -> Vec<(i32, i64)> {
+        let mut guard = self.assigned.lock().unwrap_or_else(|e| e.into_inner());
+        let (assigned, ends) = &mut *guard;
+        for (code, partition, offset) in &batch.events {
+            if *code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                ends.insert(*partition, *offset);
+            }
+        }
+        for (partition, next) in &batch.next {
+            if ends.get(partition).is_some_and(|end| next - 1 >= *end) {
+                ends.remove(partition);
+            }
+        }
+        if assigned.is_empty() {
+            return Vec::new();
+        }
+        let list = rd::rd_kafka_topic_partition_list_new(assigned.len() as i32);
+        for partition in assigned.iter() {
+            rd::rd_kafka_topic_partition_list_add(list, self.topic.as_ptr(), *partition);
+        }
+        rd::rd_kafka_position(rk, list);
+        let mut out = Vec::with_capacity(assigned.len());
+        for i in 0..(*list).cnt as usize {
+            let tp = (*list).elems.add(i);
+            let (partition, mut offset) = ((*tp).partition, (*tp).offset);
+            if offset < 0 {
+                continue; // no position yet
+            }
+            if let Some(end) = ends.get(&partition) {
+                if offset == end + 1 {
+                    offset = *end;
+                }
+            }
+            out.push((partition, offset));
+        }
+        rd::rd_kafka_topic_partition_list_destroy(list);
+        // Past every record returned, whatever the consumer says.
+        for (partition, next) in &batch.next {
+            match out.iter_mut().find(|(p, _)| p == partition) {
+                Some(slot) => slot.1 = slot.1.max(*next),
+                None => out.push((*partition, *next)),
+            }
+        }
+        out
+    }
+}
+
 struct SendClient(#[allow(dead_code)] Client);
 
 fn closed() -> PyErr {

@@ -58,7 +58,8 @@ class ColumnPoll:
     skipped_positions: int
     headers: dict[int, tuple[tuple[str, bytes | None], ...]]
     next_offsets: dict[int, int]
-    """``{partition: offset after its last record here}``."""
+    """``{partition: the consumer's position}``: past the records returned and the
+    transaction markers after them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,8 @@ class FeedPoll:
     slow: list[tuple[int, list[tuple[str, bytes | None]]]]
     """``(row, headers)`` of the records whose position headers need the Python rules."""
     events: list[tuple[int, str, int, int, str]]
+    next_offsets: dict[int, int]
+    """``{partition: the consumer's position}``: past the records and the markers after."""
 
     def head(self, rows: int) -> FeedPoll:
         """The first ``rows`` records (the slow ones among them)."""
@@ -91,6 +94,7 @@ class FeedPoll:
             self.positions.slice(0, rows),
             [(row, headers) for row, headers in self.slow if row < rows],
             self.events,
+            self.next_offsets,
         )
 
 
@@ -172,7 +176,7 @@ class NativeReader:
 
         out = self._reader.poll(max_records, max(0, int(timeout_s * 1000)), True, True)
         rows, keys, values, partitions, offsets, timestamps, events = out[:7]
-        slow, types, positions = out[9], out[12], out[13]
+        slow, next_offsets, types, positions = out[9], out[11], out[12], out[13]
         self._refuse_null_keys(events)
         records = RecordColumns.from_buffers(rows, keys, values, partitions, offsets, timestamps)
         valid, row_offsets, (topic_offsets, topic_data), entry_offsets, parts, offs = positions
@@ -204,6 +208,7 @@ class NativeReader:
             position_array,
             list(slow),
             list(events),
+            dict(next_offsets),
         )
 
     def _refuse_null_keys(self, events: list[tuple[int, str, int, int, str]]) -> None:

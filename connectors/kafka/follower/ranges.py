@@ -200,6 +200,8 @@ def _read_columns(
                 if inside:
                     yield polled
                     position = max(position, polled.records.offsets[inside - 1].as_py() + 1)
+            # Past the markers and gaps after the records.
+            position = max(position, polled.next_offsets.get(partition, position))
             if rows or polled.events:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:

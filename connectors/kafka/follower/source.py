@@ -360,8 +360,8 @@ class KafkaChangelogSource:
             raise KafkaClientError(
                 f"reading changelog {self._topic}-{where} at offset {at} failed: {text}"
             )
-        # Past the records returned; the partition-end events above are past the
-        # transaction markers that end a partition.
+        # The consumer's position is past every record it returned (and past markers it
+        # skipped), so it covers the records above without a per-record loop.
         for partition, offset in polled.next_offsets.items():
             if offset > self._positions.get(partition, 0):
                 self._positions[partition] = offset
