@@ -18,10 +18,13 @@ lint: setup
 bench: setup
 	.venv/bin/spark-statestore bench
 
-# Long crash/soak variants (300 SIGKILLs of a committing store by default); not part of CI.
+# Long crash/soak variants (300 SIGKILLs of a committing store by default), then the whole
+# suite again on the pure-Python reference paths (CI runs it on the compiled fast path and
+# holds the two equal in tests/*/test_native_*.py); not part of CI.
 soak: setup
 	SPARK_STATESTORE_SOAK=1 bash scripts/run-tests.sh -m soak
 	SPARK_STATESTORE_SOAK=1 bash scripts/run-tests.sh tests/cluster -m soak
+	SPARK_STATESTORE_NATIVE=0 bash scripts/run-tests.sh
 
 clean:
 	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis interop/kafka-streams/target

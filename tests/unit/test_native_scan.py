@@ -91,3 +91,42 @@ def test_a_corrupted_envelope_fails_both_paths_naming_its_key(tmp_path: Path) ->
         for spec in (ScanSpec.everything(), ScanSpec.for_keys([b"b"])):
             with pytest.raises(StoreCorruptedError, match="b'b'"):
                 scan(tmp_path, spec, native_on, 10)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    envelopes=st.lists(
+        st.one_of(
+            st.binary(max_size=40),
+            st.tuples(st.sampled_from([b"\x00", b"\x01", b"\x02"]), st.binary(max_size=40)).map(
+                lambda t: t[0] + t[1]
+            ),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_any_stored_bytes_read_the_same_or_fail_the_same(
+    tmp_path_factory: pytest.TempPathFactory, envelopes: list[bytes]
+) -> None:
+    """Fuzz: raw values under data keys (valid envelopes, truncated ones, other versions,
+    header blocks of any length) scan to equal tables on both paths, or fail with a
+    StoreCorruptedError on both."""
+    import plyvel
+
+    path = tmp_path_factory.mktemp("store")
+    Store.open(path, SPEC).close()
+    db = plyvel.DB(str(path / "db"))
+    for i, raw in enumerate(envelopes):
+        db.put(b"dk%02d" % i, raw)
+    db.close()
+    outcomes = []
+    for native_on in (True, False):
+        for spec in (ScanSpec.everything(), ScanSpec.for_keys([b"k00", b"k03"])):
+            try:
+                outcomes.append(scan(path, spec, native_on, 4).to_pylist())
+            except StoreCorruptedError:
+                outcomes.append("corrupted")
+    assert outcomes[:2] == outcomes[2:]
