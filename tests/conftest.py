@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# Performance is never asserted in tests: Hypothesis' default 200 ms deadline per example only
+# fails property tests when the machine is busy (test_membership saw it once under load).
+hypothesis_settings.register_profile("spark-statestore", deadline=None)
+hypothesis_settings.load_profile("spark-statestore")
 
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.local import LocalKafkaCluster
