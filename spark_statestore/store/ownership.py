@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -148,6 +149,12 @@ def live_owner(path: str) -> OwnerInfo | None:
         os.close(fd)
 
 
+_HOLDERS: dict[str, int] = {}
+"""Store directory -> the thread of this process that acquired its ownership (see
+:meth:`OwnerLock.acquire`: another thread waits for the holder, as for another process)."""
+_HOLDERS_LOCK = threading.Lock()
+
+
 class OwnerLock:
     """The exclusive ownership of one store directory, held until :meth:`release`."""
 
@@ -184,7 +191,16 @@ class OwnerLock:
                     break
                 except BlockingIOError:
                     owner = read_owner(path)
-                    if owner is not None and owner.is_this_process():
+                    with _HOLDERS_LOCK:
+                        holder = _HOLDERS.get(path)
+                    if (
+                        owner is not None
+                        and owner.is_this_process()
+                        and holder in (None, threading.get_ident())
+                    ):
+                        # The same thread would wait for itself. Another thread of this
+                        # process (concurrent readers taking checkpoints) is waited for below,
+                        # as another process would be.
                         raise StoreLockedError(
                             f"store {path} is already open in this process "
                             f"({owner.describe()}); use that Store handle or close it first",
@@ -213,6 +229,8 @@ class OwnerLock:
             _log.warning("store %s: replacing the stale owner file of %s", path, stale.describe())
         lock = cls(path, info, fd)
         lock._write(info)
+        with _HOLDERS_LOCK:
+            _HOLDERS[path] = threading.get_ident()
         return lock
 
     def update(self, **changes: object) -> OwnerInfo:
@@ -233,6 +251,8 @@ class OwnerLock:
         """Remove ``_owner.json`` and give up the lock (idempotent)."""
         if self._fd is None:
             return
+        with _HOLDERS_LOCK:
+            _HOLDERS.pop(self.path, None)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.path, OWNER_FILE))
         fcntl.flock(self._fd, fcntl.LOCK_UN)

@@ -103,6 +103,48 @@ def test_owner_file_while_open(tmp_path: Path) -> None:
     assert live_owner(str(path)) is None
 
 
+def test_threads_of_one_process_take_turns_at_a_store(tmp_path: Path) -> None:
+    """Concurrent short-lived readers in one process (a store host answering several tasks'
+    lookups with private checkpoints) wait for each other as for another process, instead
+    of failing with "already open in this process" (a fresh-clone CI run saw an enrich
+    lookup fail so)."""
+    import threading
+
+    path = tmp_path / "s"
+    with Store.open(path, SPEC) as store, store.begin() as txn:
+        txn.put(b"k", b"v")
+        txn.commit()
+    options = StoreOptions(lock_wait_seconds=30.0, owner_wait_seconds=30.0)
+    holding = threading.Event()
+    release = threading.Event()
+    errors: list[BaseException] = []
+    values: list[bytes | None] = []
+
+    def first() -> None:
+        with Store.open(path, purpose="first reader", options=options):
+            holding.set()
+            release.wait(30)
+
+    def second() -> None:
+        try:
+            with Store.open(path, purpose="second reader", options=options) as store:
+                values.append(store.get(b"k"))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    one = threading.Thread(target=first)
+    one.start()
+    assert holding.wait(30)
+    two = threading.Thread(target=second)
+    two.start()
+    two.join(0.3)  # it waits for the first reader: the store is held
+    assert two.is_alive() and not errors
+    release.set()
+    one.join(30)
+    two.join(30)
+    assert not errors and values == [b"v"]
+
+
 def test_reader_owner_role(tmp_path: Path) -> None:
     path = tmp_path / "s"
     Store.open(path, SPEC).close()
