@@ -149,7 +149,7 @@ def main():
         changelog = fb.produce_changelog(bootstrap, RECORDS, 10_000)
         print("produced", time.time() - t, flush=True)
         runs = {
-            "follower (Follower + KafkaChangelogSource, the path SPARK_STATESTORE_NATIVE selects)": partial(
+            "follower (the path SPARK_STATESTORE_NATIVE selects)": partial(
                 fb.follower_run, root, changelog
             ),
             "bare consume+WriteBatch (bench peer)": partial(fb.bare_run, root, changelog),
