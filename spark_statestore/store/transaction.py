@@ -280,7 +280,31 @@ class Transaction:
             return self.put_all(records.to_rows(), headers)
         if not count:
             return 0
-        self._put_record_columns(put_records, 0, records, headers)
+        heads = _header_heads(headers, 0, count, _column_row(records), self._malformed)
+        try:
+            put_records(
+                records.keys,
+                records.values,
+                records.partitions,
+                records.offsets,
+                records.timestamps,
+                prefix=DATA_PREFIX,
+                max_partition=self._partitions,
+                heads=heads or None,
+            )
+        except ValueError as exc:
+            if len(exc.args) == 2 and isinstance(exc.args[0], int):
+                raise self._malformed(exc.args[0], str(exc.args[1])) from exc
+            raise TransactionError(
+                f"store {self._store.path}: put_records: {exc}", self._store.path
+            ) from exc
+        except TypeError as exc:
+            raise TransactionError(
+                f"store {self._store.path}: put_records takes binary keys and values and "
+                f"int32/int64 partitions, offsets and timestamps: {exc}",
+                self._store.path,
+            ) from exc
+        self._pended(count, lambda: _row_envelopes(records.to_lists(), heads))
         return count
 
     def _put_rows(
@@ -297,71 +321,33 @@ class Transaction:
         """Put records ``first``... of the caller's write in one call of the extension's
         ``put_rows``; False (nothing put) when a field is not of the reference path's
         plain types (bytes, None, int) or out of range."""
-        heads: list[tuple[int, bytes]] = []
-        for number in sorted(headers or ()):
-            kept = (headers or {})[number]
-            at = number - first
-            if kept and 0 <= at < len(keys) and values[at] is not None:
-                try:
-                    head = pack_headers_envelope(partitions[at], offsets[at], timestamps[at], kept)
-                except (TypeError, ValueError, AttributeError, struct.error):
-                    return False  # the reference path names the record
-                heads.append((at, head))
+        written = (keys, values, partitions, offsets, timestamps)
+
+        def row(at: int) -> tuple[bytes | None, int, int, int]:
+            return values[at], partitions[at], offsets[at], timestamps[at]
+
+        def refused(number: int, reason: str) -> TransactionError:
+            raise _NotPlain  # the reference path names the record
+
+        try:
+            heads = _header_heads(headers, first, len(keys), row, refused)
+        except _NotPlain:
+            return False
         done = put_rows(
-            keys,
-            values,
-            partitions,
-            offsets,
-            timestamps,
+            *written,
             prefix=DATA_PREFIX,
             max_partition=self._partitions,
             heads=heads or None,
         )
         if not done:
             return False
-        written = (keys, values, partitions, offsets, timestamps)
-        self._pending.append(lambda: _row_envelopes(written, heads))
-        self._pending_count += len(keys)
-        self._sorted = None
-        self._count += len(keys)
-        self._check_budget()
+        self._pended(len(keys), lambda: _row_envelopes(written, heads))
         return True
 
-    def _put_record_columns(
-        self,
-        put_records: Callable[..., int],
-        first: int,
-        records: RecordColumns,
-        headers: Mapping[int, Headers] | None,
-    ) -> None:
-        """Put ``records`` (records ``first``... of the caller's write) into the batch in one
-        call of the extension's ``put_records``."""
-        count = len(records)
-        heads = _header_heads(records, headers, self._malformed, first)
-        try:
-            put_records(
-                records.keys,
-                records.values,
-                records.partitions,
-                records.offsets,
-                records.timestamps,
-                prefix=DATA_PREFIX,
-                max_partition=self._partitions,
-                heads=heads or None,
-            )
-        except ValueError as exc:
-            if len(exc.args) == 2 and isinstance(exc.args[0], int):
-                raise self._malformed(first + exc.args[0], str(exc.args[1])) from exc
-            raise TransactionError(
-                f"store {self._store.path}: put_records: {exc}", self._store.path
-            ) from exc
-        except TypeError as exc:
-            raise TransactionError(
-                f"store {self._store.path}: put_records takes binary keys and values and "
-                f"int32/int64 partitions, offsets and timestamps: {exc}",
-                self._store.path,
-            ) from exc
-        self._pending.append(lambda: _column_envelopes(records, heads))
+    def _pended(self, count: int, pending: _Pending) -> None:
+        """Account for ``count`` writes just put into the batch, ``pending`` giving their
+        read-index entries (built only if the transaction reads or spills)."""
+        self._pending.append(pending)
         self._pending_count += count
         self._sorted = None
         self._count += count
@@ -404,11 +390,7 @@ class Transaction:
                 delete(dkey)
             else:
                 put(dkey, envelope)
-        self._pending.append((dkeys, envelopes))
-        self._pending_count += len(dkeys)
-        self._sorted = None
-        self._count += len(dkeys)
-        self._check_budget()
+        self._pended(len(dkeys), (dkeys, envelopes))
 
     def put_versions(self, records: Iterable[tuple[bytes, bytes | None, int, int, int]]) -> int:
         """Apply changelog records to a versioned store: ``(key, value, partition, offset,
@@ -777,36 +759,50 @@ def _envelopes(
     return list(map(DATA_PREFIX.__add__, keys)), envelopes
 
 
+class _NotPlain(Exception):
+    """A header row the one-call path does not take (the reference path names it)."""
+
+
 def _header_heads(
-    records: RecordColumns,
     headers: Mapping[int, Headers] | None,
+    first: int,
+    count: int,
+    row: Callable[[int], tuple[bytes | None, int, int, int]],
     malformed: Callable[[int, str], TransactionError],
-    first: int = 0,
 ) -> list[tuple[int, bytes]]:
     """``(row, envelope start)`` of the records whose envelope keeps headers (version 1),
     in row order: what :func:`_envelopes` writes for them. ``headers`` counts records from
-    the caller's first, ``records`` being records ``first``..."""
+    the caller's first; the ``count`` records here are ``first``..., ``row(i)`` giving the
+    value, partition, offset and timestamp of the ``i``-th. A header that does not pack
+    raises ``malformed(number, reason)``."""
     heads: list[tuple[int, bytes]] = []
     for number in sorted(headers or ()):
         kept = (headers or {})[number]
         index = number - first
-        if not kept or not 0 <= index < len(records) or not records.values[index].is_valid:
+        if not kept or not 0 <= index < count:
+            continue
+        value, partition, offset, timestamp = row(index)
+        if value is None:
             continue
         try:
-            heads.append(
-                (
-                    index,
-                    pack_headers_envelope(
-                        records.partitions[index].as_py(),
-                        records.offsets[index].as_py(),
-                        records.timestamps[index].as_py(),
-                        kept,
-                    ),
-                )
-            )
+            heads.append((index, pack_headers_envelope(partition, offset, timestamp, kept)))
         except (TypeError, ValueError, AttributeError, struct.error) as exc:
             raise malformed(number, str(exc)) from exc
     return heads
+
+
+def _column_row(records: RecordColumns) -> Callable[[int], tuple[bytes | None, int, int, int]]:
+    """``row(i)`` of :func:`_header_heads` for columns (Python values of one record)."""
+
+    def row(at: int) -> tuple[bytes | None, int, int, int]:
+        return (
+            records.values[at].as_py(),
+            records.partitions[at].as_py(),
+            records.offsets[at].as_py(),
+            records.timestamps[at].as_py(),
+        )
+
+    return row
 
 
 def _row_envelopes(
@@ -815,22 +811,13 @@ def _row_envelopes(
     ],
     heads: Sequence[tuple[int, bytes]],
 ) -> _Written:
-    """:func:`_envelopes` of a ``put_rows`` write (for the read index)."""
+    """:func:`_envelopes` of a one-call write, given by column (for the read index)."""
     keys, values, partitions, offsets, timestamps = written
     dkeys, envelopes = _envelopes(0, keys, values, partitions, offsets, timestamps, None)
     for index, head in heads:
         value = values[index]
         assert value is not None
         envelopes[index] = head + value
-    return dkeys, envelopes
-
-
-def _column_envelopes(records: RecordColumns, heads: Sequence[tuple[int, bytes]]) -> _Written:
-    """:func:`_envelopes` of a column write (for the read index)."""
-    keys, values, partitions, offsets, timestamps = records.to_lists()
-    dkeys, envelopes = _envelopes(0, keys, values, partitions, offsets, timestamps, None)
-    for index, head in heads:
-        envelopes[index] = head + values[index]
     return dkeys, envelopes
 
 
