@@ -14,9 +14,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["RecordColumns"]
+__all__ = ["RecordColumns", "arrow_array"]
 
 RowTuple = tuple[bytes, "bytes | None", int, int, int]
+
+
+def arrow_array(kind: pa.DataType, rows: int, *buffers: Any) -> pa.Array:
+    """An Arrow array of ``rows`` values over the compiled extension's buffers, without
+    copying them: ``buffers`` as Arrow lays them out for ``kind`` (validity or None first,
+    then offsets and data for binary and string, the values for fixed-width types)."""
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(
+        kind, rows, [None if b is None else pa.py_buffer(b) for b in buffers]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,24 +64,12 @@ class RecordColumns:
         copying them."""
         import pyarrow as pa
 
-        def binary(parts: tuple[Any, Any, Any]) -> pa.Array:
-            validity, value_offsets, data = parts
-            return pa.Array.from_buffers(
-                pa.binary(),
-                rows,
-                [
-                    None if validity is None else pa.py_buffer(validity),
-                    pa.py_buffer(value_offsets),
-                    pa.py_buffer(data),
-                ],
-            )
-
         return cls(
-            binary(keys),
-            binary(values),
-            pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(partitions)]),
-            pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(offsets)]),
-            pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(timestamps)]),
+            arrow_array(pa.binary(), rows, *keys),
+            arrow_array(pa.binary(), rows, *values),
+            arrow_array(pa.int32(), rows, None, partitions),
+            arrow_array(pa.int64(), rows, None, offsets),
+            arrow_array(pa.int64(), rows, None, timestamps),
         )
 
     @classmethod

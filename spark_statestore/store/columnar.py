@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any
 
+from spark_statestore.changelog.columns import arrow_array
 from spark_statestore.store.errors import StoreCorruptedError
 from spark_statestore.store.gate import Gate
 from spark_statestore.store.layout import DATA_PREFIX, DATA_START, DATA_STOP, decode_record
@@ -21,15 +22,10 @@ from spark_statestore.store.snapshot import arrow_schema, headers_type, no_heade
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["MAX_BATCH_BYTES", "decoded_batch", "native_range_batches", "supports_columns"]
+__all__ = ["MAX_BATCH_BYTES", "decoded_batch", "native_key_batches", "native_range_batches"]
 
 MAX_BATCH_BYTES = 64 * 1024 * 1024
 """Keys and values of one decoded batch stop growing past this (a batch of large values)."""
-
-
-def supports_columns(leveldb_snapshot: Any) -> bool:
-    """True when ``leveldb_snapshot`` (a binding's snapshot) decodes into columns itself."""
-    return hasattr(leveldb_snapshot, "get_records")
 
 
 def decoded_batch(decoded: tuple[Any, ...], path: str) -> pa.RecordBatch:
@@ -44,28 +40,15 @@ def decoded_batch(decoded: tuple[Any, ...], path: str) -> pa.RecordBatch:
             f"store {path}: the envelope of key {key!r} does not decode", path
         )  # not reached: the decoder refuses what the extension refused
 
-    def binary(parts: tuple[Any, Any, Any]) -> pa.Array:
-        validity, value_offsets, data = parts
-        buffers = [None if validity is None else pa.py_buffer(validity)]
-        return pa.Array.from_buffers(
-            pa.binary(), rows, [*buffers, pa.py_buffer(value_offsets), pa.py_buffer(data)]
-        )
-
-    def fixed(kind: pa.DataType, parts: tuple[Any, Any]) -> pa.Array:
-        validity, data = parts
-        return pa.Array.from_buffers(
-            kind, rows, [None if validity is None else pa.py_buffer(validity), pa.py_buffer(data)]
-        )
-
-    key_array = binary(keys)
+    key_array = arrow_array(pa.binary(), rows, *keys)
     headers = no_headers(rows) if not header_rows else _headers(rows, header_rows, key_array, path)
     return pa.RecordBatch.from_arrays(
         [
             key_array,
-            binary(values),
-            fixed(pa.int32(), partitions),
-            fixed(pa.int64(), offsets),
-            fixed(pa.timestamp("ms", tz="UTC"), timestamps),
+            arrow_array(pa.binary(), rows, *values),
+            arrow_array(pa.int32(), rows, *partitions),
+            arrow_array(pa.int64(), rows, *offsets),
+            arrow_array(pa.timestamp("ms", tz="UTC"), rows, *timestamps),
             headers,
         ],
         schema=arrow_schema(),

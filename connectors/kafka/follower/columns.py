@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from spark_statestore.changelog.columns import RecordColumns
+from spark_statestore.changelog.columns import RecordColumns, arrow_array
 from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.changelog.record import ChangelogRecord
 from spark_statestore.connectors.kafka.errors import KafkaClientError
@@ -180,31 +180,22 @@ class NativeReader:
         self._refuse_null_keys(events)
         records = RecordColumns.from_buffers(rows, keys, values, partitions, offsets, timestamps)
         valid, row_offsets, (topic_offsets, topic_data), entry_offsets, parts, offs = positions
-        topics = pa.Array.from_buffers(
-            pa.string(),
-            len(topic_offsets) // 4 - 1,
-            [None, pa.py_buffer(topic_offsets), pa.py_buffer(topic_data)],
+        topics = arrow_array(
+            pa.string(), len(topic_offsets) // 4 - 1, None, topic_offsets, topic_data
         )
         inner = pa.MapArray.from_arrays(
-            pa.Array.from_buffers(
-                pa.int32(), len(entry_offsets) // 4, [None, pa.py_buffer(entry_offsets)]
-            ),
-            pa.Array.from_buffers(pa.int32(), len(parts) // 4, [None, pa.py_buffer(parts)]),
-            pa.Array.from_buffers(pa.int64(), len(offs) // 8, [None, pa.py_buffer(offs)]),
+            arrow_array(pa.int32(), len(entry_offsets) // 4, None, entry_offsets),
+            arrow_array(pa.int32(), len(parts) // 4, None, parts),
+            arrow_array(pa.int64(), len(offs) // 8, None, offs),
         )
-        outer_offsets = pa.Array.from_buffers(
-            pa.int32(),
-            rows + 1,
-            [None, pa.py_buffer(row_offsets)],
-        )
+        outer_offsets = arrow_array(pa.int32(), rows + 1, None, row_offsets)
         mask = None
         if valid is not None:
-            bits = pa.Array.from_buffers(pa.bool_(), rows, [None, pa.py_buffer(valid)])
-            mask = pa.compute.invert(bits)
+            mask = pa.compute.invert(arrow_array(pa.bool_(), rows, None, valid))
         position_array = pa.MapArray.from_arrays(outer_offsets, topics, inner, mask=mask)
         return FeedPoll(
             records,
-            pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(types)]),
+            arrow_array(pa.int32(), rows, None, types),
             position_array,
             list(slow),
             list(events),
