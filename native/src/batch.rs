@@ -211,7 +211,6 @@ impl WriteBatch {
     #[allow(clippy::too_many_arguments)]
     fn put_records(
         &self,
-        py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         values: &Bound<'_, PyAny>,
         partitions: &Bound<'_, PyAny>,
@@ -257,7 +256,6 @@ impl WriteBatch {
         }
         let mut batch = self.raw();
         let mut writer = RecordWriter::new(prefix, &heads);
-        let _ = py;
         for i in 0..len {
             let value = if values.is_null(i) { None } else { Some(values.bytes(i)) };
             let fields = (
@@ -279,7 +277,6 @@ impl WriteBatch {
     #[allow(clippy::too_many_arguments)]
     fn put_rows<'py>(
         &self,
-        py: Python<'py>,
         keys: &Bound<'py, PyAny>,
         values: &Bound<'py, PyAny>,
         partitions: &Bound<'py, PyAny>,
@@ -292,7 +289,6 @@ impl WriteBatch {
         // Raw CPython calls: borrowed items of the sequences, exact-type checks, no
         // reference counting per field (this is the hot loop of put_all).
         use pyo3::ffi;
-        let _ = py;
         let fast = |o: &Bound<'py, PyAny>| -> Option<Bound<'py, PyAny>> {
             let seq = unsafe { ffi::PySequence_Fast(o.as_ptr(), c"not a sequence".as_ptr()) };
             if seq.is_null() {

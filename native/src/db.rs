@@ -463,12 +463,10 @@ impl Snapshot {
     /// closed database or a released snapshot gives.
     pub(crate) fn read_options<'a>(
         &self,
-        py: Python<'_>,
         guard: &Guard<'a>,
     ) -> PyResult<(*mut ffi::leveldb_t, *mut ffi::leveldb_readoptions_t)> {
         let db = guard.as_ref().expect("open").db;
         let ptrs = self.state.snapshot.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = py;
         if ptrs.snapshot.is_null() {
             return Err(PyRuntimeError::new_err("Snapshot is closed"));
         }
@@ -487,7 +485,7 @@ impl Snapshot {
     ) -> PyResult<Bound<'py, PyAny>> {
         let key = as_bytes(key, "key")?;
         let guard = self.inner.open(py)?;
-        let (db, read) = self.read_options(py, &guard)?;
+        let (db, read) = self.read_options(&guard)?;
         get_with(py, db, read, key, default)
     }
 
@@ -508,7 +506,7 @@ impl Snapshot {
             return Err(PyTypeError::new_err("keys must be a binary or string array"));
         }
         let guard = self.inner.open(py)?;
-        let (db, read) = self.read_options(py, &guard)?;
+        let (db, read) = self.read_options(&guard)?;
         let mut decoded = crate::envelopes::Decoded::new(keys.len);
         let error = {
             let decoded = SameThread(&mut decoded);

@@ -86,7 +86,6 @@ pub fn decode_entries(data: &[u8]) -> Result<Vec<(&[u8], i32, i64)>, ()> {
 pub struct Merged {
     pub offsets: HashMap<Vec<u8>, HashMap<i32, i64>>,
     pub without: usize,
-    last: Option<(Vec<u8>, i32)>,
 }
 
 impl Merged {
@@ -101,6 +100,5 @@ impl Merged {
                 *slot = offset;
             }
         }
-        let _ = &self.last;
     }
 }

@@ -250,6 +250,13 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = self._options
         stats = FeedStats()
         extension = native.module()
+        where = (
+            options.bootstrap_servers,
+            partition.topic,
+            partition.partition,
+            partition.start,
+            partition.end,
+        )
         chunks = None
         if (
             extension is not None
@@ -258,11 +265,7 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ):
             chunks = read_range_columns(
                 extension,
-                options.bootstrap_servers,
-                partition.topic,
-                partition.partition,
-                partition.start,
-                partition.end,
+                *where,
                 config=options.kafka,
                 on_missing=options.on_missing_position,
                 fail_on_data_loss=options.fail_on_data_loss,
@@ -271,13 +274,7 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from column_feed_batches(chunks, partition.topic, options, self._schema, stats)
         else:
             batches = read_range(
-                options.bootstrap_servers,
-                partition.topic,
-                partition.partition,
-                partition.start,
-                partition.end,
-                config=options.kafka,
-                fail_on_data_loss=options.fail_on_data_loss,
+                *where, config=options.kafka, fail_on_data_loss=options.fail_on_data_loss
             )
             yield from feed_batches(batches, options, self._schema, stats)
         if stats.undecodable_keys or stats.undecodable_values or stats.missing_positions:
