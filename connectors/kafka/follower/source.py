@@ -28,6 +28,7 @@ from spark_statestore.query import LagInfo
 
 __all__ = [
     "READ_AHEAD_BYTES",
+    "READ_AHEAD_RECORDS",
     "KafkaChangelogSource",
     "changelog_lags",
     "handle_out_of_range",
@@ -40,11 +41,20 @@ _POSITION_HEADERS = frozenset({VERSION_HEADER, POSITION_HEADER})
 
 _INVALID_OFFSET = -1001  # librdkafka's RD_KAFKA_OFFSET_INVALID
 
-READ_AHEAD_BYTES = 64 * 1024 * 1024
-"""What the consumer may buffer ahead of the follower, over all its partitions together.
-librdkafka's limits are per partition (64 MiB each by default), so they are this budget
-divided by the partitions read; ``kafka.queued.max.messages.kbytes`` overrides it."""
-_MIN_PARTITION_KIB = 1024
+READ_AHEAD_BYTES = 16 * 1024 * 1024
+"""What the consumer may buffer ahead of the follower, in fetched (compressed) bytes over
+all its partitions together. librdkafka's limits are per partition (64 MiB each by
+default), so they are this budget divided by the partitions read;
+``kafka.queued.max.messages.kbytes`` overrides it."""
+READ_AHEAD_RECORDS = 200_000
+"""What the consumer may buffer ahead of the follower, in records over all its partitions
+together (librdkafka's ``queued.min.messages``, 100,000 per partition by default;
+``kafka.queued.min.messages`` overrides it). Bytes alone do not bound memory: a fetched
+record costs librdkafka a few hundred bytes besides its compressed share, so 16 MiB of
+well-compressed small records held about 150 MiB. Four chunks of the follower's default
+50,000 records keep the restore's rate."""
+_MIN_PARTITION_KIB = 256
+_MIN_PARTITION_RECORDS = 1_000
 
 _VERSIONED_LAG_MS = 86_400_000
 """Kafka Streams sets a versioned store changelog's min.compaction.lag.ms to the history
@@ -411,15 +421,27 @@ def read_ahead_settings(
     settings: Mapping[str, Any], user: Mapping[str, Any], partitions: int
 ) -> dict[str, Any]:
     """``settings`` with librdkafka's per-partition read-ahead set so that ``partitions``
-    partitions together buffer at most :data:`READ_AHEAD_BYTES` (1 MiB each at least),
-    unless the user's own ``queued.max.messages.kbytes`` says otherwise."""
+    partitions together buffer at most :data:`READ_AHEAD_BYTES` fetched bytes (256 KiB
+    each at least) and :data:`READ_AHEAD_RECORDS` records (1,000 each at least), unless the
+    user's own ``queued.max.messages.kbytes`` / ``queued.min.messages`` say otherwise.
+    librdkafka stops fetching a partition once either of its limits is reached; each may be
+    overshot by one fetch."""
     out = dict(settings)
+    share = max(1, partitions)
+    if "queued.min.messages" not in user:
+        out["queued.min.messages"] = max(_MIN_PARTITION_RECORDS, READ_AHEAD_RECORDS // share)
     if "queued.max.messages.kbytes" in user:
         return out
-    share = max(_MIN_PARTITION_KIB, READ_AHEAD_BYTES // 1024 // max(1, partitions))
-    out["queued.max.messages.kbytes"] = share
-    # A fetch never asks for more than the budget leaves room for.
-    out["fetch.max.bytes"] = min(int(out.get("fetch.max.bytes", share * 1024)), share * 1024)
+    kib = max(_MIN_PARTITION_KIB, READ_AHEAD_BYTES // 1024 // share)
+    out["queued.max.messages.kbytes"] = kib
+    # A fetch never asks for more than the budget leaves room for (Kafka still returns a
+    # larger first batch whole). librdkafka refuses a fetch.max.bytes below
+    # message.max.bytes, a consumer's limit on the requests it sends (1,000,000 by default).
+    out["fetch.max.bytes"] = min(int(out.get("fetch.max.bytes", kib * 1024)), kib * 1024)
+    if "message.max.bytes" not in user:
+        out["message.max.bytes"] = min(
+            int(out.get("message.max.bytes", 1_000_000)), out["fetch.max.bytes"]
+        )
     return out
 
 
