@@ -97,6 +97,7 @@ class Changelog:
     last_records: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     topic: str = TOPIC
     suite: str = SUITE
+    partitions: int = PARTITIONS
 
     def check(self, get: Callable[[bytes], bytes | None], applied: int | None, what: str) -> None:
         """Fail unless ``what`` applied every record (the last of each partition reads back)."""
@@ -209,7 +210,7 @@ def _parameters(changelog: Changelog, options: BenchOptions) -> dict[str, Any]:
 
 
 # -- the broker and the changelog ---------------------------------------------------------
-def c_headers() -> list[Callable[[int], bytes]]:
+def c_headers(partitions: int = PARTITIONS) -> list[Callable[[int], bytes]]:
     """Per partition, ``offset -> c header`` of ``{INPUT_TOPIC: {partition: offset}}``.
 
     Encoding a Position per record would make producing slower than restoring; the header
@@ -225,7 +226,7 @@ def c_headers() -> list[Callable[[int], bytes]]:
         )
 
     makers: list[Callable[[int], bytes]] = []
-    for partition in range(PARTITIONS):
+    for partition in range(partitions):
         template = encoded(partition, 0)
         exact = encode_position(Position.from_map({INPUT_TOPIC: {partition: 0}}))
         head, tail = template[: len(exact) - _ENTRY.size], template[len(exact) :]
@@ -240,19 +241,30 @@ def _patched_header(head: bytes, tail: bytes, partition: int, offset: int) -> by
     return head + _ENTRY.pack(partition, offset) + tail
 
 
-def produce_changelog(bootstrap: str, records: int, per_transaction: int) -> Changelog:
+def produce_changelog(
+    bootstrap: str,
+    records: int,
+    per_transaction: int,
+    *,
+    topic: str = TOPIC,
+    partitions: int = PARTITIONS,
+    suite: str = SUITE,
+) -> Changelog:
+    """Fill ``topic`` (``partitions`` partitions, already created) with ``records`` distinct
+    keys, ``per_transaction`` records per Kafka transaction, as described in this module's
+    docstring; record ``i`` goes to partition ``i % partitions``."""
     from confluent_kafka import KafkaException, Producer
 
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "transactional.id": f"spark-statestore-bench-{TOPIC}",
+            "transactional.id": f"spark-statestore-bench-{topic}",
             "compression.type": "lz4",
             "linger.ms": 50,
             "queue.buffering.max.messages": 1_000_000,
         }
     )
-    headers = c_headers()
+    headers = c_headers(partitions)
     version = ("v", b"\x00")
     last: dict[int, tuple[bytes, bytes]] = {}
     transactions = 0
@@ -264,16 +276,16 @@ def produce_changelog(bootstrap: str, records: int, per_transaction: int) -> Cha
         for start in range(0, records, per_transaction):
             producer.begin_transaction()
             for i in range(start, min(start + per_transaction, records)):
-                partition = i % PARTITIONS
+                partition = i % partitions
                 key, value = KEY_FORMAT % i, VALUE_FORMAT % i
                 record_headers: list[tuple[str, str | bytes | None]] = [
                     version,
-                    ("c", headers[partition](i // PARTITIONS)),
+                    ("c", headers[partition](i // partitions)),
                 ]
                 while True:
                     try:
                         producer.produce(
-                            TOPIC,
+                            topic,
                             key=key,
                             value=value,
                             partition=partition,
@@ -288,41 +300,46 @@ def produce_changelog(bootstrap: str, records: int, per_transaction: int) -> Cha
             transactions += 1
     except KafkaException as exc:
         raise BenchError(
-            f"bench suite {SUITE}: producing the changelog {TOPIC} failed: {exc}"
+            f"bench suite {suite}: producing the changelog {topic} failed: {exc}"
         ) from exc
     return Changelog(
         bootstrap=bootstrap,
         records=records,
         transactions=transactions,
-        end_offsets=_check_nothing_dropped(bootstrap),
+        end_offsets=_check_nothing_dropped(bootstrap, topic, partitions, suite),
         last_records=last,
+        topic=topic,
+        suite=suite,
+        partitions=partitions,
     )
 
 
-def _check_nothing_dropped(bootstrap: str) -> dict[int, int]:
+def _check_nothing_dropped(
+    bootstrap: str, topic: str, partitions: int, suite: str
+) -> dict[int, int]:
     """The end offsets; fails if the broker already dropped the oldest records."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer(consumer_settings(bootstrap, "watermarks"))
+    consumer = Consumer(consumer_settings(bootstrap, "watermarks", partitions))
     try:
         marks = {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
-            for p in range(PARTITIONS)
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            for p in range(partitions)
         }
     except KafkaException as exc:
-        raise BenchError(f"bench suite {SUITE}: cannot read the offsets of {TOPIC}: {exc}") from exc
+        raise BenchError(f"bench suite {suite}: cannot read the offsets of {topic}: {exc}") from exc
     finally:
         consumer.close()
     dropped = {p: low for p, (low, _high) in marks.items() if low != 0}
     if dropped:
         raise BenchError(
-            f"bench suite {SUITE}: Kafka dropped the oldest records of {TOPIC} "
+            f"bench suite {suite}: Kafka dropped the oldest records of {topic} "
             f"(first offsets {dropped}, expected 0): check the broker's retention settings"
         )
     return {p: high for p, (_low, high) in marks.items()}
 
 
-def consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
+def consumer_settings(bootstrap: str, purpose: str, partitions: int = PARTITIONS) -> dict[str, Any]:
     # KafkaChangelogSource's tuning (its read-ahead budget over the changelog's partitions),
     # so the bare loop reads the way the follower does.
     from spark_statestore.connectors.kafka.follower.source import read_ahead_settings
@@ -339,17 +356,19 @@ def consumer_settings(bootstrap: str, purpose: str) -> dict[str, Any]:
         # As the follower's reader: fetch again as soon as the queue has room.
         "fetch.queue.backoff.ms": 0,
     }
-    return read_ahead_settings(settings, {}, PARTITIONS)
+    return read_ahead_settings(settings, {}, partitions)
 
 
 # -- the timed runs -----------------------------------------------------------------------
-def follower_run(root: str, changelog: Changelog) -> float:
+def follower_run(root: str, changelog: Changelog, keep: str | None = None) -> float:
+    """Records/s of a follower restoring ``changelog`` into a fresh store under ``root``,
+    removed afterwards unless ``keep`` names the (new) directory to restore into and keep."""
     from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
     from spark_statestore.follower import Follower
 
-    path = tempfile.mkdtemp(prefix="follower-", dir=root)
+    path = keep if keep is not None else tempfile.mkdtemp(prefix="follower-", dir=root)
     try:
-        spec = StoreSpec(Role.FOLLOWER, changelog.topic, PARTITIONS)
+        spec = StoreSpec(Role.FOLLOWER, changelog.topic, changelog.partitions)
         with Store.open(path, spec, purpose="spark-statestore bench") as store:
             source = KafkaChangelogSource(changelog.bootstrap, changelog.topic)
             try:
@@ -363,7 +382,8 @@ def follower_run(root: str, changelog: Changelog) -> float:
                 follower.stop()
             changelog.check(store.get, follower.records_applied, "the follower")
     finally:
-        shutil.rmtree(path)
+        if keep is None:
+            shutil.rmtree(path)
     return changelog.records / seconds
 
 
@@ -381,36 +401,43 @@ def _restore(follower: Any) -> None:
             )
 
 
-def bare_run(root: str, changelog: Changelog) -> float:
+def bare_run(root: str, changelog: Changelog, keep: str | None = None) -> float:
+    """Records/s of the bare consume + WriteBatch loop restoring ``changelog`` into a fresh
+    plyvel database under ``root`` (raw keys and values), removed afterwards unless ``keep``
+    names the (new) directory to restore into and keep."""
     import plyvel
     from confluent_kafka import Consumer
 
-    path = tempfile.mkdtemp(prefix="bare-", dir=root)
+    path = keep if keep is not None else tempfile.mkdtemp(prefix="bare-", dir=root)
     options = StoreOptions()
     try:
         db = plyvel.DB(path, create_if_missing=True, **options.leveldb_options())
-        consumer = Consumer(consumer_settings(changelog.bootstrap, "bare"))
+        consumer = Consumer(consumer_settings(changelog.bootstrap, "bare", changelog.partitions))
         try:
             applied: list[int] = []
-            seconds = timed(partial(_consume_into, consumer, db, options.sync, applied))
+            seconds = timed(partial(_consume_into, consumer, changelog, db, options.sync, applied))
             changelog.check(db.get, applied[0], "the bare consume + WriteBatch loop")
         finally:
             consumer.close()
             db.close()
     finally:
-        shutil.rmtree(path)
+        if keep is None:
+            shutil.rmtree(path)
     return changelog.records / seconds
 
 
-def _consume_into(consumer: Any, db: Any, sync: bool, applied: list[int]) -> None:
+def _consume_into(
+    consumer: Any, changelog: Changelog, db: Any, sync: bool, applied: list[int]
+) -> None:
     """Read every partition to its end offset, one WriteBatch per ``consume()``."""
     from confluent_kafka import KafkaError, TopicPartition
 
+    topic, partitions = changelog.topic, range(changelog.partitions)
     ends = {
-        p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
-        for p in range(PARTITIONS)
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+        for p in partitions
     }
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     pending = set(ends)
     count = 0
     deadline = time.monotonic() + RESTORE_DEADLINE_S
@@ -448,7 +475,7 @@ def _cli_run(root: str, changelog: Changelog) -> float:
         "--bootstrap-servers",
         changelog.bootstrap,
         "--changelog",
-        TOPIC,
+        changelog.topic,
         "--chunk-records",
         str(CHUNK_RECORDS),
         "--until-caught-up",

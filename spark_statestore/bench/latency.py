@@ -106,10 +106,12 @@ __all__ = [
     "RAW_POLL_TIMEOUT_S",
     "SUITE",
     "WARMUP_CHANGES",
+    "Footprint",
     "RawObserver",
     "distribution",
     "latency_changes",
     "percentile",
+    "restore_in_child",
     "restore_records",
     "run_latency_suite",
     "shown",
@@ -137,7 +139,7 @@ _CHILD = (
     "from spark_statestore.bench.latency import _restore_in_child\n"
     "_restore_in_child(sys.stdin.buffer, sys.stdout.buffer)\n"
 )
-_SIDES: Mapping[str, Callable[[str, Changelog], float]] = {
+_SIDES: Mapping[str, Callable[[str, Changelog, str | None], float]] = {
     "follower": follower_run,
     "bare": bare_run,
 }
@@ -179,7 +181,7 @@ def run_latency_suite(options: BenchOptions) -> list[Measurement]:
         restore every record, or a child process failed.
     """
     records = restore_records(options)
-    footprints: dict[str, list[_Footprint]] = {side: [] for side in _SIDES}
+    footprints: dict[str, list[Footprint]] = {side: [] for side in _SIDES}
     topics = [f"{LATENCY_TOPIC}:{PARTITIONS}", f"{TOPIC}:{PARTITIONS}"]
     with (
         tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root,
@@ -191,7 +193,7 @@ def run_latency_suite(options: BenchOptions) -> list[Measurement]:
         changelog = produce_changelog(bootstrap, records, options.batch_records)
         rates = interleave(
             {
-                side: partial(_restore_run, side, root, changelog, footprints[side])
+                side: partial(restore_in_child, side, root, changelog, footprints[side])
                 for side in _SIDES
             },
             options.rounds,
@@ -491,7 +493,7 @@ def _latency_measurement(latencies: _Latencies) -> Measurement:
 
 # -- restore_memory -----------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class _Footprint:
+class Footprint:
     """What one restore in a child process measured."""
 
     rate: float
@@ -502,26 +504,35 @@ class _Footprint:
     """``VmHWM`` at the end of the restore."""
 
 
-def _restore_run(side: str, root: str, changelog: Changelog, footprints: list[_Footprint]) -> float:
-    """Run ``side``'s restore in a fresh child process; note its footprint, return its rate."""
+def restore_in_child(
+    side: str,
+    root: str,
+    changelog: Changelog,
+    footprints: list[Footprint],
+    keep: str | None = None,
+    *,
+    suite: str = SUITE,
+) -> float:
+    """Run ``side``'s restore (``"follower"`` or ``"bare"``) in a fresh child process; note
+    its footprint, return its rate. ``keep``: restore into that new directory and keep it."""
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD],
-        input=pickle.dumps((side, root, changelog)),
+        input=pickle.dumps((side, root, changelog, keep)),
         capture_output=True,
         timeout=RESTORE_DEADLINE_S + 60,
     )
     if proc.returncode != 0:
         raise BenchError(
-            f"bench suite {SUITE}: the {side} restore in a child process exited "
+            f"bench suite {suite}: the {side} restore in a child process exited "
             f"{proc.returncode}: {proc.stderr.decode(errors='replace').strip()[-2000:]}"
         )
     footprint = pickle.loads(proc.stdout)
-    if not isinstance(footprint, _Footprint):
-        raise BenchError(f"bench suite {SUITE}: the {side} child returned {footprint!r}")
+    if not isinstance(footprint, Footprint):
+        raise BenchError(f"bench suite {suite}: the {side} child returned {footprint!r}")
     footprints.append(footprint)
     _log.info(
         "bench suite %s: %s restore %.0f records/s, peak RSS %.0f MiB",
-        SUITE,
+        suite,
         side,
         footprint.rate,
         footprint.peak_rss_kib / 1024,
@@ -530,12 +541,12 @@ def _restore_run(side: str, root: str, changelog: Changelog, footprints: list[_F
 
 
 def _restore_in_child(stdin: IO[bytes], stdout: IO[bytes]) -> None:
-    """The child's side of :func:`_restore_run`: read ``(side, root, changelog)``, restore,
-    write a :class:`_Footprint`."""
-    side, root, changelog = pickle.load(stdin)
+    """The child's side of :func:`restore_in_child`: read ``(side, root, changelog, keep)``,
+    restore, write a :class:`Footprint`."""
+    side, root, changelog, keep = pickle.load(stdin)
     start = _status_kib("VmRSS")
-    rate = _SIDES[side](root, changelog)
-    pickle.dump(_Footprint(rate, start, _status_kib("VmHWM")), stdout)
+    rate = _SIDES[side](root, changelog, keep)
+    pickle.dump(Footprint(rate, start, _status_kib("VmHWM")), stdout)
     stdout.flush()
 
 
@@ -556,7 +567,7 @@ def _memory_measurement(
     changelog: Changelog,
     options: BenchOptions,
     rates: Mapping[str, list[float]],
-    footprints: Mapping[str, list[_Footprint]],
+    footprints: Mapping[str, list[Footprint]],
 ) -> Measurement:
     def mib(kib: int) -> float:
         return round(kib / 1024, 1)

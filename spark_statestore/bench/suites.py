@@ -20,6 +20,7 @@ from spark_statestore.bench.measure import BenchOptions, BenchRun, Measurement
 from spark_statestore.bench.peers import run_peers_suite
 from spark_statestore.bench.remote import run_remote_suite
 from spark_statestore.bench.report import machine_facts
+from spark_statestore.bench.scale import run_scale_suite
 from spark_statestore.bench.sink import run_sink_suite
 from spark_statestore.bench.spark import run_spark_suite
 from spark_statestore.bench.store import run_store_suite
@@ -42,6 +43,7 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
         "enrich": run_enrich_suite,
         "remote": run_remote_suite,
         "cluster": run_cluster_suite,
+        "scale": run_scale_suite,
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""

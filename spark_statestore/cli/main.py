@@ -168,8 +168,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     run = run_suites(suites, options)
     print(render_table(run), flush=True)
     if args.output:
+        from spark_statestore.bench.plot import write_plots
+
         _write_atomically(Path(args.output), report_json(run))
         print(f"report written to {args.output}", file=sys.stderr)
+        plots = write_plots(run, Path(args.output))
+        if plots is not None:
+            print(f"scale curves written to {plots}", file=sys.stderr)
     return 0
 
 
