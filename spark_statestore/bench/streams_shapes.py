@@ -86,6 +86,7 @@ class ShapesRun:
 
         self.bootstrap = bootstrap_servers
         self.name = name
+        self.headers = headers
         self.narrowed = narrowed
         self.announce = announce
         self.inputs = {role: f"{name}-{role}" for role in SHAPES_INPUTS}

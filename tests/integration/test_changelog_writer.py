@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -334,6 +335,42 @@ def test_failure_mid_batch_aborts_everything_and_the_writer_goes_on(
     )
     progress = read_last_progress(bootstrap, topic, "s")
     assert progress is not None and progress.changelog_end_offsets == ends
+
+
+def test_a_record_refused_after_the_first_fails_the_whole_batch(
+    kafka_broker: LocalKafkaCluster,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    """A record the broker refuses (over the topic's max.message.bytes) after the batch's
+    first record was acknowledged fails the batch with the broker's reason, nothing of it
+    visible, and the writer goes on."""
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = f"refusing-{next(_ids)}-changelog"
+    kafka_broker.create_topic(topic, 1, config={"max.message.bytes": "2000"})
+    kafka_broker.create_topic(f"{topic}-progress", 1)
+    writer = make_writer(topic)
+
+    def refused_later() -> Iterator[Change]:
+        first = batch_of(0, 1)
+        yield from first
+        # The first record is in the log (acknowledged): the next batch holds only the
+        # refused one, incompressible and five times the topic's limit.
+        wait_until(lambda: uncommitted_count(bootstrap, topic) == 1)
+        yield b"big", os.urandom(10_000), first[0][2], first[0][3]
+
+    with pytest.raises(KafkaClientError) as failed:
+        writer.publish(refused_later(), progress=ProgressRecord.for_batch("s", "q", 0))
+    assert "too large" in str(failed.value).lower() or "MSG_SIZE_TOO_LARGE" in str(failed.value)
+    assert committed(bootstrap, topic) == []
+    assert read_last_progress(bootstrap, topic, "s") is None
+
+    ends = make_writer(topic, txn_id=writer.transactional_id).publish(
+        batch_of(1, 5), progress=ProgressRecord.for_batch("s", "q", 0)
+    )
+    assert len(committed(bootstrap, topic)) == 5
+    # The aborted first record (offset 0), its abort marker (1), then the five (2 to 6).
+    assert ends == {0: 7}
 
 
 def test_a_batch_that_outlives_its_transaction_timeout_fails_clearly(

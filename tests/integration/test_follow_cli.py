@@ -404,6 +404,7 @@ def test_sigint_stops_like_sigterm(
 
 
 # -- the bench suite ----------------------------------------------------------------------
+@pytest.mark.soak  # as the other suites' end-to-end runs
 def test_the_follower_bench_suite_runs_end_to_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -111,6 +111,7 @@ def test_broker_command_runs_a_cluster_until_sigterm_and_cleans_up(tmp_path: Pat
     assert not bootstrap_file.exists()
 
 
+@pytest.mark.soak  # in soak since the scale bench needed CI's time
 def test_a_kept_data_dir_survives_a_restart(tmp_path: Path) -> None:
     data = tmp_path / "kafka"
     with LocalKafkaCluster(data_dir=data) as kafka:
@@ -221,6 +222,7 @@ def test_the_jar_cache_refuses_an_incomplete_set(
         jars.jars()
 
 
+@pytest.mark.soak  # in soak since the scale bench needed CI's time
 def test_a_kafka_source_session_needs_a_fresh_driver() -> None:
     """Spark's Kafka connector reaches a driver JVM only when it starts: a later ask in the
     same process is a clear error, even after stop(); a fresh process gets the source."""
