@@ -7,13 +7,18 @@ one, write it in its own module and register it in :data:`SUITES`.
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from types import MappingProxyType
+from typing import Any
 
 from spark_statestore.bench.cluster import run_cluster_suite
 from spark_statestore.bench.enrich import run_enrich_suite
+from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import run_follower_suite
 from spark_statestore.bench.latency import run_latency_suite
 from spark_statestore.bench.measure import BenchOptions, BenchRun, Measurement
@@ -27,7 +32,7 @@ from spark_statestore.bench.store import run_store_suite
 from spark_statestore.bench.streams import run_streams_suite
 from spark_statestore.errors import OptionError, closest_hint
 
-__all__ = ["SUITES", "Suite", "resolve_suites", "run_suites"]
+__all__ = ["FRESH_PROCESS", "SUITES", "Suite", "resolve_suites", "run_suite_in_child", "run_suites"]
 
 Suite = Callable[[BenchOptions], list[Measurement]]
 
@@ -47,6 +52,16 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""
+
+FRESH_PROCESS = frozenset({"cluster"})
+"""Suites run in a child process of their own: the ``cluster`` suite's driver must be a fresh
+driver JVM (a JVM keeps the settings it was started with, among them where its executors run,
+which the store host and the plans read), and the suites before it start a local one."""
+_CHILD = (
+    "import sys\n"
+    "from spark_statestore.bench.suites import _suite_in_child\n"
+    "_suite_in_child(sys.stdin.buffer, sys.stdout.buffer)\n"
+)
 
 
 def resolve_suites(names: Sequence[str] | None) -> tuple[str, ...]:
@@ -95,7 +110,10 @@ def run_suites(names: Sequence[str] | None, options: BenchOptions) -> BenchRun:
     start = time.perf_counter()
     measurements: list[Measurement] = []
     for name in suites:
-        measurements.extend(SUITES[name](options))
+        if name in FRESH_PROCESS:
+            measurements.extend(run_suite_in_child(name, options))
+        else:
+            measurements.extend(SUITES[name](options))
     return BenchRun(
         suites=suites,
         options=options,
@@ -104,3 +122,41 @@ def run_suites(names: Sequence[str] | None, options: BenchOptions) -> BenchRun:
         seconds=time.perf_counter() - start,
         machine=machine_facts(),
     )
+
+
+def run_suite_in_child(name: str, options: BenchOptions) -> list[Measurement]:
+    """Run suite ``name`` in a fresh ``python -c`` child process (its log on this process's
+    stderr) and return its measurements.
+
+    Raises
+    ------
+    BenchError
+        The suite failed in the child (its message), or the child died without a result.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        input=pickle.dumps((name, options)),
+        stdout=subprocess.PIPE,
+        check=False,
+    )
+    try:
+        outcome, value = pickle.loads(proc.stdout)
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError):  # no result written
+        raise BenchError(
+            f"bench suite {name}: its child process exited {proc.returncode} without a result "
+            "(its log is above)"
+        ) from None
+    if outcome != "ok":
+        raise BenchError(str(value))
+    return list(value)
+
+
+def _suite_in_child(stdin: Any, stdout: Any) -> None:
+    """The child's side of :func:`run_suite_in_child`."""
+    name, options = pickle.load(stdin)
+    try:
+        result: tuple[str, Any] = ("ok", SUITES[name](options))
+    except BenchError as exc:
+        result = ("error", str(exc))
+    pickle.dump(result, stdout)
+    stdout.flush()

@@ -130,3 +130,13 @@ def test_a_measurement_keeps_the_best_round_of_each_side() -> None:
 @pytest.mark.parametrize(("target", "status"), [(0.5, "BELOW"), (0.4, "PASS"), (None, "-")])
 def test_a_measurement_is_below_only_under_its_target(target: float | None, status: str) -> None:
     assert make_measurement((45.0,), (100.0,), target).status == status
+
+
+def test_a_suite_in_a_child_process_returns_its_measurements() -> None:
+    from spark_statestore.bench.store import run_store_suite
+    from spark_statestore.bench.suites import run_suite_in_child
+
+    options = BenchOptions.for_run(quick=True, rounds=1)
+    measurements = run_suite_in_child("store", options)
+    assert [m.name for m in measurements] == [m.name for m in run_store_suite(options)]
+    assert all(isinstance(m, Measurement) and m.candidate_rate > 0 for m in measurements)

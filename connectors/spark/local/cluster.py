@@ -286,10 +286,23 @@ class LocalSparkCluster:
         SparkClusterStartError
             Not every Worker got a registered executor in time (the message has the logs).
         LocalSparkError
-            This process already has a SparkContext for another master.
+            This process already has a SparkContext for another master, or had one (its
+            driver JVM keeps the settings of the first).
         """
+        from pyspark import SparkContext
+
         from spark_statestore.connectors.spark.session import local_session
 
+        if SparkContext._active_spark_context is None and SparkContext._gateway is not None:
+            # The driver JVM outlives a stopped SparkContext, and a new one would run in it
+            # with the settings the JVM was started with: among them where the executors
+            # run and the address they reach the driver on, which the store host and every
+            # plan read (executors on this cluster's hosts would be told to dial loopback).
+            raise LocalSparkError(
+                "this process started its Spark driver JVM for an earlier session (stopped "
+                "since), and a driver JVM keeps the settings it was started with: build the "
+                "session of a local Spark cluster in a fresh process"
+            )
         settings = {**self.session_conf(), **(conf or {})}
         session = local_session(app_name, self.master_url, kafka_source=kafka_source, conf=settings)
         master = session.sparkContext.master
