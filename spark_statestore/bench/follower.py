@@ -270,9 +270,12 @@ def produce_changelog(
     transactions = 0
     try:
         producer.init_transactions(60)
-        # Current timestamps: a broker rolls a segment at every append of records older
-        # than segment.ms (7 days), which would distort what the readers measure.
-        now_ms = int(time.time() * 1000)
+        # Recent timestamps, one millisecond apart, the last one now: a broker rolls a
+        # segment at every append of records older than segment.ms (7 days), which would
+        # distort what the readers measure, and refuses records more than
+        # message.timestamp.after.max.ms (1 hour) ahead of its clock (a 10M-record changelog
+        # stamped from now on would reach 2.8 hours ahead).
+        first_ms = int(time.time() * 1000) - records
         for start in range(0, records, per_transaction):
             producer.begin_transaction()
             for i in range(start, min(start + per_transaction, records)):
@@ -289,7 +292,7 @@ def produce_changelog(
                             key=key,
                             value=value,
                             partition=partition,
-                            timestamp=now_ms + i,
+                            timestamp=first_ms + i,
                             headers=record_headers,
                         )
                         break
