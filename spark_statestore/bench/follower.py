@@ -65,6 +65,7 @@ __all__ = [
     "Changelog",
     "bare_run",
     "c_headers",
+    "changelog_parameters",
     "consumer_settings",
     "follower_records",
     "follower_run",
@@ -167,7 +168,7 @@ def run_follower_suite(options: BenchOptions) -> list[Measurement]:
             options.rounds,
         )
         cli_seconds = _cli_run(root, changelog)
-    parameters = _parameters(changelog, options)
+    parameters = changelog_parameters(changelog, options)
     return [
         Measurement(
             suite=SUITE,
@@ -195,10 +196,12 @@ def run_follower_suite(options: BenchOptions) -> list[Measurement]:
     ]
 
 
-def _parameters(changelog: Changelog, options: BenchOptions) -> dict[str, Any]:
+def changelog_parameters(changelog: Changelog, options: BenchOptions) -> dict[str, Any]:
+    """The parameters of a measurement restoring ``changelog``: its sizes and how it was
+    written, the follower's chunk and sync, the broker, and ``options.rounds``."""
     return {
         "records": changelog.records,
-        "partitions": PARTITIONS,
+        "partitions": changelog.partitions,
         "transactions": changelog.transactions,
         "records_per_transaction": options.batch_records,
         "key_bytes": len(KEY_FORMAT % 0),

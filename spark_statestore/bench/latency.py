@@ -72,7 +72,6 @@ from typing import IO, TYPE_CHECKING, Any
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import (
     BROKERS,
-    CHUNK_RECORDS,
     KEY_FORMAT,
     PARTITIONS,
     RESTORE_DEADLINE_S,
@@ -81,6 +80,7 @@ from spark_statestore.bench.follower import (
     Changelog,
     bare_run,
     c_headers,
+    changelog_parameters,
     consumer_settings,
     follower_run,
     produce_changelog,
@@ -503,6 +503,16 @@ class Footprint:
     peak_rss_kib: int
     """``VmHWM`` at the end of the restore."""
 
+    @property
+    def start_rss_mib(self) -> float:
+        """:attr:`start_rss_kib` in MiB, to a tenth."""
+        return round(self.start_rss_kib / 1024, 1)
+
+    @property
+    def peak_rss_mib(self) -> float:
+        """:attr:`peak_rss_kib` in MiB, to a tenth."""
+        return round(self.peak_rss_kib / 1024, 1)
+
 
 def restore_in_child(
     side: str,
@@ -569,11 +579,8 @@ def _memory_measurement(
     rates: Mapping[str, list[float]],
     footprints: Mapping[str, list[Footprint]],
 ) -> Measurement:
-    def mib(kib: int) -> float:
-        return round(kib / 1024, 1)
-
-    peak = {side: mib(max(f.peak_rss_kib for f in footprints[side])) for side in _SIDES}
-    start = {side: mib(max(f.start_rss_kib for f in footprints[side])) for side in _SIDES}
+    peak = {side: max(f.peak_rss_mib for f in footprints[side]) for side in _SIDES}
+    start = {side: max(f.start_rss_mib for f in footprints[side]) for side in _SIDES}
     where = "in a child process"
     return Measurement(
         suite=SUITE,
@@ -587,29 +594,18 @@ def _memory_measurement(
         baseline_rates=tuple(rates["bare"]),
         target=None,
         parameters={
-            "records": changelog.records,
-            "partitions": PARTITIONS,
-            "transactions": changelog.transactions,
-            "records_per_transaction": options.batch_records,
-            "key_bytes": len(KEY_FORMAT % 0),
-            "value_bytes": len(VALUE_FORMAT % 0),
-            "compression": "lz4",
-            "chunk_records": CHUNK_RECORDS,
+            **changelog_parameters(changelog, options),
             "measured": "VmHWM of /proc/<pid>/status at the end of the restore, a fresh "
             "`python -c` child per round; VmRSS before the restore as start_rss",
             "candidate_peak_rss_mib": peak["follower"],
             "baseline_peak_rss_mib": peak["bare"],
             "candidate_start_rss_mib": start["follower"],
             "baseline_start_rss_mib": start["bare"],
-            "candidate_peak_rss_mib_rounds": [mib(f.peak_rss_kib) for f in footprints["follower"]],
-            "baseline_peak_rss_mib_rounds": [mib(f.peak_rss_kib) for f in footprints["bare"]],
+            "candidate_peak_rss_mib_rounds": [f.peak_rss_mib for f in footprints["follower"]],
+            "baseline_peak_rss_mib_rounds": [f.peak_rss_mib for f in footprints["bare"]],
             "peak_rss_over_bare": round(peak["follower"] / peak["bare"], 3),
             "goal_peak_rss_mib": GOAL_PEAK_RSS_MIB,
             "goal_met": peak["follower"] <= GOAL_PEAK_RSS_MIB,
-            "sync": StoreOptions().sync,
             "store_cache_bytes": StoreOptions().cache_bytes,
-            "brokers": BROKERS,
-            "broker": "Apache Kafka (KRaft, one local node), child process",
-            "rounds": options.rounds,
         },
     )

@@ -48,10 +48,10 @@ from typing import Any
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import (
     BROKERS,
-    CHUNK_RECORDS,
     KEY_FORMAT,
     VALUE_FORMAT,
     Changelog,
+    changelog_parameters,
     produce_changelog,
 )
 from spark_statestore.bench.latency import Footprint, percentile, restore_in_child
@@ -186,10 +186,6 @@ def _restore_measurement(
     produced_s: float,
 ) -> Measurement:
     follower, bare = footprints["follower"][0], footprints["bare"][0]
-
-    def mib(kib: int) -> float:
-        return round(kib / 1024, 1)
-
     label = f"{size_label(changelog.records)}_{changelog.partitions}p"
     return Measurement(
         suite=SUITE,
@@ -197,31 +193,21 @@ def _restore_measurement(
         unit="records/s",
         candidate=f"Follower + KafkaChangelogSource restore, {changelog.records:,} records, "
         f"{changelog.partitions} partitions, child process: peak RSS "
-        f"{mib(follower.peak_rss_kib):.0f} MiB",
+        f"{follower.peak_rss_mib:.0f} MiB",
         baseline="bare read_committed consume() + plyvel WriteBatch loop, child process: "
-        f"peak RSS {mib(bare.peak_rss_kib):.0f} MiB",
+        f"peak RSS {bare.peak_rss_mib:.0f} MiB",
         candidate_rates=(follower.rate,),
         baseline_rates=(bare.rate,),
         target=None,
         parameters={
-            "records": changelog.records,
-            "partitions": changelog.partitions,
-            "transactions": changelog.transactions,
-            "records_per_transaction": options.batch_records,
-            "key_bytes": len(KEY_FORMAT % 0),
-            "value_bytes": len(VALUE_FORMAT % 0),
-            "compression": "lz4",
-            "chunk_records": CHUNK_RECORDS,
-            "candidate_peak_rss_mib": mib(follower.peak_rss_kib),
-            "baseline_peak_rss_mib": mib(bare.peak_rss_kib),
-            "candidate_start_rss_mib": mib(follower.start_rss_kib),
-            "baseline_start_rss_mib": mib(bare.start_rss_kib),
+            **changelog_parameters(changelog, options),
+            "candidate_peak_rss_mib": follower.peak_rss_mib,
+            "baseline_peak_rss_mib": bare.peak_rss_mib,
+            "candidate_start_rss_mib": follower.start_rss_mib,
+            "baseline_start_rss_mib": bare.start_rss_mib,
             "measured": "one run per side, each in a fresh `python -c` child; VmHWM of "
             "/proc/<pid>/status at the end of the restore",
             "produce_seconds": round(produced_s, 1),
-            "sync": StoreOptions().sync,
-            "brokers": BROKERS,
-            "broker": "Apache Kafka (KRaft, one local node), child process",
             "rounds": 1,
         },
     )

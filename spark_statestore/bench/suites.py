@@ -10,9 +10,11 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -60,7 +62,7 @@ which the store host and the plans read), and the suites before it start a local
 _CHILD = (
     "import sys\n"
     "from spark_statestore.bench.suites import _suite_in_child\n"
-    "_suite_in_child(sys.stdin.buffer, sys.stdout.buffer)\n"
+    "_suite_in_child(sys.stdin.buffer)\n"
 )
 
 
@@ -128,35 +130,42 @@ def run_suite_in_child(name: str, options: BenchOptions) -> list[Measurement]:
     """Run suite ``name`` in a fresh ``python -c`` child process (its log on this process's
     stderr) and return its measurements.
 
+    The result comes back in a file, not on the child's stdout: the JVMs a suite starts
+    inherit that stdout, and a line of theirs must not corrupt the result. What they print
+    there is passed on to this process's stderr.
+
     Raises
     ------
     BenchError
         The suite failed in the child (its message), or the child died without a result.
     """
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD],
-        input=pickle.dumps((name, options)),
-        stdout=subprocess.PIPE,
-        check=False,
-    )
-    try:
-        outcome, value = pickle.loads(proc.stdout)
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError):  # no result written
-        raise BenchError(
-            f"bench suite {name}: its child process exited {proc.returncode} without a result "
-            "(its log is above)"
-        ) from None
+    with tempfile.TemporaryDirectory(prefix="spark-statestore-bench-suite-") as scratch:
+        result_path = Path(scratch) / "result.pickle"
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD],
+            input=pickle.dumps((name, options, str(result_path))),
+            stdout=subprocess.PIPE,
+            check=False,
+        )
+        if proc.stdout:
+            sys.stderr.write(proc.stdout.decode(errors="replace"))
+        try:
+            outcome, value = pickle.loads(result_path.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError):
+            raise BenchError(
+                f"bench suite {name}: its child process exited {proc.returncode} without a "
+                "result (its log is above)"
+            ) from None
     if outcome != "ok":
         raise BenchError(str(value))
     return list(value)
 
 
-def _suite_in_child(stdin: Any, stdout: Any) -> None:
+def _suite_in_child(stdin: Any) -> None:
     """The child's side of :func:`run_suite_in_child`."""
-    name, options = pickle.load(stdin)
+    name, options, result_path = pickle.load(stdin)
     try:
         result: tuple[str, Any] = ("ok", SUITES[name](options))
     except BenchError as exc:
         result = ("error", str(exc))
-    pickle.dump(result, stdout)
-    stdout.flush()
+    Path(result_path).write_bytes(pickle.dumps(result))
