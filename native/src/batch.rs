@@ -12,6 +12,7 @@ use crate::arrow::{check_columns, Column};
 use crate::db::{as_bytes, Inner};
 use crate::errors::leveldb_error;
 use crate::leveldb as ffi;
+use crate::pyobj::{bytes_of, int_of};
 
 fn varint_len(mut n: usize) -> usize {
     let mut len = 1;
@@ -320,25 +321,6 @@ impl WriteBatch {
             return Ok(false);
         }
         let (k, v, p, o, t) = (k.as_ptr(), v.as_ptr(), p.as_ptr(), o.as_ptr(), t.as_ptr());
-        unsafe fn bytes_of<'a>(obj: *mut ffi::PyObject) -> Option<&'a [u8]> {
-            if ffi::PyBytes_CheckExact(obj) == 0 {
-                return None;
-            }
-            let data = ffi::PyBytes_AsString(obj) as *const u8;
-            Some(std::slice::from_raw_parts(data, ffi::PyBytes_Size(obj) as usize))
-        }
-        unsafe fn int_of(obj: *mut ffi::PyObject) -> Option<i64> {
-            if ffi::PyLong_CheckExact(obj) == 0 {
-                return None;
-            }
-            let mut overflow: std::os::raw::c_int = 0;
-            let value = ffi::PyLong_AsLongLongAndOverflow(obj, &mut overflow);
-            if overflow != 0 || (value == -1 && !ffi::PyErr_Occurred().is_null()) {
-                ffi::PyErr_Clear();
-                return None;
-            }
-            Some(value)
-        }
         let none = unsafe { ffi::Py_None() };
         let mut fields: Vec<(i32, i64, i64)> = Vec::with_capacity(len);
         for i in 0..len {

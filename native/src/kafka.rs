@@ -44,6 +44,52 @@ fn error_name(code: rd::rd_kafka_resp_err_t) -> (String, String) {
     }
 }
 
+/// Why librdkafka's client was not made from the settings.
+pub(crate) enum ClientError {
+    /// A name or value contains NUL.
+    Nul(String),
+    /// librdkafka refused a setting (or the client), in its words.
+    Refused(String),
+}
+
+impl ClientError {
+    pub(crate) fn message(&self) -> String {
+        match self {
+            ClientError::Nul(name) => format!("setting {name:?} contains NUL"),
+            ClientError::Refused(text) => text.clone(),
+        }
+    }
+}
+
+/// A librdkafka client of `kind` with `settings` (librdkafka properties as strings);
+/// `prepare` sets what only code can (callbacks) before the client is made.
+pub(crate) unsafe fn new_client(
+    kind: rd::rd_kafka_type_t,
+    settings: &[(String, String)],
+    prepare: impl FnOnce(*mut rd::rd_kafka_conf_t),
+) -> Result<*mut rd::rd_kafka_t, ClientError> {
+    let conf = rd::rd_kafka_conf_new();
+    let mut errstr = [0 as c_char; 512];
+    for (name, value) in settings {
+        let (Ok(c_name), Ok(c_value)) = (CString::new(name.as_str()), CString::new(value.as_str())) else {
+            rd::rd_kafka_conf_destroy(conf);
+            return Err(ClientError::Nul(name.clone()));
+        };
+        let result = rd::rd_kafka_conf_set(conf, c_name.as_ptr(), c_value.as_ptr(), errstr.as_mut_ptr(), errstr.len());
+        if result != rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK {
+            rd::rd_kafka_conf_destroy(conf);
+            return Err(ClientError::Refused(CStr::from_ptr(errstr.as_ptr()).to_string_lossy().into_owned()));
+        }
+    }
+    prepare(conf);
+    let rk = rd::rd_kafka_new(kind, conf, errstr.as_mut_ptr(), errstr.len());
+    if rk.is_null() {
+        rd::rd_kafka_conf_destroy(conf);
+        return Err(ClientError::Refused(CStr::from_ptr(errstr.as_ptr()).to_string_lossy().into_owned()));
+    }
+    Ok(rk)
+}
+
 /// A consumer assigned to partitions of one topic, read in column batches.
 #[pyclass(frozen, module = "spark_statestore_native")]
 pub struct ColumnReader {
@@ -62,40 +108,8 @@ impl ColumnReader {
     fn new(settings: Vec<(String, String)>, topic: &str) -> PyResult<Self> {
         let topic = CString::new(topic).map_err(|_| PyValueError::new_err("topic contains NUL"))?;
         unsafe {
-            let conf = rd::rd_kafka_conf_new();
-            let mut errstr = [0 as c_char; 512];
-            for (name, value) in &settings {
-                let (c_name, c_value) = match (CString::new(name.as_str()), CString::new(value.as_str())) {
-                    (Ok(n), Ok(v)) => (n, v),
-                    _ => {
-                        rd::rd_kafka_conf_destroy(conf);
-                        return Err(PyValueError::new_err(format!("setting {name:?} contains NUL")));
-                    }
-                };
-                let result = rd::rd_kafka_conf_set(
-                    conf,
-                    c_name.as_ptr(),
-                    c_value.as_ptr(),
-                    errstr.as_mut_ptr(),
-                    errstr.len(),
-                );
-                if result != rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK {
-                    rd::rd_kafka_conf_destroy(conf);
-                    let message = CStr::from_ptr(errstr.as_ptr()).to_string_lossy().into_owned();
-                    return Err(PyValueError::new_err(message));
-                }
-            }
-            let rk = rd::rd_kafka_new(
-                rd::rd_kafka_type_t::RD_KAFKA_CONSUMER,
-                conf,
-                errstr.as_mut_ptr(),
-                errstr.len(),
-            );
-            if rk.is_null() {
-                rd::rd_kafka_conf_destroy(conf);
-                let message = CStr::from_ptr(errstr.as_ptr()).to_string_lossy().into_owned();
-                return Err(PyValueError::new_err(message));
-            }
+            let rk = new_client(rd::rd_kafka_type_t::RD_KAFKA_CONSUMER, &settings, |_| {})
+                .map_err(|e| PyValueError::new_err(e.message()))?;
             rd::rd_kafka_poll_set_consumer(rk);
             let queue = rd::rd_kafka_queue_get_consumer(rk);
             Ok(ColumnReader {

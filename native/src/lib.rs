@@ -1,6 +1,6 @@
 //! spark-statestore's compiled hot loops (see docs/native.md): a LevelDB database with
 //! plyvel's interface plus column operations, and a Kafka reader that hands out records as
-//! Arrow columns. The pure-Python paths stay the reference; both must give equal stores.
+//! Arrow columns, and a Kafka producer that produces a chunk of rows per call. The pure-Python paths stay the reference; both must give equal stores.
 
 mod arrow;
 mod batch;
@@ -10,6 +10,8 @@ mod errors;
 mod kafka;
 mod leveldb;
 mod positions;
+mod producer;
+mod pyobj;
 
 use pyo3::prelude::*;
 
@@ -21,6 +23,8 @@ fn spark_statestore_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<db::Iterator>()?;
     m.add_class::<batch::WriteBatch>()?;
     m.add_class::<kafka::ColumnReader>()?;
+    m.add_class::<producer::Producer>()?;
+    m.add("KafkaCallError", py.get_type::<producer::KafkaCallError>())?;
     m.add_function(wrap_pyfunction!(decode_position_entries, m)?)?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("CorruptionError", py.get_type::<errors::CorruptionError>())?;

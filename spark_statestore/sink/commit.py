@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchToCommit",
     "Change",
+    "ChangeChunk",
+    "ChangeChunks",
     "ChangelogPublisher",
     "CommitOutcome",
     "PublishedBatch",
@@ -64,6 +66,42 @@ its changelog partition (Kafka's murmur2 partition of the key).
 
 The timestamp is never 0: librdkafka's producer reads 0 as "stamp it now", so a record
 produced with 0 would carry another timestamp than the leader's envelope."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeChunk:
+    """Changes in columns, all carrying one position: row ``i`` is the :data:`Change`
+    ``(keys[i], values[i], position, timestamps[i], partitions[i])``."""
+
+    keys: list[bytes]
+    values: list[bytes | None]
+    timestamps: list[int]
+    partitions: list[int]
+    position: Position | None
+
+
+class ChangeChunks:
+    """A batch's changes as :class:`ChangeChunk` columns, read once.
+
+    A publisher that takes columns reads :meth:`chunks` (no Python object per change); one
+    that takes changes one by one iterates, getting :data:`Change` tuples.
+    """
+
+    def __init__(self, chunks: Iterator[ChangeChunk]) -> None:
+        self._chunks = chunks
+
+    def chunks(self) -> Iterator[ChangeChunk]:
+        """The chunks, in order (the same iterator as :meth:`__iter__` consumes)."""
+        return self._chunks
+
+    def __iter__(self) -> Iterator[Change]:
+        for chunk in self._chunks:
+            position = chunk.position
+            for key, value, stamp, partition in zip(
+                chunk.keys, chunk.values, chunk.timestamps, chunk.partitions, strict=True
+            ):
+                yield key, value, position, stamp, partition
+
 
 ChangelogRow = tuple[int, int, bytes, "bytes | None", "Position | None", int]
 """A committed changelog record as read back: partition, offset, key, value, position, ts."""
@@ -108,7 +146,8 @@ class ChangelogPublisher(Protocol):
     ) -> dict[int, int]:
         """Publish ``changes`` and the batch's progress (with ``position``, the one its
         records carry) in one transaction; returns the end offsets (last record + 1) of the
-        partitions written."""
+        partitions written. ``changes`` may be :class:`ChangeChunks`, which a publisher may
+        read in columns."""
         ...
 
     def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
@@ -257,19 +296,19 @@ def _publish_and_apply(
     # rows stamped 0: a changelog record cannot carry 0 (see Change).
     now_ms = int(time.time() * 1000)
 
-    def changes() -> Iterator[Change]:
-        for key, p in zip(absent, absent_parts, strict=True):
-            yield key, None, header, now_ms, p
+    def chunks() -> Iterator[ChangeChunk]:
+        if absent:
+            count = len(absent)
+            yield ChangeChunk(list(absent), [None] * count, [now_ms] * count, absent_parts, header)
         for staged in ordered:
             for records in staging.read(staged):
                 keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
                 parts = partitions_for_keys(records.column("key"), partitions)
                 batch_parts.append(parts)
-                for key, value, stamp, p in zip(keys, values, stamps, parts, strict=True):
-                    yield key, value, header, stamp, p
+                yield ChangeChunk(keys, values, stamps, parts, header)
 
     ends = publisher.publish(
-        changes(),
+        ChangeChunks(chunks()),
         store_id=store.manifest.store_id,
         query_id=batch.query_id,
         batch_id=batch.batch_id,

@@ -30,13 +30,14 @@ import enum
 import logging
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from spark_statestore import native
 from spark_statestore.changelog.errors import ChangelogFormatError
 from spark_statestore.changelog.headers import position_headers
 from spark_statestore.changelog.partitioner import partition_for_key
@@ -45,8 +46,15 @@ from spark_statestore.connectors.kafka.errors import (
     KafkaClientError,
     ProducerFencedError,
     TransactionTimeoutError,
+    client_error,
     describe_error,
     kafka_error_of,
+)
+from spark_statestore.connectors.kafka.follower.columns import native_settings
+from spark_statestore.connectors.kafka.sink.native_producer import (
+    NOT_PLAIN,
+    QUEUE_FULL,
+    NativeProducer,
 )
 from spark_statestore.connectors.kafka.sink.progress import (
     PROGRESS_SUFFIX,
@@ -54,6 +62,7 @@ from spark_statestore.connectors.kafka.sink.progress import (
     require_progress_topic,
 )
 from spark_statestore.position import Position
+from spark_statestore.sink.commit import ChangeChunk, ChangeChunks
 
 __all__ = [
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
@@ -204,9 +213,31 @@ class ChangelogWriter:
         self._partitions: int | None = None
         self._ends: dict[int, int] = {}
         self._delivery_error: tuple[KafkaError, str, int | None] | None = None
-        self._producer = clients.producer(
-            bootstrap_servers, settings, what=f"changelog {changelog_topic!r}"
+        # The last chunk's position and its headers (most chunks share one).
+        self._headers: tuple[Position | None, list[tuple[str, bytes]] | None] = (None, None)
+        extension = native.module()
+        plain = (
+            native_settings({k: v for k, v in settings.items() if k != "on_delivery"})
+            if extension is not None
+            else None
         )
+        self._native: NativeProducer | None = None
+        self._producer: Any
+        if extension is not None and plain is not None:
+            try:
+                self._native = NativeProducer(extension, plain, changelog_topic)
+            except KafkaException as exc:
+                raise client_error(
+                    exc,
+                    f"the Kafka client refused the producer settings for changelog "
+                    f"{changelog_topic!r}",
+                    "; check the kafka.* options",
+                ) from exc
+            self._producer = self._native
+        else:
+            self._producer = clients.producer(
+                bootstrap_servers, settings, what=f"changelog {changelog_topic!r}"
+            )
 
     # -- facts ----------------------------------------------------------------------------
     @property
@@ -345,12 +376,12 @@ class ChangelogWriter:
             Any exception raised by ``changes`` itself aborts the transaction and propagates.
         """
         self._check_ready("publish")
-        partitions = self._partitions
-        assert partitions is not None  # set by init()
-        producer, topic = self._producer, self._topic
+        producer = self._producer
         self._drain()
         self._ends = {}
         self._delivery_error = None
+        if self._native is not None:
+            self._native.take_deliveries()  # reports of earlier batches' records
         try:
             producer.begin_transaction()
         except KafkaException as exc:
@@ -358,51 +389,19 @@ class ChangelogWriter:
         began = time.monotonic()
         produced = 0
         try:
-            last_position: Position | None = None
-            headers: list[tuple[str, str | bytes | None]] | None = None
-            produce = producer.produce
-            for index, change in enumerate(changes):
-                if index % _TIMEOUT_CHECK_EVERY == 0:
-                    produced = index
+            chunks = (
+                changes.chunks()
+                if isinstance(changes, ChangeChunks)
+                else self._chunks(changes, progress.batch_id)
+            )
+            for chunk in chunks:
+                for first in range(0, len(chunk.keys), _TIMEOUT_CHECK_EVERY):
                     self._check_age(began, produced, progress.batch_id)
-                key, value, position, timestamp = change[0], change[1], change[2], change[3]
-                if not isinstance(key, (bytes, bytearray)):
-                    raise ChangelogFormatError(
-                        f"change #{index} of batch {progress.batch_id} has key {key!r}: a "
-                        "changelog record needs a bytes key",
-                        topic=topic,
-                    )
-                if position is not last_position:
-                    last_position = position
-                    headers = None if position is None else list(position_headers(position))
-                # The caller may pass the partition it computed (it needs it too).
-                partition = change[4] if len(change) > 4 else partition_for_key(key, partitions)
-                while True:
-                    try:
-                        produce(
-                            topic,
-                            value,
-                            key,
-                            partition=partition,
-                            timestamp=0
-                            if timestamp is None
-                            else timestamp,  # 0: the producer stamps "now"
-                            headers=headers,
-                        )
-                        break
-                    except BufferError:
-                        self._wait_for_room()  # the local queue is full
-                produced = index + 1
+                    produced += self._produce(chunk, first, produced, progress.batch_id)
             self._flush()
             ends = {p: o + 1 for p, o in sorted(self._ends.items())}
             record = replace(progress, changelog_end_offsets=ends)
-            produce(
-                self.progress_topic,
-                record.to_json().encode("utf-8"),
-                record.store_id.encode("utf-8"),
-                partition=0,
-                on_delivery=self._on_progress_delivery,
-            )
+            self._produce_progress(record)
             self._flush()
             self._check_age(began, produced, progress.batch_id)
             self._retrying("commit the transaction", producer.commit_transaction)
@@ -429,6 +428,137 @@ class ChangelogWriter:
         return ends
 
     # -- internals ------------------------------------------------------------------------
+    def _chunks(self, changes: Iterable[Change], batch_id: int) -> Iterator[ChangeChunk]:
+        """``changes`` as chunks of one change each: a change pulled from the caller's
+        iterator is produced before the next is pulled (the iterator may wait on what
+        the log shows). Batches in columns come as :class:`ChangeChunks` instead."""
+        partitions = self._partitions
+        assert partitions is not None  # set by init()
+        for index, change in enumerate(changes):
+            key, value, position, timestamp = change[0], change[1], change[2], change[3]
+            if not isinstance(key, bytes):
+                raise self._key_error(index, key, batch_id)
+            # The caller may pass the partition it computed (it needs it too).
+            partition = change[4] if len(change) > 4 else partition_for_key(key, partitions)
+            # A None timestamp: 0, which the producer stamps "now".
+            stamp = 0 if timestamp is None else timestamp
+            yield ChangeChunk([key], [value], [stamp], [partition], position)
+
+    def _key_error(self, index: int, key: object, batch_id: int) -> ChangelogFormatError:
+        return ChangelogFormatError(
+            f"change #{index} of batch {batch_id} has key {key!r}: a changelog record needs a "
+            "bytes key",
+            topic=self._topic,
+        )
+
+    def _produce(self, chunk: ChangeChunk, first: int, index: int, batch_id: int) -> int:
+        """Produce rows ``first...`` of ``chunk`` (at most ``_TIMEOUT_CHECK_EVERY``), the
+        first being the batch's change #``index``; returns how many were produced."""
+        stop = min(len(chunk.keys), first + _TIMEOUT_CHECK_EVERY)
+        if chunk.position is not self._headers[0]:
+            position = chunk.position
+            self._headers = (
+                position,
+                None if position is None else list(position_headers(position)),
+            )
+        headers = self._headers[1]
+        topic = self._topic
+        if self._native is not None:
+            self._produce_native(chunk, first, stop, index, batch_id, headers)
+            return stop - first
+        produce = self._producer.produce
+        keys, values, stamps, parts = chunk.keys, chunk.values, chunk.timestamps, chunk.partitions
+        for row in range(first, stop):
+            key = keys[row]
+            if not isinstance(key, bytes):
+                raise self._key_error(index + row - first, key, batch_id)
+            while True:
+                try:
+                    produce(
+                        topic,
+                        values[row],
+                        key,
+                        partition=parts[row],
+                        timestamp=stamps[row],
+                        headers=headers,
+                    )
+                    break
+                except BufferError:
+                    self._wait_for_room()  # the local queue is full
+        return stop - first
+
+    def _produce_native(
+        self,
+        chunk: ChangeChunk,
+        first: int,
+        stop: int,
+        index: int,
+        batch_id: int,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> None:
+        """Rows ``first...stop`` of ``chunk`` in calls of the extension's producer."""
+        assert self._native is not None
+        columns: list[list[Any]] = [chunk.keys, chunk.values, chunk.partitions, chunk.timestamps]
+        if first or stop < len(chunk.keys):
+            columns = [column[first:stop] for column in columns]
+        copied = first or stop < len(chunk.keys)
+        row = 0
+        while True:
+            keys, values, partitions, stamps = columns
+            row, stopped = self._native.produce_rows(
+                self._topic, keys, values, partitions, stamps, headers, row
+            )
+            if stopped == QUEUE_FULL:
+                self._wait_for_room()
+            elif stopped == NOT_PLAIN:
+                if not copied:  # the caller's lists are left as they are
+                    columns, copied = [list(column) for column in columns], True
+                self._plain_row(columns, row, index + row, batch_id)
+            else:
+                return
+
+    def _plain_row(self, columns: list[list[Any]], row: int, index: int, batch_id: int) -> None:
+        """Make row ``row`` of the columns the extension's plain types as confluent-kafka
+        takes them (``str`` values as UTF-8, subclasses of ``bytes`` and ``int`` as those);
+        raise as the reference path does for what it refuses."""
+        keys, values, partitions, stamps = columns
+        key, value = keys[row], values[row]
+        if not isinstance(key, bytes):
+            raise self._key_error(index, key, batch_id)
+        keys[row] = bytes(key)
+        if isinstance(value, str):
+            values[row] = value.encode("utf-8")
+        elif isinstance(value, bytes):
+            values[row] = bytes(value)
+        elif value is not None:
+            raise TypeError(
+                f"change #{index} of batch {batch_id}: a changelog value is bytes, str or "
+                f"None, not {type(value).__name__}"
+            )
+        for column, what in ((partitions, "partition"), (stamps, "timestamp")):
+            number = column[row]
+            if not isinstance(number, int) or not -(2**63) <= number < 2**63:
+                raise TypeError(
+                    f"change #{index} of batch {batch_id}: its {what} {number!r} is not an int64"
+                )
+            column[row] = int(number)
+        if not -(2**31) <= partitions[row] < 2**31:
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+
+    def _produce_progress(self, record: ProgressRecord) -> None:
+        key, value = record.store_id.encode("utf-8"), record.to_json().encode("utf-8")
+        if self._native is None:
+            self._producer.produce(
+                self.progress_topic,
+                value,
+                key,
+                partition=0,
+                on_delivery=self._on_progress_delivery,
+            )
+            return
+        while self._native.produce_rows(self.progress_topic, [key], [value], [0], [0], None, 0)[1]:
+            self._wait_for_room()
+
     def _timeout_error(
         self, batch_id: int, changes: int, elapsed_s: float, code: int | None = None
     ) -> TransactionTimeoutError:
@@ -524,6 +654,13 @@ class ChangelogWriter:
                     f"{self._timeout_s:.0f} s; check that the brokers of the changelog are "
                     "reachable. The transaction was aborted, nothing of this batch is visible"
                 )
+        if self._native is not None:
+            ends, failed = self._native.take_deliveries()
+            for acknowledged, offset in ends.items():
+                if offset > self._ends.get(acknowledged, -1):
+                    self._ends[acknowledged] = offset
+            if failed is not None and self._delivery_error is None:
+                self._delivery_error = failed
         if self._delivery_error is not None:
             error, topic, partition = self._delivery_error
             if _is_fenced(error):
