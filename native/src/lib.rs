@@ -10,6 +10,7 @@ mod errors;
 mod kafka;
 mod leveldb;
 mod positions;
+mod partitioner;
 mod producer;
 mod pyobj;
 
@@ -26,6 +27,8 @@ fn spark_statestore_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::Producer>()?;
     m.add("KafkaCallError", py.get_type::<producer::KafkaCallError>())?;
     m.add_function(wrap_pyfunction!(decode_position_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(partitioner::partitions_for_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(partitioner::consecutive_offsets, m)?)?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("CorruptionError", py.get_type::<errors::CorruptionError>())?;
     m.add("IOError", py.get_type::<errors::IOError>())?;

@@ -98,7 +98,8 @@ def _check_partitions(num_partitions: object) -> None:
 
 
 def partitions_for_keys(keys: pa.Array | Sequence[bytes], num_partitions: int) -> list[int]:
-    """:func:`partition_for_key` of many keys at once, computed column-wise in Arrow.
+    """:func:`partition_for_key` of many keys at once: for a list of ``bytes``, in the
+    compiled extension when it is on; else column-wise in Arrow.
 
     Keys are grouped by length; within a group every 4-byte block and tail byte is one Arrow
     column, so the hash costs a few dozen vectorized operations per distinct key length
@@ -119,7 +120,15 @@ def partitions_for_keys(keys: pa.Array | Sequence[bytes], num_partitions: int) -
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from spark_statestore import native
+
     _check_partitions(num_partitions)
+    extension = native.module()
+    if extension is not None and type(keys) is list and num_partitions < 2**31:
+        # The compiled partitioner; None when a key is not plain bytes (decided below).
+        partitions: list[int] | None = extension.partitions_for_keys(keys, num_partitions)
+        if partitions is not None:
+            return partitions
     array = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
     if array.null_count:
         raise PartitionerError("a changelog key is null: every record needs a key")

@@ -303,7 +303,7 @@ def _publish_and_apply(
         for staged in ordered:
             for records in staging.read(staged):
                 keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
-                parts = partitions_for_keys(records.column("key"), partitions)
+                parts = partitions_for_keys(keys, partitions)
                 batch_parts.append(parts)
                 yield ChangeChunk(keys, values, stamps, parts, header)
 
@@ -331,10 +331,7 @@ def _publish_and_apply(
             for records in staging.read(staged):
                 keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
                 parts = next(cached)
-                offsets = []
-                for p in parts:
-                    offsets.append(next_offset[p])
-                    next_offset[p] += 1
+                offsets, next_offset = _consecutive_offsets(parts, next_offset)
                 txn.put_columns(keys, values, parts, offsets, stamps)
         if not position.is_empty():
             txn.merge_position(position)
@@ -342,6 +339,24 @@ def _publish_and_apply(
             txn.set_changelog_offset(p, end)
         txn.set_commit_record(_commit_record(batch, ends))
         txn.commit()
+
+
+def _consecutive_offsets(
+    partitions: list[int], next_offset: dict[int, int]
+) -> tuple[list[int], dict[int, int]]:
+    """The offsets of records written in order to ``partitions``, each partition's numbered
+    on from ``next_offset``; and the next offsets after them."""
+    from spark_statestore import native
+
+    extension = native.module()
+    if extension is not None:
+        offsets, after = extension.consecutive_offsets(partitions, next_offset)
+        return offsets, after
+    offsets = []
+    for p in partitions:
+        offsets.append(next_offset[p])
+        next_offset[p] += 1
+    return offsets, next_offset
 
 
 def _roll_forward(

@@ -253,3 +253,19 @@ def test_published_timestamps_are_the_stored_ones_and_never_zero(make_store: Mak
     # librdkafka publishes timestamp 0 as "now": 0 gets the batch's commit time, as null does.
     assert published[b"given"] == 1_000
     assert published[b"zero"] == published[b"none"] > 1_000
+
+
+def test_changelog_offsets_number_each_partition_on_from_its_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch's records take consecutive offsets per partition, in order, on both paths."""
+    from spark_statestore.native import ENV
+    from spark_statestore.sink.commit import _consecutive_offsets
+
+    parts = [2, 0, 2, 2, 1, 0]
+    expected = ([10, 0, 11, 12, 5, 1], {0: 2, 1: 6, 2: 13})
+    for path in ("0", "auto"):
+        monkeypatch.setenv(ENV, path)
+        assert _consecutive_offsets(parts, {0: 0, 1: 5, 2: 10}) == expected
+        with pytest.raises(KeyError):
+            _consecutive_offsets([3], {0: 0})

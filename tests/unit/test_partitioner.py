@@ -15,6 +15,7 @@ from spark_statestore.changelog import (
     to_positive,
 )
 from spark_statestore.errors import StateStoreError
+from spark_statestore.native import ENV
 
 # Vectors from Apache Kafka,
 # clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2.
@@ -158,3 +159,27 @@ def test_partitions_for_keys_refuses_nulls_and_bad_counts() -> None:
     with pytest.raises(PartitionerError, match=">= 1"):
         partitions_for_keys([b"a"], 0)
     assert partitions_for_keys([], 3) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=30), max_size=60), st.integers(1, 2**31 - 1))
+def test_a_list_partitions_the_same_with_the_extension_on_and_off(
+    keys: list[bytes], partitions: int
+) -> None:
+    """The compiled partitioner takes lists of bytes; the reference path is Arrow's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENV, "0")
+        reference = partitions_for_keys(keys, partitions)
+    assert partitions_for_keys(keys, partitions) == reference
+
+
+def test_a_list_with_a_null_or_non_bytes_key_takes_the_reference_path() -> None:
+    with pytest.raises(PartitionerError, match="null"):
+        partitions_for_keys([b"a", None], 3)  # type: ignore[list-item]
+    assert (
+        partitions_for_keys([b"abc", bytearray(b"abc")], 7)
+        == [  # type: ignore[list-item]
+            partition_for_key(b"abc", 7)
+        ]
+        * 2
+    )

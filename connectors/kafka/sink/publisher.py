@@ -57,6 +57,9 @@ class KafkaChangelogPublisher:
         self._partitions: int | None = None
         self._writer: ChangelogWriter | None = None
         self._store_id: str | None = None
+        # The batch this publisher itself committed last: the progress topic's last record
+        # as long as the writer is not fenced (only this transactional id writes it).
+        self._published: PublishedBatch | None = None
 
     @property
     def topic(self) -> str:
@@ -92,7 +95,13 @@ class KafkaChangelogPublisher:
         return self._writer
 
     def published_batch(self, store_id: str) -> PublishedBatch | None:
+        """The last batch in the progress topic. After a batch this publisher committed
+        itself, that batch without reading the topic: its writer holds the transactional
+        id, so no other writer added a batch without fencing it, and a fenced writer fails
+        its next publish (the duplicate sink must stop either way)."""
         self._writer_for(store_id)
+        if self._published is not None:
+            return self._published
         record = read_last_progress(
             self._bootstrap, self._topic, store_id, config=self._config, timeout_s=self._timeout_s
         )
@@ -113,7 +122,11 @@ class KafkaChangelogPublisher:
         progress = ProgressRecord.for_batch(
             store_id, query_id, batch_id, source_offsets, position=position
         )
-        return self._writer_for(store_id).publish(changes, progress=progress)
+        writer = self._writer_for(store_id)
+        self._published = None  # unknown until this transaction commits
+        ends = writer.publish(changes, progress=progress)
+        self._published = PublishedBatch(query_id, batch_id, dict(ends))
+        return ends
 
     def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
         for entry in read_changelog_range(
@@ -131,6 +144,7 @@ class KafkaChangelogPublisher:
             yield entry.partition, entry.offset, entry.key, entry.value, position, stamp
 
     def close(self) -> None:
+        self._published = None
         if self._writer is not None:
             self._writer.close()
             self._writer = None
