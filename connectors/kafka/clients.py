@@ -54,7 +54,18 @@ _CONSUMER_ONLY = (
     "group.id",
 )
 
+CLIENT_DEFAULTS: dict[str, Any] = {
+    # librdkafka's first request on a new client waits about reconnect.backoff.ms (100 ms)
+    # for the connection to the broker the bootstrap metadata names: measured 57 ms per
+    # fresh client, 17 ms with 10 ms. A sink commit process makes three fresh clients per
+    # micro-batch. The backoff still grows exponentially to reconnect.backoff.max.ms (10 s)
+    # against a broker that is down.
+    "reconnect.backoff.ms": 10,
+}
+"""Defaults of every client here (the user's ``kafka.*`` settings override them)."""
+
 _CONSUMER_DEFAULTS: dict[str, Any] = {
+    **CLIENT_DEFAULTS,
     "enable.auto.commit": False,  # offsets are never committed: stores keep their own
     "enable.auto.offset.store": False,
     "enable.partition.eof": True,
@@ -153,7 +164,9 @@ def producer(bootstrap_servers: str, config: Mapping[str, Any] | None, *, what: 
         librdkafka refuses the settings (the message names ``what``).
     """
     try:
-        return Producer({"bootstrap.servers": bootstrap_servers, **(config or {})})
+        return Producer(
+            {"bootstrap.servers": bootstrap_servers, **CLIENT_DEFAULTS, **(config or {})}
+        )
     except KafkaException as exc:
         raise client_error(
             exc,
@@ -197,7 +210,12 @@ def admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClie
 
     # librdkafka's info-level lines (level 6; e.g. an admin client destroyed with an event
     # it did not serve) are noise to a user; notices, warnings and errors still show.
-    settings = {"bootstrap.servers": bootstrap_servers, "log_level": 5, **(config or {})}
+    settings = {
+        "bootstrap.servers": bootstrap_servers,
+        "log_level": 5,
+        **CLIENT_DEFAULTS,
+        **(config or {}),
+    }
     for name in _CONSUMER_ONLY:
         settings.pop(name, None)
     try:

@@ -34,3 +34,14 @@ def test_refused_settings_name_what_the_client_was_for() -> None:
         clients.consumer(_NOWHERE, {"no.such.setting": "1"}, group="g", what="changelog 'c'")
     with pytest.raises(KafkaClientError, match=r"producer settings for changelog 'c'"):
         clients.producer(_NOWHERE, {"no.such.setting": "1"}, what="changelog 'c'")
+
+
+def test_clients_reconnect_quickly_unless_the_user_says_otherwise() -> None:
+    """A fresh client's first request waits about reconnect.backoff.ms; ours default to
+    10 ms (a sink commit makes fresh clients every micro-batch); kafka.* settings win."""
+    settings = clients.consumer_settings("127.0.0.1:9", None, group="g", what="w")
+    assert settings["reconnect.backoff.ms"] == 10
+    chosen = clients.consumer_settings(
+        "127.0.0.1:9", {"reconnect.backoff.ms": 500}, group="g", what="w"
+    )
+    assert chosen["reconnect.backoff.ms"] == 500

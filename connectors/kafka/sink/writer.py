@@ -184,6 +184,7 @@ class ChangelogWriter:
                     f"{expected[name]!r} itself (exactly-once needs it); remove that option"
                 )
         settings: dict[str, Any] = {
+            **clients.CLIENT_DEFAULTS,
             "acks": "all",
             "compression.type": "lz4",
             "linger.ms": 20,
