@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -349,7 +349,9 @@ def _store_host(df: DataFrame, path: str | None) -> tuple[HostRef, str]:
     return HostRef(row["location"], row["token"], certs, client_cert, client_key), row["store"]
 
 
-_Lookup = Callable[[_Plan, list[bytes], PositionBound], tuple[dict[bytes, bytes], Position]]
+_Found = tuple["pa.Array", "pa.Array", Position]
+"""The keys found, their values (binary arrays, row for row) and the snapshot's position."""
+_Lookup = Callable[[_Plan, "pa.Array", PositionBound], _Found]
 
 
 def _enrich_batches(batches: Iterator[pa.RecordBatch], plan: _Plan) -> Iterator[pa.RecordBatch]:
@@ -369,39 +371,33 @@ def _enrich_batches(batches: Iterator[pa.RecordBatch], plan: _Plan) -> Iterator[
 
     # One router per task: the announcements are read once, the replicas' clients kept.
     with routed_key_lookup(plan.route) as lookup:
-        yield from _enrich_with(
-            batches, plan, lambda plan, keys, bound: lookup(keys, bound, plan.wait_s)
-        )
+
+        def routed(plan: _Plan, keys: pa.Array, bound: PositionBound) -> _Found:
+            found, position = lookup(sorted(keys.to_pylist()), bound, plan.wait_s)
+            return _found_arrays(found.keys(), found.values(), position)
+
+        yield from _enrich_with(batches, plan, routed)
 
 
 def _enrich_with(
     batches: Iterator[pa.RecordBatch], plan: _Plan, lookup: _Lookup
 ) -> Iterator[pa.RecordBatch]:
+    """Each batch with its keys' values: the keys encoded, deduplicated and matched with
+    what the lookup found column-wise in Arrow (no Python object per row for binary and
+    string keys and values)."""
     import pyarrow as pa
-
-    from spark_statestore.connectors.spark.errors import EncodeError
+    import pyarrow.compute as pc
 
     for batch in batches:
-        keys = batch.column(plan.key_index).to_pylist()
-        encoded: list[bytes | None] = []
-        for index, key in enumerate(keys):
-            if key is None:
-                encoded.append(None)
-                continue
-            try:
-                encoded.append(plan.key_codec.encode(key))
-            except EncodeError as exc:
-                raise SparkSourceError(
-                    f"enrich: row {index} of a batch has key {key!r}, which is not a "
-                    f"{plan.key_codec.format.value} key of {plan.store}: {exc}"
-                ) from exc
+        column = batch.column(plan.key_index)
+        encoded = _encoded_keys(plan, column)
         bound = _bound(batch, plan)
-        wanted = sorted({key for key in encoded if key is not None})
-        found, position = lookup(plan, wanted, bound)
-        values = [None if key is None else found.get(key) for key in encoded]
-
-        array, _ = plan.value_codec.decode(
-            values, locate=_locator(plan.store, keys), permissive=False
+        wanted = pc.unique(encoded.drop_null()) if encoded.null_count else pc.unique(encoded)
+        found_keys, found_values, position = lookup(plan, wanted, bound)
+        # Row i's value: the found value of its key; null for a null or absent key.
+        values = found_values.take(pc.index_in(encoded, value_set=found_keys))
+        array, _ = plan.value_codec.decode_array(
+            values, locate=_locator(plan.store, column), permissive=False
         )
         arrays = [*batch.columns, array]
         if len(plan.names) > len(arrays):  # the lookup position column
@@ -409,9 +405,47 @@ def _enrich_with(
         yield pa.RecordBatch.from_arrays(arrays, names=list(plan.names))
 
 
-def _locator(store: str, keys: list[Any]) -> Callable[[int], str]:
+def _encoded_keys(plan: _Plan, column: pa.Array) -> pa.Array:
+    """The stored bytes of each row's key (a binary array; null for a null key): binary
+    keys as they are and string keys as their UTF-8 bytes in Arrow, other formats (or
+    columns of another type than the format's, which fail naming the row) key by key."""
+    import pyarrow as pa
+
+    from spark_statestore.connectors.spark.errors import EncodeError
+
+    kind, fmt = column.type, plan.key_codec.format
+    if (
+        fmt is ValueFormat.BINARY and (pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+    ) or (
+        fmt is ValueFormat.STRING and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+    ):
+        return column.cast(pa.binary())
+    encoded: list[bytes | None] = []
+    for index, key in enumerate(column.to_pylist()):
+        if key is None:
+            encoded.append(None)
+            continue
+        try:
+            encoded.append(plan.key_codec.encode(key))
+        except EncodeError as exc:
+            raise SparkSourceError(
+                f"enrich: row {index} of a batch has key {key!r}, which is not a "
+                f"{plan.key_codec.format.value} key of {plan.store}: {exc}"
+            ) from exc
+    return pa.array(encoded, pa.binary())
+
+
+def _found_arrays(
+    keys: Iterable[bytes], values: Iterable[bytes | None], position: Position
+) -> _Found:
+    import pyarrow as pa
+
+    return pa.array(list(keys), pa.binary()), pa.array(list(values), pa.binary()), position
+
+
+def _locator(store: str, keys: pa.Array) -> Callable[[int], str]:
     def locate(index: int) -> str:
-        return f"{store} key {keys[index]!r}"
+        return f"{store} key {keys[index].as_py()!r}"
 
     return locate
 
@@ -449,19 +483,17 @@ def _as_map(raw: Any) -> dict[str, dict[int, int]]:
 
 
 def _lookup_on_host(
-    host: StoreHostClient, plan: _Plan, keys: list[bytes], bound: PositionBound
-) -> tuple[dict[bytes, bytes], Position]:
-    """``{key: value}`` of the ``keys`` present in one snapshot of the store, read on its
-    host (through its live owner, pinned, or a private checkpoint), and its position."""
+    host: StoreHostClient, plan: _Plan, keys: pa.Array, bound: PositionBound
+) -> _Found:
+    """The ``keys`` present in one snapshot of the store, read on its host (through its
+    live owner, pinned, or a private checkpoint), their values and its position."""
     deadline = time.monotonic() + plan.wait_s
     table, position = host.lookup(plan.local_path, keys, bound, plan.wait_s)
     _check(plan, bound, position, deadline)
-    return _pairs(table), position
+    return _columns(table, position)
 
 
-def _lookup(
-    plan: _Plan, keys: list[bytes], bound: PositionBound
-) -> tuple[dict[bytes, bytes], Position]:
+def _lookup(plan: _Plan, keys: pa.Array, bound: PositionBound) -> _Found:
     """:func:`_lookup_on_host` in this process (no Spark driver planned it: the task runs on
     the store's host)."""
     from spark_statestore.connectors.spark.host.reads import current_snapshot
@@ -471,7 +503,7 @@ def _lookup(
     purpose = "Spark enrichment lookup"
     with current_snapshot(plan.local_path, purpose=purpose, bound=bound, wait_s=plan.wait_s) as s:
         _check(plan, bound, s.position, deadline)
-        return _pairs(s.table(ScanSpec.for_keys(keys))), s.position
+        return _columns(s.table(ScanSpec.for_keys(keys.to_pylist())), s.position)
 
 
 def _check(plan: _Plan, bound: PositionBound, position: Position, deadline: float) -> None:
@@ -484,7 +516,10 @@ def _check(plan: _Plan, bound: PositionBound, position: Position, deadline: floa
         )
 
 
-def _pairs(table: pa.Table) -> dict[bytes, bytes]:
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist()
-    return dict(zip(keys, values, strict=True))
+def _columns(table: pa.Table, position: Position) -> _Found:
+    """The key and value columns of a lookup's reply (binary, one chunk each)."""
+    import pyarrow as pa
+
+    keys = table.column("key").combine_chunks().cast(pa.binary())
+    values = table.column("value").combine_chunks().cast(pa.binary())
+    return keys, values, position

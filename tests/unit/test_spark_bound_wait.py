@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from spark_statestore.connectors.spark.ddl import parse_ddl
@@ -129,8 +130,9 @@ def test_an_enrichment_lookup_waits_for_a_store_not_created_yet(
         _commit(path, 5)
 
     monkeypatch.setattr(enrich.time, "sleep", pause)
-    found, position = enrich._lookup(  # type: ignore[arg-type]
-        plan, [b"k5", b"absent"], PositionBound.from_json(BOUND)
+    keys, values, position = enrich._lookup(  # type: ignore[arg-type]
+        plan, pa.array([b"k5", b"absent"]), PositionBound.from_json(BOUND)
     )
     assert len(pauses) == 1
-    assert found == {b"k5": b"v"} and position.to_map() == {"orders": {0: 5}}
+    assert keys.to_pylist() == [b"k5"] and values.to_pylist() == [b"v"]
+    assert position.to_map() == {"orders": {0: 5}}

@@ -157,10 +157,14 @@ class StoreHostClient:
             reader.cancel()
 
     def lookup(
-        self, store: str, keys: list[bytes], bound: PositionBound, wait_s: float = 0.0
+        self,
+        store: str,
+        keys: list[bytes] | pa.Array,
+        bound: PositionBound,
+        wait_s: float = 0.0,
     ) -> tuple[pa.Table, Position]:
-        """The rows of ``keys`` present in one snapshot of ``store`` on the host, and its
-        position (check it against ``bound``)."""
+        """The rows of ``keys`` (bytes, or an Arrow binary array) present in one snapshot of
+        ``store`` on the host, and its position (check it against ``bound``)."""
         import pyarrow as pa
         import pyarrow.flight as flight
 
@@ -172,7 +176,12 @@ class StoreHostClient:
                 descriptor, self._options(LOOKUP_TIMEOUT_S + wait_s)
             )
             writer.begin(schema)
-            writer.write_batch(pa.record_batch([pa.array(keys, pa.binary())], schema=schema))
+            column = (
+                keys.cast(pa.binary())
+                if isinstance(keys, pa.Array)
+                else pa.array(keys, pa.binary())
+            )
+            writer.write_batch(pa.record_batch([column], schema=schema))
             writer.done_writing()
             table = reader.read_all()
             writer.close()
