@@ -101,7 +101,10 @@ class ScanSpec:
                 raise InvalidScanError(
                     f"ScanSpec keys must be a collection of bytes keys, got {keys!r}"
                 ) from None
-            normalized = sorted({_as_bytes(key, "key") for key in items})
+            if all(type(key) is bytes for key in items):  # the common case, checked in C
+                normalized = sorted(set(items))
+            else:
+                normalized = sorted({_as_bytes(key, "key") for key in items})
             object.__setattr__(self, "keys", tuple(normalized))
         for name in ("lower", "upper", "prefix"):
             value = getattr(self, name)
@@ -271,7 +274,7 @@ class ScanSpec:
     def to_dict(self) -> dict[str, Any]:
         """The JSON-compatible form (bytes as base64 strings), see :meth:`to_json`."""
         return {
-            "keys": None if self.keys is None else [_b64(key) for key in self.keys],
+            "keys": None if self.keys is None else _b64_all(self.keys),
             "lower": _b64(self.lower),
             "lower_inclusive": self.lower_inclusive,
             "upper": _b64(self.upper),
@@ -314,7 +317,7 @@ class ScanSpec:
                 f"scan spec field 'partitions' must be a list or null, got {partitions!r}"
             )
         return cls(
-            keys=None if keys is None else tuple(_unb64_key(key) for key in keys),
+            keys=None if keys is None else _unb64_keys(keys),
             lower=_unb64(data.get("lower"), "lower"),
             lower_inclusive=data.get("lower_inclusive", True),
             upper=_unb64(data.get("upper"), "upper"),
@@ -417,6 +420,23 @@ def _as_partitions(partitions: Iterable[int]) -> frozenset[int]:
 
 def _b64(value: bytes | None) -> str | None:
     return None if value is None else base64.b64encode(value).decode("ascii")
+
+
+def _b64_all(keys: Iterable[bytes]) -> list[str]:
+    """``_b64`` of many keys (one C call each: the key lists of multi-gets are long)."""
+    encode = binascii.b2a_base64
+    return [encode(key, newline=False).decode("ascii") for key in keys]
+
+
+def _unb64_keys(values: list[object]) -> tuple[bytes, ...]:
+    """The keys of a scan spec's ``keys`` field: base64 strings, each strictly checked."""
+    decode = binascii.a2b_base64
+    try:
+        if all(type(value) is str for value in values):
+            return tuple(decode(value, strict_mode=True) for value in values)  # type: ignore[arg-type]
+    except (binascii.Error, ValueError):
+        pass  # name the bad one below
+    return tuple(_unb64_key(value) for value in values)
 
 
 def _unb64_key(value: object) -> bytes:
