@@ -227,7 +227,10 @@ def _native_point_batches(
     import pyarrow.compute as pc
 
     assert spec.keys is not None
-    keys = [key for key in spec.keys if in_range(key, bounds)]
+    if bounds[0] is None and bounds[1] is None:  # no key range: every key (the common case)
+        keys = list(spec.keys)
+    else:
+        keys = [key for key in spec.keys if in_range(key, bounds)]
     remaining = spec.limit
     wanted = None if spec.partitions is None else pa.array(sorted(spec.partitions), pa.int32())
     for found in native_key_batches(*view, snapshot.path, keys, batch_rows):

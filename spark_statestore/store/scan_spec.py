@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -101,7 +102,7 @@ class ScanSpec:
                 raise InvalidScanError(
                     f"ScanSpec keys must be a collection of bytes keys, got {keys!r}"
                 ) from None
-            if all(type(key) is bytes for key in items):  # the common case, checked in C
+            if set(map(type, items)) <= _BYTES:  # the common case, checked in C
                 normalized = sorted(set(items))
             else:
                 normalized = sorted({_as_bytes(key, "key") for key in items})
@@ -422,18 +423,23 @@ def _b64(value: bytes | None) -> str | None:
     return None if value is None else base64.b64encode(value).decode("ascii")
 
 
+_BYTES = frozenset({bytes})
+_STR = frozenset({str})
+# One C call per key, looped over in C (map): the key lists of multi-gets are long.
+_B2A = functools.partial(binascii.b2a_base64, newline=False)
+_A2B = functools.partial(binascii.a2b_base64, strict_mode=True)  # base64.b64decode(validate=True)
+
+
 def _b64_all(keys: Iterable[bytes]) -> list[str]:
     """``_b64`` of many keys (one C call each: the key lists of multi-gets are long)."""
-    encode = binascii.b2a_base64
-    return [encode(key, newline=False).decode("ascii") for key in keys]
+    return list(map(bytes.decode, map(_B2A, keys)))
 
 
 def _unb64_keys(values: list[object]) -> tuple[bytes, ...]:
     """The keys of a scan spec's ``keys`` field: base64 strings, each strictly checked."""
-    decode = binascii.a2b_base64
     try:
-        if all(type(value) is str for value in values):
-            return tuple(decode(value, strict_mode=True) for value in values)  # type: ignore[arg-type]
+        if set(map(type, values)) <= _STR:
+            return tuple(map(_A2B, values))
     except (binascii.Error, ValueError):
         pass  # name the bad one below
     return tuple(_unb64_key(value) for value in values)
