@@ -10,14 +10,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_statestore.connectors.spark import enrich
+from spark_statestore.connectors.spark import enrich_tasks as enrich
 from spark_statestore.connectors.spark.errors import SparkSourceError
 from spark_statestore.connectors.spark.formats import ColumnCodec
 from spark_statestore.position import Position, PositionBound
 
 
 def plan(key_format: str, value_format: str = "binary") -> Any:
-    return enrich._Plan(
+    return enrich.Plan(
         path="/s",
         host=None,
         route=None,
@@ -37,10 +37,10 @@ def run(the_plan: Any, column: pa.Array, store: dict[bytes, bytes]) -> tuple[lis
         wanted = keys.to_pylist()
         asked.append(wanted)
         present = [k for k in wanted if k in store]
-        return enrich._found_arrays(present, [store[k] for k in present], Position.empty())
+        return enrich.found_arrays(present, [store[k] for k in present], Position.empty())
 
     batch = pa.RecordBatch.from_arrays([column], names=["k"])
-    out = list(enrich._enrich_with(iter([batch]), the_plan, lookup))
+    out = list(enrich.enrich_with(iter([batch]), the_plan, lookup))
     assert len(asked) == 1 and len(asked[0]) == len(set(asked[0]))  # each key asked once
     return out[0].column(1).to_pylist(), asked[0]
 

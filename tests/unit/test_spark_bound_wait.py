@@ -118,7 +118,7 @@ def test_an_enrichment_lookup_waits_for_a_store_not_created_yet(
     # created (by a commit reaching the rows' position) while the lookup waits to look again.
     from types import SimpleNamespace
 
-    from spark_statestore.connectors.spark import enrich
+    from spark_statestore.connectors.spark import enrich_tasks as enrich
     from spark_statestore.position import PositionBound
 
     path = tmp_path / "store"
@@ -130,7 +130,7 @@ def test_an_enrichment_lookup_waits_for_a_store_not_created_yet(
         _commit(path, 5)
 
     monkeypatch.setattr(enrich.time, "sleep", pause)
-    keys, values, position = enrich._lookup(  # type: ignore[arg-type]
+    keys, values, position = enrich.lookup_here(  # type: ignore[arg-type]
         plan, pa.array([b"k5", b"absent"]), PositionBound.from_json(BOUND)
     )
     assert len(pauses) == 1
