@@ -68,19 +68,19 @@ def convert_batch(
 
     key_codec, value_codec = codecs_for(options.formats)
     permissive = options.formats.mode is DecodeMode.PERMISSIVE
-    stored: list[Any] = batch.column("key").to_pylist()
 
     def locate(i: int) -> str:
+        # ``batch`` as it is when a row fails (a windowed store's key filter narrows it).
         return (
-            f"store {options.path} key {stored[i]!r} (written from changelog "
-            f"partition {batch.column('partition')[i]} offset {batch.column('offset')[i]})"
+            f"store {options.path} key {batch.column('key')[i].as_py()!r} (written from "
+            f"changelog partition {batch.column('partition')[i]} offset "
+            f"{batch.column('offset')[i]})"
         )
 
-    keys = stored
     windows: dict[str, pa.Array] = {}
     if options.store_type in WINDOWED:
         split = split_keys(
-            stored,
+            batch.column("key").to_pylist(),
             options.store_type,
             options.window_size_ms,
             locate=locate,
@@ -88,12 +88,15 @@ def convert_batch(
         )
         if options.key_filter is not None:
             batch, split = _select(batch, split, options.key_filter)
-            stored = batch.column("key").to_pylist()
-        keys = split.keys
         windows = window_columns(split, options.store_type, options.window_size_ms)
-    key_array, _ = key_codec.decode(keys, locate=locate, permissive=permissive)
-    value_array, _ = value_codec.decode(
-        batch.column("value").to_pylist(), locate=locate, permissive=permissive
+        key_array, _ = key_codec.decode(split.keys, locate=locate, permissive=permissive)
+    else:
+        # Binary and string keys and values stay in Arrow: no Python object per row.
+        key_array, _ = key_codec.decode_array(
+            batch.column("key"), locate=locate, permissive=permissive
+        )
+    value_array, _ = value_codec.decode_array(
+        batch.column("value"), locate=locate, permissive=permissive
     )
     columns: dict[str, Any] = {
         "key": key_array,
