@@ -30,6 +30,10 @@ checked against the rows written, so a path that read the wrong rows fails the r
     Like ``scan_owner`` with no live owner: the server is stopped and the store closed, so
     the driver's store host reads a private checkpoint of the store and streams it to the
     task (executors never open a store's files). Baseline: Parquet again, interleaved with it.
+``scan_raw_source``
+    The raw limit of the two scans above: a Python data source that yields one ready-made
+    Arrow batch of the reader's schema again and again, in one task as they run, consumed
+    with the same aggregate (only its row count is checked). Baseline: Parquet again.
 
 Each measurement interleaves its two sides for ``rounds`` rounds after one untimed warm-up
 run of each side (JIT, Python worker start-up); there is no target.
@@ -55,6 +59,7 @@ from typing import Any
 
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
+from spark_statestore.bench.raw_source import RAW_BATCH_ROWS, RAW_SOURCE, raw_source_class
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
 
 _log = logging.getLogger(__name__)
@@ -133,7 +138,8 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
     Returns
     -------
     list of Measurement
-        ``scan_owner``, ``lookup_keys`` and ``scan_local``, without targets.
+        ``scan_owner``, ``lookup_keys``, ``scan_local`` and ``scan_raw_source``, without
+        targets.
 
     Raises
     ------
@@ -179,6 +185,9 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
                 store.close()
             local = partial(scan_run, spark, data, "store", None)
             local_rates = interleave_warm({"store": local, "parquet": parquet}, rounds)
+            spark.dataSource.register(raw_source_class())
+            raw = partial(raw_run, spark, data)
+            raw_rates = interleave_warm({"store": raw, "parquet": parquet}, rounds)
     common = {
         "records": records,
         "partitions": PARTITIONS,
@@ -244,6 +253,14 @@ def run_spark_suite(options: BenchOptions) -> list[Measurement]:
             "Spark read of the store, no live owner",
             "the driver's store host streams a private checkpoint to the task",
         ),
+        scan_measurement(
+            "scan_raw_source",
+            raw_rates,
+            "a Python data source yielding ready-made Arrow batches of the reader's schema "
+            "(the API's own limit: no store, no Flight, no decoding)",
+            f"none: one {RAW_BATCH_ROWS}-row batch built per task and yielded again and again "
+            "(rows not the store's: only their count is checked)",
+        ),
     ]
 
 
@@ -296,6 +313,19 @@ def scan_run(spark: Any, data: Dataset, source: str, owner: ScanOwner | None) ->
         )
     if owner is not None:
         _check_examined(owner, before, data.records, what)
+    return data.records / seconds
+
+
+def raw_run(spark: Any, data: Dataset) -> float:
+    """Rows/s of one fully consumed read of :func:`raw_source_class`'s source."""
+    df = spark.read.format(RAW_SOURCE).option("rows", data.records).load()
+    result: list[Checksum] = []
+    seconds = timed(lambda: result.append(_consume(df)))
+    if result[0][0] != data.records:
+        raise BenchError(
+            f"bench suite {SUITE}: the raw Python data source returned {result[0][0]} rows, "
+            f"expected {data.records}"
+        )
     return data.records / seconds
 
 
