@@ -27,7 +27,9 @@ def test_the_spark_suite_measures_scans_and_lookups_against_their_baselines(
 
     measurements = run_spark_suite(options)
 
-    by_name = one_round_each(measurements, SUITE, ["scan_owner", "lookup_keys", "scan_local", "scan_raw_source"])
+    by_name = one_round_each(
+        measurements, SUITE, ["scan_owner", "lookup_keys", "scan_local", "scan_raw_source"]
+    )
     for m in measurements:
         assert m.parameters["records"] == 300
         assert m.parameters["spark_startup_s"] >= 0
