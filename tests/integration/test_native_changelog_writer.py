@@ -196,6 +196,11 @@ def test_fields_of_other_types_are_made_plain_or_refused_as_on_the_reference_pat
                     ChangeChunks(iter([beyond])), progress=ProgressRecord.for_batch("s", "q", 1)
                 )
             assert "UNKNOWN_PARTITION" in str(refused.value)
+            # Columns of another sequence type than lists are taken too.
+            tuples = ChangeChunk((b"t1",), (b"x",), (3,), (1,), None)  # type: ignore[arg-type]
+            writer.publish(
+                ChangeChunks(iter([tuples])), progress=ProgressRecord.for_batch("s", "q", 1)
+            )
             # The writer goes on after each refusal.
             writer.publish(
                 [(b"after", b"x", None, 9)], progress=ProgressRecord.for_batch("s", "q", 1)
@@ -208,6 +213,7 @@ def test_fields_of_other_types_are_made_plain_or_refused_as_on_the_reference_pat
         (b"after", b"x"),
         (b"plain", b"v"),
         (b"subclass", b"w"),
+        (b"t1", b"x"),
         (b"text", "utf-8 \u00e9".encode()),
     ]
 

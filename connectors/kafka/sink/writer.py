@@ -500,9 +500,11 @@ class ChangelogWriter:
         """Rows ``first...stop`` of ``chunk`` in calls of the extension's producer."""
         assert self._native is not None
         columns: list[list[Any]] = [chunk.keys, chunk.values, chunk.partitions, chunk.timestamps]
-        if first or stop < len(chunk.keys):
+        copied = bool(first or stop < len(chunk.keys))
+        if copied:
             columns = [column[first:stop] for column in columns]
-        copied = first or stop < len(chunk.keys)
+        if any(type(column) is not list for column in columns):  # the extension takes lists
+            columns, copied = [list(column) for column in columns], True
         row = 0
         while True:
             keys, values, partitions, stamps = columns
