@@ -463,11 +463,10 @@ class ChangelogWriter:
                 None if position is None else list(position_headers(position)),
             )
         headers = self._headers[1]
-        topic = self._topic
         if self._native is not None:
             self._produce_native(chunk, first, stop, index, batch_id, headers)
             return stop - first
-        produce = self._producer.produce
+        topic, produce = self._topic, self._producer.produce
         keys, values, stamps, parts = chunk.keys, chunk.values, chunk.timestamps, chunk.partitions
         for row in range(first, stop):
             key = keys[row]

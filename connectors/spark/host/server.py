@@ -305,7 +305,7 @@ def _service_class() -> type:
                     if chunk.data is not None and chunk.data.num_rows:
                         keys.extend(chunk.data.column(0).to_pylist())
                 with server.snapshot(request, "lookup") as snapshot:
-                    table = snapshot.table(ScanSpec.for_keys(sorted(set(keys))))
+                    table = snapshot.table(ScanSpec.for_keys(keys))  # it deduplicates and sorts
                     schema = with_position(snapshot.position)
             except Exception as exc:
                 raise to_flight_error(server, exc) from exc
