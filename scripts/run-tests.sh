@@ -29,15 +29,28 @@ if [ "$#" -gt 0 ]; then
     exit $?
 fi
 
-# The whole suite: tests/cluster runs second, in a pytest process of its own (its driver is
-# a Spark standalone cluster's, and a process has one SparkContext). Either failing fails.
-echo "== pytest"
-run_pytest
+# The whole suite, in three pytest processes:
+# - everything but tests/unit and tests/cluster (a local SparkSession and real brokers);
+# - then tests/cluster, in a process of its own (its driver is a Spark standalone cluster's,
+#   and a process has one SparkContext), and, beside it, tests/unit (no JVM, no broker:
+#   pure CPU, while the cluster's tests mostly wait on its JVMs). The unit run's output is
+#   shown after the cluster's. Any run failing fails the whole.
+echo "== pytest (all but tests/unit and tests/cluster)"
+run_pytest --ignore=tests/unit
 main=$?
+unit_log="$(mktemp -t spark-statestore-unit-XXXXXX.log)"
+run_pytest tests/unit >"$unit_log" 2>&1 &
+unit_pid=$!
 echo "== pytest tests/cluster (a Spark standalone cluster, its Workers on hosts of their own)"
+echo "   (tests/unit runs beside it; its output follows)"
 run_pytest tests/cluster
 cluster=$?
-if [ "$main" -ne 0 ] || [ "$cluster" -ne 0 ]; then
-    echo "failed: main run exit $main, cluster run exit $cluster" >&2
+wait "$unit_pid"
+unit=$?
+echo "== pytest tests/unit (ran beside tests/cluster)"
+cat "$unit_log"
+rm -f "$unit_log"
+if [ "$main" -ne 0 ] || [ "$cluster" -ne 0 ] || [ "$unit" -ne 0 ]; then
+    echo "failed: main run exit $main, cluster run exit $cluster, unit run exit $unit" >&2
     exit 1
 fi
