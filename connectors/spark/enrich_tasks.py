@@ -218,14 +218,15 @@ def lookup_on_host(
 def lookup_here(plan: Plan, keys: pa.Array, bound: PositionBound) -> Found:
     """:func:`lookup_on_host` in this process (no Spark driver planned it: the task runs on
     the store's host)."""
-    from spark_statestore.connectors.spark.host.reads import current_snapshot
-    from spark_statestore.store.scan import ScanSpec
+    from spark_statestore.connectors.spark.host.reads import lookup_current
 
     deadline = time.monotonic() + plan.wait_s
     purpose = "Spark enrichment lookup"
-    with current_snapshot(plan.local_path, purpose=purpose, bound=bound, wait_s=plan.wait_s) as s:
-        _check(plan, bound, s.position, deadline)
-        return _columns(s.table(ScanSpec.for_keys(keys.to_pylist())), s.position)
+    table, position = lookup_current(
+        plan.local_path, keys, purpose=purpose, bound=bound, wait_s=plan.wait_s
+    )
+    _check(plan, bound, position, deadline)
+    return _columns(table, position)
 
 
 def _check(plan: Plan, bound: PositionBound, position: Position, deadline: float) -> None:

@@ -12,6 +12,7 @@ classified; every call shares its authentication, pinning and error mapping.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from spark_statestore.query import LagInfo, StateQueryRequest, StateQueryResult
+    from spark_statestore.serve.lookup_wire import LookupReply
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
@@ -506,6 +508,99 @@ class StoreClient:
         """
         ticket = ScanTicket.for_scan(spec, snapshot_id).to_bytes()
         return self._stream(ticket)
+
+    def lookup(
+        self,
+        keys: pa.Array | list[bytes],
+        bound: PositionBound | None = None,
+        *,
+        wait_s: float = 0.0,
+    ) -> tuple[pa.Table, LookupReply]:
+        """The rows of ``keys`` that exist, read in one snapshot of the latest commit, in one
+        call (:mod:`~spark_statestore.serve.lookup_wire`): the rows of
+        ``read_table(ScanSpec.for_keys(keys))``, keys ascending, each key once, with no JSON
+        or base64 per key.
+
+        With a ``bound`` and ``wait_s`` > 0 the server first waits, up to ``wait_s`` (at most
+        600 s), for a commit whose position reaches the bound, then reads the latest commit
+        either way: check the reply's position (``bound.permits(reply.position)``).
+
+        Parameters
+        ----------
+        keys
+            Keys as bytes, or an Arrow binary array without nulls.
+
+        Returns
+        -------
+        (pyarrow.Table, LookupReply)
+            The rows (schema :func:`~spark_statestore.store.snapshot.arrow_schema`) and the
+            snapshot they were read in (position, store id, commit).
+
+        Raises
+        ------
+        BadRequestError
+            If a key is not bytes (or null), or the keys exceed the server's request limit.
+        WrongStoreError
+            If the server serves another store than :attr:`store_id`.
+        ServerUnavailableError
+            If no server answers at :attr:`location`.
+        """
+        import pyarrow as pa
+        import pyarrow.flight as flight
+
+        from spark_statestore.serve.lookup_wire import LookupReply, LookupRequest
+
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        if isinstance(keys, pa.Array):
+            if not (pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)):
+                raise BadRequestError(f"lookup keys must be a binary array, got {keys.type}")
+            column = keys
+        else:
+            if isinstance(keys, (bytes, bytearray, memoryview, str)):
+                raise BadRequestError(
+                    f"lookup keys are a collection of bytes keys, got the single value "
+                    f"{keys!r}; wrap it: lookup([key])"
+                )
+            items = list(keys)
+            if not set(map(type, items)) <= {bytes}:  # the common case, checked in C
+                bad = next(key for key in items if not isinstance(key, bytes))
+                hint = " (encode it, e.g. key.encode())" if isinstance(bad, str) else ""
+                raise BadRequestError(f"lookup keys must be bytes, got {bad!r}{hint}")
+            column = pa.array(items, pa.binary())
+        if column.null_count:
+            raise BadRequestError(f"lookup keys hold {column.null_count} null(s); a key is bytes")
+        waits = bound is not None and bound.position is not None and wait_s > 0
+        request = LookupRequest(bound if waits else None, int(wait_s * 1000) if waits else 0)
+        timeout_s = self.timeout_s + (request.wait_s if waits else 0.0)
+        descriptor = flight.FlightDescriptor.for_command(request.to_bytes())
+        options = flight.FlightCallOptions(timeout=timeout_s, headers=self._headers)
+        schema = pa.schema([pa.field("key", column.type, nullable=False)])
+        try:
+            writer, reader = self._flight().do_exchange(descriptor, options)
+            try:
+                writer.begin(schema)
+                if len(column):
+                    writer.write_batch(pa.record_batch([column], schema=schema))
+                writer.done_writing()
+                table = reader.read_all()
+            except BaseException:
+                with contextlib.suppress(pa.ArrowException):
+                    writer.close()  # it would raise the server's error again
+                raise
+            writer.close()
+        except pa.ArrowException as exc:
+            raise self._translate(exc) from exc
+        reply = LookupReply.from_metadata(table.schema.metadata, self.location)
+        if self.store_id is not None and reply.store_id != self.store_id:
+            raise WrongStoreError(
+                f"store server {self.location} serves store {reply.store_id!r}, not store "
+                f"{self.store_id!r}: the owner file that pointed here is stale or was edited; "
+                "re-run the query (it finds the store's real owner), and check who can write "
+                "the store directory",
+                self.location,
+            )
+        return table, reply
 
     def read_table(self, spec: ScanSpec, snapshot_id: str | None = None) -> pa.Table:
         """:meth:`scan` collected into one Arrow table."""

@@ -4,7 +4,7 @@ Everything is UTF-8 JSON but the ``query_key`` action's body and result (binary)
 :mod:`~spark_statestore.serve.server` and :mod:`~spark_statestore.serve.client`, so both sides
 agree on one encoding.
 
-Tickets (``do_get``)::
+Tickets (``do_get``; key lookups, ``do_exchange``, are in :mod:`.lookup_wire`)::
 
     {"snapshot_id": "<id>" | null, "scan": <ScanSpec.to_dict()>}
 

@@ -16,7 +16,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +66,7 @@ from spark_statestore.serve.query_wire import decode_query_body, encode_result
 from spark_statestore.store.errors import InvalidScanError, StoreError
 from spark_statestore.store.manifest import Role
 from spark_statestore.store.queries import bound_permits, is_store_wide
-from spark_statestore.store.scan import ScanSpec, ScanStats, scan_batches
+from spark_statestore.store.scan import ScanSpec, ScanStats, lookup_batches, scan_batches
 from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, arrow_schema
 
 if TYPE_CHECKING:
@@ -585,6 +585,70 @@ class StoreServer:
             self._requests += 1
         return self._stream(ticket.snapshot_id, ticket.scan)
 
+    def _handle_lookup(
+        self, command: bytes, chunks: Iterable[Any], client: str = ""
+    ) -> tuple[pa.Schema, pa.Table]:
+        """A ``do_exchange`` lookup (:mod:`~spark_statestore.serve.lookup_wire`): the rows of
+        the keys in ``chunks`` (Flight chunks of one binary column) in one snapshot, taken
+        once the store reached the command's bound or its wait is over."""
+        import pyarrow as pa
+
+        from spark_statestore.serve.lookup_wire import LookupRequest, reply_schema
+
+        self._pins.expire()
+        self._check_size(len(command), "lookup command")
+        request = LookupRequest.from_bytes(command)
+        keys = self._lookup_keys(chunks)
+        with self._lock:
+            self._requests += 1
+        store = self.store
+        bound = request.bound
+        if bound is not None and request.wait_s > 0 and not bound.permits(store.metadata.position):
+            # As a pin: the caller checks the position it gets, so a timeout answers from
+            # the latest commit and the caller refuses it.
+            self._wait_for_commit(lambda m: bound.permits(m.position), request.wait_s, client)
+        stats = ScanStats()
+        snapshot = store.snapshot()
+        try:
+            batches = lookup_batches(snapshot, keys, batch_rows=self._batch_rows, stats=stats)
+            table = pa.Table.from_batches(list(batches), schema=arrow_schema())
+            metadata = snapshot.metadata
+        finally:
+            snapshot.close()
+            with self._lock:
+                self._rows_examined += stats.rows_examined
+                self._rows_returned += stats.rows_returned
+        schema = reply_schema(metadata.position, store.manifest.store_id, metadata.commit_seq)
+        return schema, table.replace_schema_metadata(schema.metadata)
+
+    def _lookup_keys(self, chunks: Iterable[Any]) -> pa.Array:
+        """The keys a lookup's client wrote: one binary column, at most
+        ``max_request_bytes`` of them (counted as they arrive)."""
+        import pyarrow as pa
+
+        arrays: list[pa.Array] = []
+        size = 0
+        for chunk in chunks:
+            data = chunk.data
+            if data is None or not data.num_rows:
+                continue
+            if data.num_columns != 1:
+                raise BadRequestError(
+                    f"a lookup sends one column of keys, got {data.num_columns} columns",
+                    self._location,
+                )
+            column = data.column(0)
+            if not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+                raise BadRequestError(
+                    f"a lookup's keys are a binary column, got {column.type}", self._location
+                )
+            size += column.nbytes
+            self._check_size(size, "lookup's keys")
+            arrays.append(column.cast(pa.binary()))
+        if not arrays:
+            return pa.array([], pa.binary())
+        return pa.concat_arrays(arrays)
+
     def _stream(self, snapshot_id: str | None, scan: ScanSpec) -> Iterator[pa.RecordBatch]:
         # Snapshots are taken inside the generator, so one that never runs holds nothing.
         stats = ScanStats()
@@ -710,6 +774,20 @@ def _service_class() -> type:
                 raise to_flight_error(self._server, exc) from exc
             return flight.GeneratorStream(arrow_schema(), guarded(self._server, batches))
 
+        def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+            server = self._server
+            try:
+                if descriptor.command is None:
+                    raise BadRequestError(
+                        "a lookup's descriptor is a command (see lookup_wire)", server._location
+                    )
+                schema, table = server._handle_lookup(descriptor.command, reader, caller(context))
+            except Exception as exc:
+                raise to_flight_error(server, exc) from exc
+            writer.begin(schema)
+            for batch in table.to_batches():
+                writer.write_batch(batch)
+
         def list_actions(self, context: Any) -> list[tuple[str, str]]:
             extra = [(name, doc) for name, (doc, _) in self._server._extra_actions.items()]
             return [*_ACTION_DOCS.items(), *extra]
@@ -737,21 +815,13 @@ def _client_roots(tls: bool, client_ca: bytes | None, required: bool) -> bytes |
 
 
 def _pin_wait(body: Mapping[str, Any]) -> tuple[PositionBound | None, float]:
-    """The optional ``{"position_bound": <offsets JSON object>, "wait_ms": n}`` of a pin."""
-    raw_bound = body.get("position_bound")
-    wait_ms = body.get("wait_ms", 0)
-    if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
-        raise BadRequestError(f'action "pin": wait_ms must be an int >= 0, got {wait_ms!r}')
-    if raw_bound is None:
+    """The optional ``{"position_bound": <offsets JSON object>, "wait_ms": n}`` of a pin: the
+    bound and the wait in seconds (capped)."""
+    from spark_statestore.serve.lookup_wire import bound_and_wait
+
+    bound, wait_ms = bound_and_wait(body, 'action "pin"')
+    if bound is None:
         return None, 0.0
-    if not isinstance(raw_bound, dict):
-        raise BadRequestError(
-            f'action "pin": position_bound must be an offsets JSON object, got {raw_bound!r}'
-        )
-    try:
-        bound = PositionBound.from_dict(raw_bound)
-    except StateStoreError as exc:
-        raise BadRequestError(f'action "pin": bad position_bound: {exc}') from exc
     return bound, min(wait_ms / 1000.0, MAX_PIN_WAIT_S)
 
 

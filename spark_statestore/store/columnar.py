@@ -112,15 +112,22 @@ def native_range_batches(
 
 
 def native_key_batches(
-    leveldb_snapshot: Any, gate: Gate, path: str, keys: list[bytes], batch_rows: int
+    leveldb_snapshot: Any,
+    gate: Gate,
+    path: str,
+    keys: list[bytes] | pa.Array,
+    batch_rows: int,
 ) -> Generator[pa.RecordBatch, None, None]:
-    """The records of ``keys`` that exist, in the order given, read ``batch_rows`` keys a
-    call (one multi-get each, decoded into one batch)."""
+    """The records of ``keys`` (bytes, or an Arrow binary array) that exist, in the order
+    given, read ``batch_rows`` keys a call (one multi-get each, decoded into one batch)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     for start in range(0, len(keys), batch_rows):
-        wanted = pa.array(keys[start : start + batch_rows], pa.binary())
+        if isinstance(keys, pa.Array):
+            wanted = keys.slice(start, batch_rows)
+        else:
+            wanted = pa.array(keys[start : start + batch_rows], pa.binary())
         with gate:
             decoded = leveldb_snapshot.get_records(wanted, DATA_PREFIX)
         batch = decoded_batch(decoded, path)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # ScanSpec and ScanStats live in scan_spec (the versioned scan needs them too); they stay
 # importable from here, where their callers have always found them.
-__all__ = ["ScanSpec", "ScanStats", "scan_batches"]
+__all__ = ["ScanSpec", "ScanStats", "lookup_batches", "scan_batches"]
 
 
 def scan_batches(
@@ -71,6 +71,74 @@ def scan_batches(
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
         raise InvalidScanError(f"batch_rows must be an int >= 1, got {batch_rows!r}")
     return _scan(snapshot, spec, batch_rows, stats if stats is not None else ScanStats())
+
+
+def lookup_batches(
+    snapshot: Snapshot,
+    keys: pa.Array,
+    *,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    stats: ScanStats | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``keys`` that exist in ``snapshot``: the rows of
+    ``ScanSpec.for_keys(keys.to_pylist())``, keys ascending, for keys that arrive as an Arrow
+    array (a lookup of a batch of Spark rows). On the fast path the keys are deduplicated
+    and sorted in Arrow and read by one multi-get per ``batch_rows`` keys: no Python object
+    per key.
+
+    Parameters
+    ----------
+    snapshot
+        The snapshot to read.
+    keys
+        A binary (or large binary) array without nulls; repeats are read once.
+    batch_rows
+        The maximum rows per batch (and keys per multi-get).
+    stats
+        Counters to update while the batches are produced (see :class:`ScanStats`).
+
+    Raises
+    ------
+    InvalidScanError
+        If ``keys`` is not a binary array, holds a null, or ``batch_rows`` is not an int >= 1.
+    StoreClosedError
+        If the snapshot (or its store) is closed.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise InvalidScanError(f"batch_rows must be an int >= 1, got {batch_rows!r}")
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if not isinstance(keys, pa.Array) or not (
+        pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)
+    ):
+        raise InvalidScanError(
+            f"lookup keys must be an Arrow binary array, got {type(keys).__name__} "
+            f"{getattr(keys, 'type', '')}".rstrip()
+        )
+    if keys.null_count:
+        raise InvalidScanError(f"lookup keys hold {keys.null_count} null(s); a key is bytes")
+    stats = stats if stats is not None else ScanStats()
+    view = snapshot.columns_view()
+    if view is None:  # the reference path: the same rows through a key spec
+        return _scan(snapshot, ScanSpec.for_keys(keys.to_pylist()), batch_rows, stats)
+    unique = pc.unique(keys.cast(pa.binary()))
+    ordered = unique.take(pc.sort_indices(unique))  # ascending bytes, as a key spec's
+    return _counted(native_key_batches(*view, snapshot.path, ordered, batch_rows), stats)
+
+
+def _counted(
+    batches: Generator[pa.RecordBatch, None, None], stats: ScanStats
+) -> Generator[pa.RecordBatch, None, None]:
+    try:
+        for batch in batches:
+            stats.rows_examined += batch.num_rows
+            stats.rows_returned += batch.num_rows
+            yield batch
+    finally:
+        batches.close()
 
 
 _Row = tuple[bytes, bytes, int | None, int | None, int | None, Any]

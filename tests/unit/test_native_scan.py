@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from spark_statestore.native import ENV
 from spark_statestore.store import Role, ScanSpec, Store, StoreSpec, scan_batches
-from spark_statestore.store.errors import StoreCorruptedError
+from spark_statestore.store.errors import InvalidScanError, StoreCorruptedError
+from spark_statestore.store.scan import ScanStats, lookup_batches
 from spark_statestore.store.snapshot import arrow_schema
 from tests.native_util import native_or_skip
 
@@ -139,3 +140,69 @@ def test_any_stored_bytes_read_the_same_or_fail_the_same(
             except StoreCorruptedError:
                 outcomes.append("corrupted")
     assert outcomes[:2] == outcomes[2:]
+
+
+def lookup(path: Path, keys: pa.Array, native_on: bool, batch_rows: int) -> pa.Table:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENV, "1" if native_on else "0")
+        with Store.open(path) as store, store.snapshot() as snapshot:
+            stats = ScanStats()
+            batches = list(lookup_batches(snapshot, keys, batch_rows=batch_rows, stats=stats))
+            assert all(b.num_rows <= batch_rows for b in batches)
+            table = pa.Table.from_batches(batches, schema=arrow_schema())
+            assert stats.rows_returned == table.num_rows
+            return table
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.binary(min_size=1, max_size=3) | st.just(b"\xff\x00"),
+            st.binary(max_size=6),
+            st.integers(0, 3),
+            st.integers(0, 99),
+        ),
+        max_size=40,
+    ),
+    wanted=st.lists(st.binary(min_size=1, max_size=3) | st.just(b"\xff\x00"), max_size=12),
+    large=st.booleans(),
+    batch_rows=st.integers(1, 7),
+)
+@example(
+    rows=[(b"\x80", b"v", 0, 0), (b"\x01", b"w", 1, 1)],
+    wanted=[b"\x80", b"\x01", b"\x80"],
+    large=False,
+    batch_rows=1,
+)
+def test_a_lookup_of_arrow_keys_answers_as_a_key_scan_on_both_paths(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple[bytes, bytes, int, int]],
+    wanted: list[bytes],
+    large: bool,
+    batch_rows: int,
+) -> None:
+    """``lookup_batches`` (keys deduplicated and sorted in Arrow, unsigned bytes order) gives
+    the rows of ``ScanSpec.for_keys`` (deduplicated and sorted by Python), on both paths."""
+    path = tmp_path_factory.mktemp("store")
+    with Store.open(path, SPEC) as store, store.begin() as txn:
+        txn.put_all([(k, v, p, o, o * 10) for k, v, p, o in rows])
+        txn.commit()
+    keys = pa.array(wanted, pa.large_binary() if large else pa.binary())
+    expected = as_rows(scan(path, ScanSpec.for_keys(wanted), False, batch_rows))
+    for native_on in (True, False):
+        assert as_rows(lookup(path, keys, native_on, batch_rows)) == expected
+
+
+def test_a_lookup_refuses_null_and_non_binary_keys(tmp_path: Path) -> None:
+    Store.open(tmp_path, SPEC).close()
+    for native_on in (True, False):
+        for keys, message in (
+            (pa.array([b"a", None], pa.binary()), "null"),
+            (pa.array(["a"], pa.string()), "binary array"),
+            ([b"a"], "binary array"),
+        ):
+            with pytest.raises(InvalidScanError, match=message):
+                lookup(tmp_path, keys, native_on, 4)  # type: ignore[arg-type]

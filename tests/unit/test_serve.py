@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
@@ -138,14 +139,22 @@ def test_a_pin_with_a_bound_waits_for_the_commit_that_reaches_it(
 ) -> None:
     server, client = serve(store)
     bound = PositionBound.at(Position.from_map({"input": {0: N_KEYS + 2}}))
-    pinned: list[Any] = []
-    waiting = threading.Thread(target=lambda: pinned.append(client.pin(bound, wait_s=120)))
+    pinned = _answered_once_committed(server, store, lambda: client.pin(bound, wait_s=120))
+    assert bound.permits(pinned.position)
+    assert pinned.commit_seq == store.metadata.commit_seq
+
+
+def _answered_once_committed(server: StoreServer, store: Store, call: Callable[[], Any]) -> Any:
+    """What ``call`` (waiting for the bound offset N_KEYS + 2 of "input") returns once two
+    commits, the second reaching that bound, are made while it waits."""
+    answers: list[Any] = []
+    waiting = threading.Thread(target=lambda: answers.append(call()))
     waiting.start()
-    # The server counts the pins waiting for their bound: once it does, a commit must wake
+    # The server counts the calls waiting for their bound: once it does, a commit must wake
     # this one (the predicate has seen the store below the bound).
     with server.client(timeout_s=10) as other:
         while other.stats()["waiting"] == 0:
-            assert waiting.is_alive(), pinned
+            assert waiting.is_alive(), answers
             time.sleep(0.01)  # polling another thread's state, not waiting for time
         for offset in (N_KEYS, N_KEYS + 2):
             with store.begin() as txn:
@@ -153,9 +162,8 @@ def test_a_pin_with_a_bound_waits_for_the_commit_that_reaches_it(
                 txn.record_source("input", 0, offset)
         waiting.join(30)
         assert not waiting.is_alive()
-        assert bound.permits(pinned[0].position)
-        assert pinned[0].commit_seq == store.metadata.commit_seq
         assert other.stats()["waiting"] == 0
+    return answers[0]
 
 
 def test_a_pin_whose_bound_is_not_reached_in_time_pins_the_latest_commit(
@@ -169,6 +177,82 @@ def test_a_pin_whose_bound_is_not_reached_in_time_pins_the_latest_commit(
     assert client.pin(PositionBound.at(store.metadata.position), wait_s=60).commit_seq == (
         store.metadata.commit_seq
     )
+
+
+# -- lookups (do_exchange) ---------------------------------------------------------------
+def test_a_lookup_answers_as_a_key_scan_of_one_snapshot(store: Store, serve: Serve) -> None:
+    server, client = serve(store, batch_rows=7)
+    wanted = [_key(5), b"absent", _key(1), _key(5), _key(N_KEYS - 1)]
+    expected = client.read_table(ScanSpec.for_keys(wanted))
+    before = client.stats()
+    for keys in (wanted, pa.array(wanted, pa.binary()), pa.array(wanted, pa.large_binary())):
+        table, reply = client.lookup(keys)
+        assert table.replace_schema_metadata(None).equals(expected)
+        assert table.column("key").to_pylist() == [_key(1), _key(5), _key(N_KEYS - 1)]
+        assert reply.position == store.metadata.position
+        assert reply.commit_seq == store.metadata.commit_seq
+        assert reply.store_id == store.manifest.store_id
+    after = client.stats()
+    assert after["requests"] == before["requests"] + 3
+    assert after["rows_returned"] == before["rows_returned"] + 9
+    assert len(server._pins) == 0  # a lookup pins nothing
+    empty, reply = client.lookup([])
+    assert empty.num_rows == 0 and reply.commit_seq == store.metadata.commit_seq
+
+
+def test_a_lookup_with_a_bound_waits_for_the_commit_that_reaches_it(
+    store: Store, serve: Serve
+) -> None:
+    server, client = serve(store)
+    bound = PositionBound.at(Position.from_map({"input": {0: N_KEYS + 2}}))
+    table, reply = _answered_once_committed(
+        server, store, lambda: client.lookup([b"w%d" % (N_KEYS + 2)], bound, wait_s=120)
+    )
+    assert bound.permits(reply.position)
+    assert table.column("value").to_pylist() == [b"x"]  # the commit that reached the bound
+    # Not reached in time: the latest commit answers, and the caller sees it short.
+    far = PositionBound.at(Position.from_map({"input": {0: N_KEYS + 100}}))
+    _, reply = client.lookup([_key(1)], far, wait_s=0.05)
+    assert not far.permits(reply.position)
+    assert reply.commit_seq == store.metadata.commit_seq
+
+
+def test_bad_lookups_are_bad_requests(store: Store, serve: Serve) -> None:
+    server, client = serve(store, max_request_bytes=4096)
+    with pytest.raises(BadRequestError, match="null"):
+        client.lookup(pa.array([b"a", None], pa.binary()))
+    with pytest.raises(BadRequestError, match="binary array"):
+        client.lookup(pa.array(["a"]))
+    with pytest.raises(BadRequestError, match="bytes"):
+        client.lookup(["not bytes"])  # type: ignore[list-item]
+    with pytest.raises(BadRequestError, match="more than this server accepts"):
+        client.lookup([b"k%05d" % i for i in range(1000)])
+    raw = flight.FlightClient(server.location)
+    options = flight.FlightCallOptions(headers=client._headers)
+    for command, message in (
+        (b'{"lookup": 2}', "is not"),
+        (b'{"lookup": 1, "wait_ms": -1}', "wait_ms"),
+        (b'{"lookup": 1, "position_bound": 3}', "position_bound"),
+        (b"[]", "lookup command"),
+    ):
+        writer, reader = raw.do_exchange(flight.FlightDescriptor.for_command(command), options)
+        with pytest.raises(flight.FlightServerError, match=message):
+            writer.begin(pa.schema([("key", pa.binary())]))
+            writer.done_writing()
+            reader.read_all()
+        with contextlib.suppress(flight.FlightServerError):
+            writer.close()
+    writer, reader = raw.do_exchange(flight.FlightDescriptor.for_command(b'{"lookup": 1}'), options)
+    with pytest.raises(flight.FlightServerError, match="one column of keys"):
+        two = pa.record_batch([pa.array([b"a"]), pa.array([b"b"])], names=["k", "v"])
+        writer.begin(two.schema)
+        writer.write_batch(two)
+        writer.done_writing()
+        reader.read_all()
+    with contextlib.suppress(flight.FlightServerError):
+        writer.close()
+    raw.close()
+    assert client.lookup([_key(1)])[0].num_rows == 1  # the server still answers
 
 
 def test_scan_specs_travel_to_the_server(store: Store, serve: Serve) -> None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
@@ -65,11 +66,14 @@ def test_every_call_needs_the_token(served: Callable[..., StoreServer]) -> None:
                 client.describe()
             with pytest.raises(AuthenticationError):
                 client.read_table(ScanSpec.everything())
+            with pytest.raises(AuthenticationError):
+                client.lookup([b"k00001"])
     raw = flight.FlightClient(server.location)
     for call in (
         lambda: raw.list_actions(),
         lambda: list(raw.do_action(flight.Action("describe", b"{}"))),
         lambda: raw.do_get(flight.Ticket(b'{"snapshot_id": null, "scan": {}}')).read_all(),
+        lambda: _raw_lookup(raw),
     ):
         with pytest.raises(flight.FlightUnauthenticatedError):
             call()
@@ -122,6 +126,19 @@ def test_an_edited_owner_file_never_reads_another_store(
             client.describe()
     assert b2.client().stats()["requests"] == 0
     assert len(b2._pins) == 0  # the wrong pin was released
+    client = connect_to_owner(a2.store.path)
+    assert client is not None
+    with client, pytest.raises(WrongStoreError, match="serves store"):
+        client.lookup([b"k00001"])
+
+
+def _raw_lookup(raw: flight.FlightClient) -> None:
+    writer, reader = raw.do_exchange(flight.FlightDescriptor.for_command(b'{"lookup": 1}'))
+    schema = pa.schema([("key", pa.binary())])
+    writer.begin(schema)
+    writer.write_batch(pa.record_batch([pa.array([b"k00001"])], schema=schema))
+    writer.done_writing()
+    reader.read_all()
 
 
 # -- TLS -----------------------------------------------------------------------------------

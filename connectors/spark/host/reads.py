@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from spark_statestore.store.scan import ScanSpec
 
-__all__ = ["CurrentSnapshot", "current_snapshot"]
+__all__ = ["CurrentSnapshot", "current_snapshot", "lookup_current"]
 
 _log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ class CurrentSnapshot:
     commit_seq: int
     via: str
     _scan: Any
+    _lookup: Any = None
 
     def batches(self, spec: ScanSpec) -> Iterator[pa.RecordBatch]:
         """The rows ``spec`` selects (schema
@@ -61,6 +62,42 @@ class CurrentSnapshot:
         from spark_statestore.store.snapshot import arrow_schema
 
         return pa.Table.from_batches(list(self.batches(spec)), schema=arrow_schema())
+
+    def lookup(self, keys: pa.Array) -> pa.Table:
+        """The rows of ``keys`` (an Arrow binary array) that exist, each once, ascending: a
+        multi-get in Arrow on a checkpoint, a key scan of the pinned snapshot on an owner."""
+        if self._lookup is not None:
+            table: pa.Table = self._lookup(keys)
+            return table
+        from spark_statestore.store.scan import ScanSpec
+
+        return self.table(ScanSpec.for_keys(keys.to_pylist()))
+
+
+def lookup_current(
+    path: str, keys: pa.Array, *, purpose: str, bound: PositionBound, wait_s: float
+) -> tuple[pa.Table, Position]:
+    """The rows of ``keys`` (an Arrow binary array without nulls) in one snapshot of the
+    store at ``path`` as it is now, and that snapshot's position (check it against
+    ``bound``): through its live owner in one call (no pin), or, as
+    :func:`current_snapshot` reads, a private checkpoint.
+
+    Raises
+    ------
+    StoreNotFoundError
+        If no store is at ``path`` (after the wait, with a bound).
+    ServeError
+        If its owner fails the read.
+    """
+    from spark_statestore.serve import connect_to_owner
+
+    client = connect_to_owner(path)
+    if client is not None:
+        with client:
+            table, reply = client.lookup(keys, bound, wait_s=wait_s)
+        return table, reply.position
+    with current_snapshot(path, purpose=purpose, bound=bound, wait_s=wait_s) as now:
+        return now.lookup(keys), now.position
 
 
 @contextlib.contextmanager
@@ -110,6 +147,7 @@ def current_snapshot(
                         snapshot.commit_seq,
                         "checkpoint",
                         functools.partial(scan_batches, snapshot),
+                        functools.partial(_lookup_table, snapshot),
                     )
                     return
         except StoreNotFoundError:
@@ -126,3 +164,12 @@ def current_snapshot(
         )
         time.sleep(min(pause, remaining))
         pause = min(pause * 2, RECHECK_MAX_S)
+
+
+def _lookup_table(snapshot: Any, keys: pa.Array) -> pa.Table:
+    import pyarrow as pa
+
+    from spark_statestore.store.scan import lookup_batches
+    from spark_statestore.store.snapshot import arrow_schema
+
+    return pa.Table.from_batches(list(lookup_batches(snapshot, keys)), schema=arrow_schema())

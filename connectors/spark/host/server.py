@@ -115,8 +115,25 @@ class StoreHostServer:
 
     @contextlib.contextmanager
     def snapshot(self, request: Mapping[str, Any], what: str) -> Iterator[Any]:
-        """The store's current snapshot for a scan or lookup request."""
+        """The store's current snapshot for a scan request."""
         from spark_statestore.connectors.spark.host.reads import current_snapshot
+
+        store, bound, wait_s = self._read_request(request, what)
+        purpose = f"spark_statestore store host {what} (pid {os.getpid()})"
+        with current_snapshot(store, purpose=purpose, bound=bound, wait_s=wait_s) as s:
+            yield s
+
+    def lookup(self, request: Mapping[str, Any], keys: Any) -> tuple[Any, Any]:
+        """``(rows, position)`` of ``keys`` (an Arrow binary array) in one snapshot of the
+        store as it is now (through its live owner in one call, or a private checkpoint)."""
+        from spark_statestore.connectors.spark.host.reads import lookup_current
+
+        store, bound, wait_s = self._read_request(request, "lookup")
+        purpose = f"spark_statestore store host lookup (pid {os.getpid()})"
+        return lookup_current(store, keys, purpose=purpose, bound=bound, wait_s=wait_s)
+
+    def _read_request(self, request: Mapping[str, Any], what: str) -> tuple[str, Any, float]:
+        """The store, bound and wait (capped at 600 s) of a scan or lookup request."""
         from spark_statestore.position import PositionBound
 
         store = _store_path(request)
@@ -132,9 +149,7 @@ class StoreHostServer:
         wait_s = request.get("wait_s", DEFAULT_WAIT_S)
         if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or wait_s < 0:
             raise _bad(f"{what}: wait_s must be a number >= 0, got {wait_s!r}")
-        purpose = f"spark_statestore store host {what} (pid {os.getpid()})"
-        with current_snapshot(store, purpose=purpose, bound=bound, wait_s=min(wait_s, 600.0)) as s:
-            yield s
+        return store, bound, min(float(wait_s), 600.0)
 
     def run(self, watch: ProcessId | None) -> None:
         """Serve until stopped, or until ``watch`` (the Spark driver JVM) is gone."""
@@ -300,13 +315,14 @@ def _service_class() -> type:
             server = self._server
             try:
                 request = _decode(descriptor.command, "lookup")
-                keys: list[bytes] = []
-                for chunk in reader:
-                    if chunk.data is not None and chunk.data.num_rows:
-                        keys.extend(chunk.data.column(0).to_pylist())
-                with server.snapshot(request, "lookup") as snapshot:
-                    table = snapshot.table(ScanSpec.for_keys(keys))  # it deduplicates and sorts
-                    schema = with_position(snapshot.position)
+                arrays = [
+                    chunk.data.column(0).cast(pa.binary())
+                    for chunk in reader
+                    if chunk.data is not None and chunk.data.num_rows
+                ]
+                keys = pa.concat_arrays(arrays) if arrays else pa.array([], pa.binary())
+                table, position = server.lookup(request, keys)  # each key once, ascending
+                schema = with_position(position)
             except Exception as exc:
                 raise to_flight_error(server, exc) from exc
             writer.begin(schema)
