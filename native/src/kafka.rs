@@ -146,7 +146,8 @@ impl ColumnReader {
     }
 
     /// Up to `max_records` records, waiting at most `timeout_ms`: for a whole chunk
-    /// (`fill`), else for the first arrival and whatever came with it. Returns a tuple:
+    /// (`fill`; an event, such as a partition's end, ends that wait), else for the first
+    /// arrival and whatever came with it. Returns a tuple:
     /// `(rows, keys, values, partitions, offsets, timestamps, events, merged, without, slow,
     /// kept)`: Arrow buffers of the records (keys and values as `(validity, offsets, data)`;
     /// the int32/int64 columns as little-endian bytes); events `(code, name, partition,
@@ -425,15 +426,37 @@ unsafe fn read_batch(
         taken = 1;
     }
     while taken < max_records {
+        // What is there now (a batch call with a wait would block until it has `want`).
         let want = (max_records - taken).min(messages.len());
-        let wait = if fill { deadline.saturating_duration_since(Instant::now()).as_millis() as i32 } else { 0 };
-        let got = rd::rd_kafka_consume_batch_queue(queue, wait, messages.as_mut_ptr(), want).max(0) as usize;
+        let events = batch.events.len();
+        let got = rd::rd_kafka_consume_batch_queue(queue, 0, messages.as_mut_ptr(), want).max(0) as usize;
         for &message in &messages[..got] {
             take(&mut batch, message);
             rd::rd_kafka_message_destroy(message);
         }
         taken += got;
-        if got < want && (!fill || Instant::now() >= deadline) {
+        if got == want {
+            continue;
+        }
+        // A partition's end (or an error) ends the wait for a whole chunk: no more records
+        // are coming there now, and a range read waits for exactly that event.
+        if !fill || batch.events.len() > events {
+            break;
+        }
+        let wait = deadline.saturating_duration_since(Instant::now()).as_millis() as i32;
+        if wait <= 0 {
+            break;
+        }
+        // Nothing more queued: wait for the next arrival only, then take what came with it.
+        let message = rd::rd_kafka_consume_queue(queue, wait);
+        if message.is_null() {
+            break;
+        }
+        let is_event = (*message).err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
+        take(&mut batch, message);
+        rd::rd_kafka_message_destroy(message);
+        taken += 1;
+        if is_event {
             break;
         }
     }

@@ -5,6 +5,7 @@ smaller than the changelog."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import plyvel
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.changelog.position_codec import encode_position
@@ -261,3 +262,43 @@ def test_a_poll_that_returns_a_transaction_covers_its_marker(
             assert polled.positions[0] == end, (mode, polled.positions)
         finally:
             source.close()
+
+
+def test_a_chunk_poll_ends_at_the_partition_end_not_at_its_timeout(
+    kafka_broker: Any, make_topic: Callable[..., str]
+) -> None:
+    """A poll for a whole chunk returns once the partition's end is reached, with the records
+    before it, instead of waiting out its timeout for a chunk that is not coming: every
+    change-feed range ending at a partition's end (the last of a micro-batch's) waited for
+    it, one second each (a regression test: it took the whole timeout before)."""
+    import spark_statestore_native
+
+    from spark_statestore.connectors.kafka import clients
+    from spark_statestore.connectors.kafka.follower.columns import NativeReader, native_settings
+
+    topic = make_topic(partitions=1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"e-{topic}"})
+    producer.init_transactions(30)
+    for count in (5, 3):
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce(topic, key=b"k%d" % i, value=b"v", partition=0)
+        producer.commit_transaction(30)
+    settings = native_settings(clients.consumer_settings(bootstrap, None, group="g", what=topic))
+    assert settings is not None
+    reader = NativeReader(spark_statestore_native, settings, topic, None)
+    timeout_s = 120.0
+    try:
+        reader.assign({0: 0})
+        rows, ended = 0, False
+        started = time.monotonic()
+        while not ended:
+            polled = reader.poll_feed(1_000, timeout_s)
+            rows += len(polled.records)
+            ended = any(code == KafkaError._PARTITION_EOF for code, *_ in polled.events)
+            assert time.monotonic() - started < timeout_s / 2, "a poll waited out its timeout"
+        assert rows == 8
+        assert polled.next_offsets[0] == 10  # past both commit markers
+    finally:
+        reader.close()

@@ -173,6 +173,7 @@ class NativeReader:
         """Up to ``max_records`` records for the change feed (waiting for a whole chunk at
         most ``timeout_s``), each with its own position."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         out = self._reader.poll(max_records, max(0, int(timeout_s * 1000)), True, True)
         rows, keys, values, partitions, offsets, timestamps, events = out[:7]
@@ -191,7 +192,7 @@ class NativeReader:
         outer_offsets = arrow_array(pa.int32(), rows + 1, None, row_offsets)
         mask = None
         if valid is not None:
-            mask = pa.compute.invert(arrow_array(pa.bool_(), rows, None, valid))
+            mask = pc.invert(arrow_array(pa.bool_(), rows, None, valid))
         position_array = pa.MapArray.from_arrays(outer_offsets, topics, inner, mask=mask)
         return FeedPoll(
             records,

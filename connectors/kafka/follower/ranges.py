@@ -29,6 +29,7 @@ _RANGE_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "error",
     "queued.min.messages": 200_000,
     "fetch.max.bytes": 64 * 1024 * 1024,
+    "fetch.wait.max.ms": 10,
 }
 
 
@@ -69,9 +70,13 @@ def read_range(
         position = start
         last_progress = time.monotonic()
         while position < end:
-            # Ask for no more than the range still holds: consume() returns as soon as it has
-            # that many, instead of waiting out its timeout for a full batch.
-            messages = consumer.consume(max(1, min(batch_size, end - position)), timeout=1.0)
+            # What is queued now, no more than the range still holds; when nothing is, wait
+            # for the next arrival only. (consume() with a timeout waits it out for a full
+            # batch, which the markers at a partition's end never complete.)
+            messages = consumer.consume(max(1, min(batch_size, end - position)), timeout=0)
+            if not messages:
+                arrival = consumer.poll(1.0)
+                messages = [] if arrival is None else [arrival]
             out = []
             for message in messages:
                 error = message.error()
