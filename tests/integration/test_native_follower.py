@@ -226,6 +226,18 @@ def test_both_paths_convert_a_range_into_the_same_feed_batches(
         assert fast_stats == reference_stats
 
 
+def two_transactions(bootstrap: str, topic: str) -> None:
+    """Two committed transactions of 5 and 3 records into partition 0 of ``topic``: offsets
+    0-4, a commit marker at 5, 6-8, a marker at 9."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
+    producer.init_transactions(30)
+    for count in (5, 3):
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce(topic, key=b"k%d" % i, value=b"v", partition=0)
+        producer.commit_transaction(30)
+
+
 def test_a_poll_that_returns_a_transaction_covers_its_marker(
     kafka_broker: Any, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,13 +247,7 @@ def test_a_poll_that_returns_a_transaction_covers_its_marker(
     must not lose the marker doing it)."""
     topic = make_topic(partitions=1, suffix="-changelog")
     bootstrap = kafka_broker.bootstrap_servers
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"m-{topic}"})
-    producer.init_transactions(30)
-    for count in (5, 3):
-        producer.begin_transaction()
-        for i in range(count):
-            producer.produce(topic, key=b"k%d" % i, value=b"v", partition=0)
-        producer.commit_transaction(30)
+    two_transactions(bootstrap, topic)
     for mode in ("1", "0"):
         monkeypatch.setenv(ENV, mode)
         # The fetch after the records waits 3 s for more: no partition end before then.
@@ -278,13 +284,7 @@ def test_a_chunk_poll_ends_at_the_partition_end_not_at_its_timeout(
 
     topic = make_topic(partitions=1, suffix="-changelog")
     bootstrap = kafka_broker.bootstrap_servers
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"e-{topic}"})
-    producer.init_transactions(30)
-    for count in (5, 3):
-        producer.begin_transaction()
-        for i in range(count):
-            producer.produce(topic, key=b"k%d" % i, value=b"v", partition=0)
-        producer.commit_transaction(30)
+    two_transactions(bootstrap, topic)
     settings = native_settings(clients.consumer_settings(bootstrap, None, group="g", what=topic))
     assert settings is not None
     reader = NativeReader(spark_statestore_native, settings, topic, None)
