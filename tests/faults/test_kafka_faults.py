@@ -77,15 +77,20 @@ def test_broker_killed_and_restarted_during_a_follower_restore(
         writer.transaction(random_changes(rng, 1000))
     total = sum(lone_broker_ends(bootstrap, topic).values())
     with follower_store(tmp_path / "s", topic, 3) as store:
-        follower = Follower(store, KafkaChangelogSource(bootstrap, topic), chunk_records=300)
+        # The follower's next poll after 1,500 records waits until the broker is dead, so
+        # the kill lands mid-restore however fast the restore runs (a restore of these 12k
+        # records could finish between seeing 1,500 applied and the kill).
+        source = HeldSource(bootstrap, topic, hold_after=1500)
+        follower = Follower(store, source, chunk_records=300)
         follower.start()
         try:
-            assert follower.wait_for(lambda applied: applied_total(applied) >= 1500, 60)
+            assert source.held.wait(60), follower.error
             lone_broker.kill(1)  # the restore is under way: SIGKILL the only broker
             applied_at_kill = applied_total(store.metadata.changelog_offsets)
+            source.release.set()  # the follower polls a dead broker, then a restarted one
             lone_broker.restart(1)
             assert follower.wait_running(120), follower.error
-            assert applied_at_kill < total  # the kill landed mid-restore
+            assert 1500 <= applied_at_kill < total  # the kill landed mid-restore
             assert store_content(store) == writer.model
             assert store.metadata.position.to_map() == writer.expected_position()
             # The cluster and the follower carry on: a live write after the restart.
@@ -94,6 +99,26 @@ def test_broker_killed_and_restarted_during_a_follower_restore(
             assert store_content(store) == writer.model
         finally:
             follower.stop()
+
+
+class HeldSource(KafkaChangelogSource):
+    """A changelog source whose first poll after ``hold_after`` records waits for
+    :attr:`release`, saying so with :attr:`held`."""
+
+    def __init__(self, bootstrap: str, topic: str, *, hold_after: int) -> None:
+        super().__init__(bootstrap, topic)
+        self.hold_after = hold_after
+        self.returned = 0
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def poll(self, max_records: int, timeout_s: float, *, fill: bool = True) -> Any:
+        if self.returned >= self.hold_after and not self.release.is_set():
+            self.held.set()
+            self.release.wait(120)
+        polled = super().poll(max_records, timeout_s, fill=fill)
+        self.returned += len(polled.rows)
+        return polled
 
 
 def lone_broker_ends(bootstrap: str, topic: str) -> dict[int, int]:
