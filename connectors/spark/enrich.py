@@ -6,9 +6,9 @@ while it processes).
 Lookups run on the executors, one batched multi-get per Arrow batch (``mapInArrow``), sent
 to the driver's store host (:mod:`~spark_statestore.connectors.spark.host`; executors may run
 on other hosts), which reads the store on its host through its live owner (a follower query,
-``spark-statestore serve``), whose snapshot is pinned for the batch, or, when the store has no
-owner, from a private checkpoint of it. Every row of a batch is looked up in that one
-snapshot.
+``spark-statestore serve``; one Flight exchange of Arrow columns per batch,
+:meth:`~spark_statestore.serve.StoreClient.lookup`), or, when the store has no owner, from a
+private checkpoint of it. Every row of a batch is looked up in one snapshot.
 
 With ``changelog=`` instead of a path, the lookups go to the live replicas of that changelog
 on any host (announced on ``<changelog>-replicas``), through the
@@ -30,8 +30,8 @@ recorded is the merge of the answers' positions. The task checks every answer's 
 against the bound again (the replica's client and the router do): a replica that answers
 success under a bound it has not reached is passed over and its value never used; with no
 replica left that has reached the bound, the lookup fails with NOT_UP_TO_BOUND. Through the
-store's owner, the task checks the pinned snapshot's position against the whole bound
-itself before reading.
+store's owner, the task checks the position of the snapshot the owner read (it comes with
+the rows) against the whole bound itself before using any row.
 
 What the executor tasks run per batch is in
 :mod:`~spark_statestore.connectors.spark.enrich_tasks`.

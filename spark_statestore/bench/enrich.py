@@ -7,7 +7,7 @@ a Parquet copy of its rows). The input is ``records`` rows whose keys are random
 and the bytes of the values found:
 
 - ``enrich_owner``: ``enrich`` through the store's live owner (a Flight server in this
-  process; one pinned snapshot and one multi-get per Arrow batch);
+  process; one lookup exchange, in one snapshot, per Arrow batch);
 - the baseline: a left join of the input with ``broadcast(read.parquet(copy))``, Spark's own
   fastest lookup join against a table that fits in memory.
 
