@@ -592,14 +592,7 @@ class StoreClient:
         except pa.ArrowException as exc:
             raise self._translate(exc) from exc
         reply = LookupReply.from_metadata(table.schema.metadata, self.location)
-        if self.store_id is not None and reply.store_id != self.store_id:
-            raise WrongStoreError(
-                f"store server {self.location} serves store {reply.store_id!r}, not store "
-                f"{self.store_id!r}: the owner file that pointed here is stale or was edited; "
-                "re-run the query (it finds the store's real owner), and check who can write "
-                "the store directory",
-                self.location,
-            )
+        self._check_served(reply.store_id)
         return table, reply
 
     def read_table(self, spec: ScanSpec, snapshot_id: str | None = None) -> pa.Table:

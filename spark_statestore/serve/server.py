@@ -479,14 +479,18 @@ class StoreServer:
         self, bound: PositionBound | None = None, wait_s: float = 0.0, *, client: str = ""
     ) -> dict[str, Any]:
         store = self.store
-        if bound is not None and wait_s > 0 and not bound.permits(store.metadata.position):
-            # Wait for the commit that reaches the bound; the client checks the pinned
-            # position, so a timeout pins the latest commit and the client refuses it.
-            self._wait_for_commit(lambda m: bound.permits(m.position), wait_s, client)
+        self._wait_for_bound(bound, wait_s, client)
         snapshot = store.snapshot()
         description = StoreDescription.of_state(store.path, store.manifest, snapshot.metadata)
         snapshot_id = self._pins.pin(snapshot, client=client)
         return {"snapshot_id": snapshot_id, "metadata": description.to_dict()}
+
+    def _wait_for_bound(self, bound: PositionBound | None, wait_s: float, client: str) -> None:
+        """Wait up to ``wait_s`` for a commit that reaches ``bound`` (a pin or a lookup). The
+        caller checks the position it gets, so a timeout reads the latest commit and the
+        caller refuses it."""
+        if bound is not None and wait_s > 0 and not bound.permits(self.store.metadata.position):
+            self._wait_for_commit(lambda m: bound.permits(m.position), wait_s, client)
 
     def _query(
         self, request: StateQueryRequest, wait_s: float, *, client: str = ""
@@ -602,11 +606,7 @@ class StoreServer:
         with self._lock:
             self._requests += 1
         store = self.store
-        bound = request.bound
-        if bound is not None and request.wait_s > 0 and not bound.permits(store.metadata.position):
-            # As a pin: the caller checks the position it gets, so a timeout answers from
-            # the latest commit and the caller refuses it.
-            self._wait_for_commit(lambda m: bound.permits(m.position), request.wait_s, client)
+        self._wait_for_bound(request.bound, request.wait_s, client)
         stats = ScanStats()
         snapshot = store.snapshot()
         try:
