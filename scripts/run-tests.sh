@@ -29,15 +29,27 @@ if [ "$#" -gt 0 ]; then
     exit $?
 fi
 
-# The whole suite, in three pytest processes:
-# - everything but tests/unit and tests/cluster (a local SparkSession and real brokers);
+# The whole suite, in four pytest processes:
+# - everything but tests/unit, tests/cluster and the `beside` tests (a local SparkSession and
+#   real brokers), and, beside it, the `beside` tests (the demo, the sink's kill-at-each-step
+#   test: each starts its own broker and Spark applications and mostly waits on them, while
+#   the main run mostly waits on its own); their output follows the main run's;
 # - then tests/cluster, in a process of its own (its driver is a Spark standalone cluster's,
 #   and a process has one SparkContext), and, beside it, tests/unit (no JVM, no broker:
 #   pure CPU, while the cluster's tests mostly wait on its JVMs). The unit run's output is
 #   shown after the cluster's. Any run failing fails the whole.
-echo "== pytest (all but tests/unit and tests/cluster)"
-run_pytest --ignore=tests/unit
+beside_log="$(mktemp -t spark-statestore-beside-XXXXXX.log)"
+run_pytest --ignore=tests/unit -m beside >"$beside_log" 2>&1 &
+beside_pid=$!
+echo "== pytest (all but tests/unit, tests/cluster and the beside tests)"
+echo "   (the beside tests run beside it; their output follows)"
+run_pytest --ignore=tests/unit -m "not beside"
 main=$?
+wait "$beside_pid"
+beside=$?
+echo "== pytest -m beside (ran beside the main run)"
+cat "$beside_log"
+rm -f "$beside_log"
 unit_log="$(mktemp -t spark-statestore-unit-XXXXXX.log)"
 run_pytest tests/unit >"$unit_log" 2>&1 &
 unit_pid=$!
@@ -50,7 +62,8 @@ unit=$?
 echo "== pytest tests/unit (ran beside tests/cluster)"
 cat "$unit_log"
 rm -f "$unit_log"
-if [ "$main" -ne 0 ] || [ "$cluster" -ne 0 ] || [ "$unit" -ne 0 ]; then
-    echo "failed: main run exit $main, cluster run exit $cluster, unit run exit $unit" >&2
+if [ "$main" -ne 0 ] || [ "$beside" -ne 0 ] || [ "$cluster" -ne 0 ] || [ "$unit" -ne 0 ]; then
+    echo "failed: main run exit $main, beside run exit $beside, cluster run exit $cluster," \
+        "unit run exit $unit" >&2
     exit 1
 fi

@@ -61,7 +61,8 @@ from tests.conftest import REPO_ROOT
 from tests.crash.sink_child import SERVE
 from tests.kafka_util import poll_until, settled_changelog
 
-pytestmark = pytest.mark.integration
+# Self-contained (a broker and Spark applications of its own): runs beside the main run.
+pytestmark = [pytest.mark.integration, pytest.mark.beside]
 
 APP = "sinkcrash"
 INPUT_TOPIC = "orders"

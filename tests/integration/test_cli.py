@@ -101,6 +101,7 @@ def test_tail_names_a_missing_topic(kafka_broker: LocalKafkaCluster) -> None:
     assert "no-such-changelog" in result.stderr and "does not exist" in result.stderr
 
 
+@pytest.mark.beside  # the demo starts its own broker, app and Spark: runs beside the main run
 def test_demo_runs_end_to_end_with_the_real_kafka_streams_app_and_cleans_up(
     tmp_path: Path,
 ) -> None:
