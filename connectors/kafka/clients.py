@@ -7,6 +7,10 @@
 * :func:`partition_count` asks a topic's partition count, :func:`topic_config` its
   settings; :func:`watermarks` where a partition begins and ends, through leader changes and
   restarts.
+* When the brokers do not answer, :func:`unreachable_cause` asks a fresh client why
+  (librdkafka reports a refused password, an unverifiable certificate or a listener of
+  another protocol as an event, and the failed call only as a transport failure), so the
+  error names the ``kafka.*`` options to check instead of a bare timeout.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ __all__ = [
     "ensure_topic",
     "partition_count",
     "producer",
+    "settings_hint",
     "topic_config",
+    "unreachable_cause",
     "watermarks",
 ]
 
@@ -72,6 +78,18 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 
+class _Consumer(Consumer):
+    """A confluent-kafka ``Consumer`` that keeps its settings, for :func:`unreachable_cause`."""
+
+    kafka_settings: Mapping[str, Any]
+
+
+class _Producer(Producer):
+    """A confluent-kafka ``Producer`` that keeps its settings, for :func:`unreachable_cause`."""
+
+    kafka_settings: Mapping[str, Any]
+
+
 def consumer(
     bootstrap_servers: str,
     config: Mapping[str, Any] | None,
@@ -98,13 +116,15 @@ def consumer(
         read_committed=read_committed,
     )
     try:
-        return Consumer(settings)
+        client = _Consumer(settings)
     except KafkaException as exc:
         raise client_error(
             exc,
             f"the Kafka client refused the consumer settings for {what}",
-            "; check the kafka.* options",
+            settings_hint(settings),
         ) from exc
+    client.kafka_settings = settings
+    return client
 
 
 def consumer_settings(
@@ -163,16 +183,17 @@ def producer(bootstrap_servers: str, config: Mapping[str, Any] | None, *, what: 
     KafkaClientError
         librdkafka refuses the settings (the message names ``what``).
     """
+    settings = {"bootstrap.servers": bootstrap_servers, **CLIENT_DEFAULTS, **(config or {})}
     try:
-        return Producer(
-            {"bootstrap.servers": bootstrap_servers, **CLIENT_DEFAULTS, **(config or {})}
-        )
+        client = _Producer(settings)
     except KafkaException as exc:
         raise client_error(
             exc,
             f"the Kafka client refused the producer settings for {what}",
-            "; check the kafka.* options",
+            settings_hint(settings),
         ) from exc
+    client.kafka_settings = settings
+    return client
 
 
 def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -> int | None:
@@ -187,8 +208,8 @@ def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -
     try:
         metadata = client.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
-        raise client_error(
-            exc, f"cannot read the metadata of topic {topic!r}", "; check kafka.bootstrap.servers"
+        raise unreachable_error(
+            client, exc, f"cannot read the metadata of topic {topic!r}"
         ) from exc
     info = metadata.topics.get(topic)
     if info is None:
@@ -222,7 +243,7 @@ def admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClie
         return AdminClient(settings)
     except KafkaException as exc:
         raise client_error(
-            exc, "the Kafka client refused the admin settings", "; check the kafka.* options"
+            exc, "the Kafka client refused the admin settings", settings_hint(settings)
         ) from exc
 
 
@@ -306,6 +327,132 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float)
         except KafkaException as exc:
             error = kafka_error_of(exc)
             if error is None or not is_transient(error) or time.monotonic() >= deadline:
-                raise client_error(exc, f"cannot read the offsets of {topic}-{partition}") from exc
+                raise unreachable_error(
+                    consumer, exc, f"cannot read the offsets of {topic}-{partition}"
+                ) from exc
         with contextlib.suppress(KafkaException):
             consumer.list_topics(topic, timeout=max(0.1, min(attempt, deadline - time.monotonic())))
+
+
+# Settings of Kafka's Java client that librdkafka does not have (Spark's Kafka source takes
+# them), and what to give this plugin's clients instead.
+_JAVA_CLIENT_ONLY = {
+    "sasl.jaas.config": (
+        "kafka.sasl.mechanism with kafka.sasl.username and kafka.sasl.password (PLAIN, "
+        "SCRAM), or kafka.sasl.oauthbearer.* settings"
+    ),
+    "ssl.truststore.location": "kafka.ssl.ca.location (a PEM file of the brokers' CA)",
+    "ssl.truststore.password": "kafka.ssl.ca.location (a PEM file of the brokers' CA)",
+    "ssl.truststore.type": "kafka.ssl.ca.location (a PEM file of the brokers' CA)",
+    "ssl.keystore.type": (
+        "kafka.ssl.keystore.location and kafka.ssl.keystore.password (PKCS#12), or "
+        "kafka.ssl.certificate.location and kafka.ssl.key.location (PEM)"
+    ),
+}
+
+
+def settings_hint(settings: Mapping[str, Any]) -> str:
+    """What to check when librdkafka refuses ``settings``: the ``kafka.*`` options, and for
+    each setting only Kafka's Java client has, what this plugin's clients take instead."""
+    java = [name for name in settings if name in _JAVA_CLIENT_ONLY]
+    if not java:
+        return "; check the kafka.* options"
+    instead = "; ".join(f"instead of kafka.{name}, give {_JAVA_CLIENT_ONLY[name]}" for name in java)
+    return (
+        "; check the kafka.* options: this plugin's Kafka clients are librdkafka's (as "
+        f"confluent-kafka's), not Kafka's Java client: {instead}"
+    )
+
+
+# What librdkafka reports when the brokers do not answer a request: the call itself fails
+# with one of these; the reason is an event of its own (see unreachable_cause).
+_UNANSWERED = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+    }
+)
+_CAUSE_PROBE_S = 3.0
+_CAUSE_ATTEMPT_S = 0.25  # a refused login is reported ~0.3 s after the client starts
+# Not a connection's business: the probe is a plain producer with the connection settings.
+_NOT_FOR_THE_PROBE = frozenset(
+    {*_CONSUMER_ONLY, "transactional.id", "enable.idempotence", "client.id"}
+)
+
+
+def unreachable_error(client: Any, exc: KafkaException, what: str) -> KafkaClientError:
+    """The error for a request of ``client`` that failed with ``exc``: when the brokers did
+    not answer and the client keeps its settings (the clients made here do), with the cause
+    :func:`unreachable_cause` finds and the options to check; else ``exc`` as it is and
+    ``kafka.bootstrap.servers`` to check."""
+    error = kafka_error_of(exc)
+    settings = getattr(client, "kafka_settings", None)
+    if error is not None and error.code() in _UNANSWERED and settings is not None:
+        cause = unreachable_cause(settings)
+        if cause is not None:
+            reason, hint = cause
+            return KafkaClientError(
+                f"{what}: {describe_error(error, exc)}; librdkafka reported while connecting: "
+                f"{reason}; {hint}",
+                error.code(),
+            )
+    return client_error(exc, what, "; check kafka.bootstrap.servers")
+
+
+def unreachable_cause(
+    settings: Mapping[str, Any], timeout_s: float = _CAUSE_PROBE_S
+) -> tuple[str, str] | None:
+    """Why a client with ``settings`` gets no answer from its brokers: ``(what librdkafka
+    reported while connecting, the kafka.* options to check)``, asked of a fresh producer
+    with the same connection settings within ``timeout_s``; None when it reports nothing
+    but "all brokers are down", or the brokers answer it.
+
+    A wrong password, a certificate the client cannot verify and a listener of another
+    protocol reach the application only as error events (and as lines librdkafka logs); the
+    request that failed says "transport failure".
+    """
+    errors: list[KafkaError] = []
+    probe_settings = {
+        name: value
+        for name, value in settings.items()
+        if name not in _NOT_FOR_THE_PROBE and not callable(value)
+    }
+    # Quiet: the client that failed has logged the same connection errors already.
+    probe_settings.update({"error_cb": errors.append, "log_level": 0})
+    try:
+        probe = Producer(probe_settings)
+    except KafkaException:
+        return None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            probe.list_topics(timeout=_CAUSE_ATTEMPT_S)
+        except KafkaException:
+            probe.poll(0)  # serves the error events
+        else:
+            return None  # it answers now: the failure was transient
+        for error in errors:
+            if error.code() != KafkaError._ALL_BROKERS_DOWN:
+                return f"{error.str()} ({error.name()})", _cause_hint(error)
+        if time.monotonic() >= deadline:
+            return None
+
+
+def _cause_hint(error: KafkaError) -> str:
+    code, text = error.code(), error.str()
+    if code == KafkaError._AUTHENTICATION:
+        return (
+            "check kafka.sasl.mechanism, kafka.sasl.username and kafka.sasl.password "
+            "(librdkafka's names, not the Java client's sasl.jaas.config)"
+        )
+    if "PLAINTEXT broker listener" in text:
+        return "check kafka.security.protocol: that listener does not speak TLS"
+    if code == KafkaError._SSL:
+        return (
+            "check kafka.ssl.ca.location (a PEM file of the CA that signed the brokers' "
+            "certificates) and kafka.security.protocol"
+        )
+    return "check kafka.bootstrap.servers and kafka.security.protocol"

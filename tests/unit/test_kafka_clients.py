@@ -45,3 +45,41 @@ def test_clients_reconnect_quickly_unless_the_user_says_otherwise() -> None:
         "127.0.0.1:9", {"reconnect.backoff.ms": 500}, group="g", what="w"
     )
     assert chosen["reconnect.backoff.ms"] == 500
+
+
+def test_settings_only_kafkas_java_client_has_are_named_with_what_to_give_instead() -> None:
+    """Spark's Kafka source takes the Java client's settings; librdkafka refuses them."""
+    java = {"sasl.jaas.config": "org.apache...PlainLoginModule required;"}
+    with pytest.raises(KafkaClientError) as refused:
+        clients.consumer(_NOWHERE, java, group="g", what="changelog 'c'")
+    message = str(refused.value)
+    assert "consumer settings for changelog 'c'" in message
+    assert "instead of kafka.sasl.jaas.config, give kafka.sasl.mechanism" in message
+    assert "kafka.sasl.username and kafka.sasl.password" in message
+    truststore = {"ssl.truststore.location": "/etc/kafka/truststore.jks"}
+    with pytest.raises(KafkaClientError, match=r"instead of kafka\.ssl\.truststore\.location, "):
+        clients.producer(_NOWHERE, truststore, what="changelog 'c'")
+    with pytest.raises(KafkaClientError, match=r"kafka\.ssl\.ca\.location"):
+        clients.admin(_NOWHERE, truststore)
+    assert clients.settings_hint({"no.such.setting": "1"}) == "; check the kafka.* options"
+
+
+def test_a_request_nobody_answers_says_why_when_librdkafka_told() -> None:
+    """Nothing listens on port 1: the request fails as a transport failure, and the cause
+    (the refused connection, reported apart) is in the error with the options to check."""
+    producer = clients.producer(_NOWHERE, {"log_level": 0}, what="changelog 'c'")
+    with pytest.raises(KafkaClientError) as failed:
+        clients.partition_count(producer, "t", timeout_s=0.5)
+    message = str(failed.value)
+    assert message.startswith("cannot read the metadata of topic 't': ")
+    assert "; librdkafka reported while connecting: " in message
+    assert "Connection refused" in message and message.count("(_TRANSPORT)") == 2
+    assert message.endswith("check kafka.bootstrap.servers and kafka.security.protocol")
+    cause = clients.unreachable_cause({"bootstrap.servers": _NOWHERE, "client.id": "x"}, 2.0)
+    assert cause is not None and "Connection refused" in cause[0]
+    # A client made elsewhere (no settings kept): the request's own error, as before.
+    from confluent_kafka import Producer
+
+    bare = Producer({"bootstrap.servers": _NOWHERE, "log_level": 0})
+    with pytest.raises(KafkaClientError, match=r"; check kafka\.bootstrap\.servers$"):
+        clients.partition_count(bare, "t", timeout_s=0.5)

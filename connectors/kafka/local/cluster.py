@@ -56,6 +56,7 @@ __all__ = [
     "DEFAULT_HEAP",
     "KafkaNode",
     "LocalKafkaCluster",
+    "SaslSslListener",
     "create_topics",
     "find_java",
     "parse_topic_spec",
@@ -164,6 +165,47 @@ def find_java() -> Path:
     return candidate
 
 
+@dataclass(frozen=True)
+class SaslSslListener:
+    """A SASL_SSL client listener each node opens beside its PLAINTEXT one (the brokers still
+    talk to each other in PLAINTEXT): TLS with a PEM certificate, SASL ``PLAIN`` with
+    ``users``. What a secured production cluster (Confluent Cloud's kind) asks of clients.
+
+    Attributes
+    ----------
+    certificate
+        PEM file of the brokers' certificate (and its chain), valid for the cluster's host.
+    key
+        PEM file of its private key, PKCS#8, not encrypted.
+    users
+        ``{username: password}`` the brokers accept.
+    """
+
+    certificate: Path
+    key: Path
+    users: Mapping[str, str]
+
+    def settings(self, keystore: Path) -> dict[str, str]:
+        """The listener's ``server.properties`` settings; ``keystore`` is where the PEM
+        keystore (key, then certificate chain) is written."""
+        for name, password in self.users.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or '"' in password or "\n" in password:
+                raise LocalKafkaError(
+                    f"SASL user {name!r}: a user name of letters, digits, '_', '.', '-' and a "
+                    "password without quotes or newlines, please (they go into a JAAS line)"
+                )
+        keystore.write_bytes(Path(self.key).read_bytes() + Path(self.certificate).read_bytes())
+        users = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())
+        return {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
+            "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+            "listener.name.sasl_ssl.ssl.keystore.location": str(keystore),
+        }
+
+
 @dataclass
 class KafkaNode(LoggedProcess):
     """One JVM of the cluster.
@@ -174,6 +216,8 @@ class KafkaNode(LoggedProcess):
         Kafka's ``node.id`` (1-based).
     port
         The broker's client port (PLAINTEXT).
+    secure_port
+        Its SASL_SSL client port when the cluster has a :class:`SaslSslListener`, else None.
     controller_port
         The controller port when the node is a voter, else None.
     directory
@@ -184,6 +228,7 @@ class KafkaNode(LoggedProcess):
     port: int
     controller_port: int | None
     directory: Path
+    secure_port: int | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     paused: bool = False
 
@@ -214,6 +259,8 @@ class LocalKafkaCluster:
         JVM heap of each node (``-Xmx``), default ``$SPARK_STATESTORE_BROKER_HEAP`` or 512m.
     config
         Extra ``server.properties`` settings for every node.
+    sasl_ssl
+        Open a SASL_SSL client listener on every node too (:attr:`secure_bootstrap_servers`).
     start_timeout_s
         How long :meth:`start` waits for the cluster to answer metadata.
 
@@ -232,6 +279,7 @@ class LocalKafkaCluster:
         data_dir: str | Path | None = None,
         heap: str | None = None,
         config: Mapping[str, str] | None = None,
+        sasl_ssl: SaslSslListener | None = None,
         start_timeout_s: float = 120.0,
     ) -> None:
         if brokers < 1:
@@ -240,6 +288,7 @@ class LocalKafkaCluster:
         self._host = host
         self._heap = heap or os.environ.get(ENV_HEAP) or DEFAULT_HEAP
         self._extra = dict(config or {})
+        self._sasl_ssl = sasl_ssl
         self._start_timeout_s = start_timeout_s
         self._keep = data_dir is not None
         self._root = Path(data_dir) if data_dir is not None else None
@@ -335,6 +384,19 @@ class LocalKafkaCluster:
     def bootstrap_servers(self) -> str:
         """``host:port`` of every broker, comma-separated."""
         return ",".join(f"{self._host}:{n.port}" for n in self._nodes)
+
+    @property
+    def secure_bootstrap_servers(self) -> str:
+        """``host:port`` of every broker's SASL_SSL listener, comma-separated.
+
+        Raises
+        ------
+        LocalKafkaError
+            If the cluster was made without ``sasl_ssl``.
+        """
+        if self._sasl_ssl is None:
+            raise LocalKafkaError("this local Kafka has no SASL_SSL listener (give sasl_ssl=)")
+        return ",".join(f"{self._host}:{n.secure_port}" for n in self._nodes)
 
     @property
     def nodes(self) -> list[KafkaNode]:
@@ -522,7 +584,8 @@ class LocalKafkaCluster:
 
     def _layout(self) -> list[KafkaNode]:
         assert self._root is not None
-        ports = free_ports(self._host, 2 * self._count)
+        secure = self._sasl_ssl is not None
+        ports = free_ports(self._host, (3 if secure else 2) * self._count)
         nodes = []
         for index in range(self._count):
             voter = index < _MAX_VOTERS
@@ -535,6 +598,7 @@ class LocalKafkaCluster:
                     port=ports[index],
                     controller_port=ports[self._count + index] if voter else None,
                     directory=directory,
+                    secure_port=ports[2 * self._count + index] if secure else None,
                 )
             )
         return nodes
@@ -544,6 +608,14 @@ class LocalKafkaCluster:
         quorum = ",".join(f"{n.node_id}@{self._host}:{n.controller_port}" for n in voters)
         replication = str(min(_MAX_VOTERS, self._count))
         listeners = f"PLAINTEXT://{self._host}:{node.port}"
+        advertised = listeners
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        secure: dict[str, str] = {}
+        if self._sasl_ssl is not None:
+            listeners += f",SASL_SSL://{self._host}:{node.secure_port}"
+            advertised = listeners
+            protocols += ",SASL_SSL:SASL_SSL"
+            secure = self._sasl_ssl.settings(node.directory / "keystore.pem")
         if node.controller_port:
             listeners += f",CONTROLLER://{self._host}:{node.controller_port}"
         config = {
@@ -551,10 +623,10 @@ class LocalKafkaCluster:
             "node.id": str(node.node_id),
             "controller.quorum.voters": quorum,
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "PLAINTEXT",
             "listeners": listeners,
-            "advertised.listeners": f"PLAINTEXT://{self._host}:{node.port}",
+            "advertised.listeners": advertised,
             "log.dirs": str(node.directory / "data"),
             "default.replication.factor": replication,
             "offsets.topic.replication.factor": replication,
@@ -563,6 +635,7 @@ class LocalKafkaCluster:
             "share.coordinator.state.topic.replication.factor": replication,
             "share.coordinator.state.topic.min.isr": str(min(2, self._count)),
             **_BASE_CONFIG,
+            **secure,
             **self._extra,
         }
         node.config_path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))

@@ -65,6 +65,8 @@ class NativeProducer:
     def __init__(self, extension: ModuleType, settings: Mapping[str, str], watched: str) -> None:
         self._call_error: type[Exception] = extension.KafkaCallError
         self._producer = self._call(lambda: extension.Producer(list(settings.items()), watched))
+        # What clients.unreachable_cause asks a probe with when the brokers do not answer.
+        self.kafka_settings: Mapping[str, str] = dict(settings)
 
     def _call(self, call: Callable[[], _T]) -> _T:
         try:

@@ -232,7 +232,7 @@ class ChangelogWriter:
                     exc,
                     f"the Kafka client refused the producer settings for changelog "
                     f"{changelog_topic!r}",
-                    "; check the kafka.* options",
+                    clients.settings_hint(settings),
                 ) from exc
             self._producer = self._native
         else:
