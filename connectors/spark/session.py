@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["LOCAL_CONF", "local_session"]
+__all__ = ["LOCAL_CONF", "has_kafka_connector", "local_session"]
 
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
@@ -84,6 +84,11 @@ def local_session(
 
 
 _KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+def has_kafka_connector(session: SparkSession) -> bool:
+    """Whether ``session``'s driver has Spark's own Kafka connector (``format("kafka")``)."""
+    return _loads(session, _KAFKA_PROVIDER)
 
 
 def _loads(session: SparkSession, class_name: str) -> bool:

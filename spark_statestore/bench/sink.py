@@ -27,6 +27,13 @@ suite.
 ``sink_changelog``
     The same with ``changelog`` (every change also published in one Kafka transaction per
     micro-batch, lz4, the writer's defaults) against the same Parquet runs; no target.
+``sink_changelog_vs_kafka_sink``
+    The runs publishing a changelog against ``writeStream.format("kafka")``, Spark's own
+    Kafka sink, writing the same stream's ``key`` and ``value`` into a fresh topic of as
+    many partitions (lz4, as our changelog): what publishing the rows to Kafka costs through
+    Spark alone, without a store, transactions or exactly-once; no target. Measured when
+    the suite's Spark driver has Spark's Kafka connector (its first session in the process,
+    as in ``spark-statestore bench``), else left out with a warning.
 ``sink_changelog_served``
     The same with option ``serve`` (the sink's store server keeps the store and the
     transactional producer open across micro-batches, and serves the store) against the
@@ -166,8 +173,8 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
     -------
     list of Measurement
         ``sink`` (target :data:`SINK_TARGET`), ``sink_changelog``,
-        ``sink_changelog_served`` and ``empty_commit`` (no
-        target).
+        ``sink_changelog_vs_kafka_sink`` (when the session has Spark's Kafka connector),
+        ``sink_changelog_served`` and ``empty_commit`` (no target).
 
     Raises
     ------
@@ -178,8 +185,10 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
     rounds = options.rounds
     batches = QUICK_BATCHES if options.quick else BATCHES
     empty_batches = QUICK_EMPTY_BATCHES if options.quick else EMPTY_BATCHES
-    # One fresh changelog per changelog run: the warm-up and every round.
+    # One fresh changelog per changelog run: the warm-up and every round; one fresh topic
+    # per run of Spark's Kafka sink.
     topics = [f"{APPLICATION_ID}-{n}-changelog" for n in range(2 * (rounds + 1))]
+    kafka_topics = [f"{APPLICATION_ID}-kafka-sink-{n}" for n in range(rounds + 1)]
     with tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root:
         start = time.perf_counter()
         stream = write_stream(os.path.join(root, "input"), records, batches)
@@ -198,7 +207,7 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
             spec
             for topic in topics
             for spec in (f"{topic}:{CHANGELOG_PARTITIONS}", f"{topic}-progress:1")
-        ]
+        ] + [f"{topic}:{CHANGELOG_PARTITIONS}" for topic in kafka_topics]
         with (
             broker_child(Path(root) / "broker.log", specs, who=f"bench suite {SUITE}") as bootstrap,
             spark_session() as session,
@@ -206,9 +215,19 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
             spark, startup_s, started = session
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
             changelogs = _Changelogs(bootstrap, topics)
+            kafka_sink = _Changelogs(bootstrap, kafka_topics)
+            from spark_statestore.connectors.spark.session import has_kafka_connector
+
+            with_kafka_sink = has_kafka_connector(spark)
+            if not with_kafka_sink:
+                _log.warning(
+                    "bench suite %s: this process's Spark driver has no Kafka connector "
+                    "(it started without it): sink_changelog_vs_kafka_sink is not measured",
+                    SUITE,
+                )
 
             def sides(data: SinkStream) -> dict[str, Callable[[], float]]:
-                return {
+                runs: dict[str, Callable[[], float]] = {
                     "store": partial(sink_run, spark, root, data, "store", None),
                     "store_changelog": partial(sink_run, spark, root, data, "store", changelogs),
                     "store_served": partial(
@@ -216,6 +235,9 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                     ),
                     "parquet": partial(sink_run, spark, root, data, "parquet", None),
                 }
+                if with_kafka_sink:
+                    runs["kafka"] = partial(sink_run, spark, root, data, "kafka", kafka_sink)
+                return runs
 
             for run in sides(warmup).values():
                 run()
@@ -276,6 +298,29 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                 "broker": "Apache Kafka (KRaft, one local node), child process",
             },
         ),
+        *(
+            [
+                Measurement(
+                    suite=SUITE,
+                    name="sink_changelog_vs_kafka_sink",
+                    unit="rows/s",
+                    candidate="writeStream.format('spark_statestore') publishing a changelog",
+                    baseline="writeStream.format('kafka') (Spark's Kafka sink), same rows",
+                    candidate_rates=tuple(rates["store_changelog"]),
+                    baseline_rates=tuple(rates["kafka"]),
+                    target=None,
+                    parameters={
+                        **stream_parameters,
+                        "partitions": CHANGELOG_PARTITIONS,
+                        "baseline": "key and value into a fresh topic, compression.type=lz4, "
+                        "the Java producer's defaults (acks=all, idempotent, no "
+                        "transactions); no store",
+                    },
+                )
+            ]
+            if "kafka" in rates
+            else []
+        ),
         Measurement(
             suite=SUITE,
             name="sink_changelog_served",
@@ -332,9 +377,20 @@ def sink_run(
         output = os.path.join(run_dir, "output")
         topic = changelogs.next_topic() if changelogs is not None else None
         reader = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", FILES_PER_BATCH)
-        writer = reader.parquet(data.directory).writeStream.option("checkpointLocation", checkpoint)
+        frame = reader.parquet(data.directory)
+        if sink == "kafka":  # Spark's Kafka sink would take partition and topic columns too
+            frame = frame.select("key", "value")
+        writer = frame.writeStream.option("checkpointLocation", checkpoint)
         if sink == "parquet":
             writer = writer.format("parquet").option("path", output)
+        elif sink == "kafka":
+            assert changelogs is not None and topic is not None
+            writer = (
+                writer.format("kafka")
+                .option("kafka.bootstrap.servers", changelogs.bootstrap)
+                .option("topic", topic)
+                .option("kafka.compression.type", "lz4")
+            )
         else:
             writer = writer.format(FORMAT).option("path", output)
             if changelogs is not None and topic is not None:
@@ -360,6 +416,9 @@ def sink_run(
         _check_commit_log(checkpoint, data.batches - 1, what)
         if sink == "parquet":
             _check_parquet(spark, output, data.records, what)
+        elif sink == "kafka":
+            assert changelogs is not None and topic is not None
+            _check_topic(changelogs.bootstrap, topic, data.records, what)
         else:
             published = data.records if topic is not None else None
             _check_store(output, data.keys, data.batches - 1, published, what)
@@ -417,6 +476,8 @@ def _empty_run(spark: Any, root: str, empty_file: str, sink: str, batches: int) 
 def _describe(sink: str, topic: str | None) -> str:
     if sink == "parquet":
         return "Spark's Parquet sink"
+    if sink == "kafka":
+        return f"Spark's Kafka sink into topic {topic}"
     return f"the {FORMAT} sink" + (f" with changelog {topic}" if topic else "")
 
 
@@ -446,6 +507,28 @@ def _check_commit_log(checkpoint: str, last_batch: int, what: str) -> None:
         raise BenchError(
             f"bench suite {SUITE}: {what} committed micro-batches {committed} (in {commits}), "
             f"expected 0 .. {last_batch}; its rate would be meaningless"
+        )
+
+
+def _check_topic(bootstrap: str, topic: str, records: int, what: str) -> None:
+    """``topic`` holds exactly ``records`` records (a fresh topic, no transactions: its end
+    offsets add up to what was written; an idempotent producer writes no duplicates)."""
+    from spark_statestore.connectors.kafka import clients
+
+    consumer = clients.consumer(
+        bootstrap, None, group=f"{APPLICATION_ID}-check", what=f"topic {topic!r}"
+    )
+    try:
+        ends = [
+            clients.watermarks(consumer, topic, partition, 30.0)[1]
+            for partition in range(CHANGELOG_PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+    if sum(ends) != records:
+        raise BenchError(
+            f"bench suite {SUITE}: {what} wrote {sum(ends):,} records, expected {records:,}; "
+            "its rate would be meaningless"
         )
 
 

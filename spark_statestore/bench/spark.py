@@ -446,15 +446,28 @@ def _write_parquet(store: Store, directory: str) -> int:
 def spark_session() -> Iterator[tuple[Any, float, bool]]:
     """A local SparkSession with the data source registered, the seconds it took to get
     and whether it was started here; an already active session is reused (and left
-    running)."""
+    running).
+
+    The first session of a process also gets Spark's own Kafka connector (the ``sink``
+    suite measures Spark's Kafka sink beside ours): a driver's classpath is fixed when its
+    JVM starts. Where that JVM was started without it, or the connector's jars were never
+    resolved, the session comes without it
+    (:func:`~spark_statestore.connectors.spark.session.has_kafka_connector` says which).
+    """
     from pyspark.sql import SparkSession
 
     import spark_statestore
+    from spark_statestore.connectors.kafka.errors import JarsMissingError
     from spark_statestore.connectors.spark.session import local_session
+    from spark_statestore.errors import StateStoreError
 
     existing = SparkSession.getActiveSession()
     start = time.perf_counter()
-    spark = local_session("spark-statestore-bench", master=MASTER)
+    try:
+        spark = local_session("spark-statestore-bench", master=MASTER, kafka_source=True)
+    except (JarsMissingError, StateStoreError) as exc:
+        _log.warning("the bench's Spark session comes without Spark's Kafka connector: %s", exc)
+        spark = local_session("spark-statestore-bench", master=MASTER)
     spark_statestore.register(spark)
     startup_s = time.perf_counter() - start
     if existing is None:

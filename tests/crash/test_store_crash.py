@@ -16,6 +16,8 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,11 +49,13 @@ class Child:
     """One run of the child process against the store."""
 
     def __init__(self, store: Path, *crash_at: str) -> None:
+        # stderr goes to a file: the test reads stdout alone, through one buffered reader.
+        self.errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 (as long as the child; finish() closes it)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.crash.child", str(store), str(SEED), *crash_at],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.errors,
             text=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
@@ -59,17 +63,39 @@ class Child:
         ready = self.proc.stdout.readline().split()
         if not ready or ready[0] != "ready":
             self.proc.kill()
-            _, err = self.proc.communicate(timeout=30)
-            raise AssertionError(f"child did not start: {ready} {err}")
+            self.proc.wait(timeout=30)
+            raise AssertionError(f"child did not start: {ready} {self.error_text()}")
         self.started_from = int(ready[1])
+
+    def error_text(self) -> str:
+        self.errors.seek(0)
+        return self.errors.read()[-2000:]
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
 
     def finish(self) -> tuple[int, list[str]]:
-        """Wait for the (killed) child; its exit code and its output lines."""
-        out, err = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == -signal.SIGKILL, (self.proc.returncode, err[-2000:])
+        """Wait for the (killed) child; its exit code and its output lines after "ready".
+
+        The rest of stdout is read through the reader that read "ready": that line's read
+        may have taken more lines into its buffer (a busy machine lets the child run ahead),
+        and ``communicate()`` would read past them, from the pipe itself (it lost every line
+        of a run once). A child that neither dies nor exits is killed after a minute.
+        """
+        assert self.proc.stdout is not None
+        hung: list[bool] = []
+        watchdog = threading.Timer(60, lambda: (hung.append(True), self.proc.kill()))
+        watchdog.start()
+        try:
+            out = self.proc.stdout.read()
+            self.proc.wait()
+        finally:
+            watchdog.cancel()
+            self.proc.stdout.close()
+        errors = self.error_text()
+        self.errors.close()
+        assert not hung, f"the child neither died nor exited in 60 s: {errors}"
+        assert self.proc.returncode == -signal.SIGKILL, (self.proc.returncode, errors)
         return self.proc.returncode, out.splitlines()
 
 

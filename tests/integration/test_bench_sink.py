@@ -35,7 +35,25 @@ def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
     measurements = run_sink_suite(options)
 
     by_name = {m.name: m for m in measurements}
-    assert list(by_name) == ["sink", "sink_changelog", "sink_changelog_served", "empty_commit"]
+    # Spark's Kafka sink is measured when the process's Spark driver has its connector (the
+    # first session of the process; a test session started earlier may not).
+    from pyspark.sql import SparkSession
+
+    from spark_statestore.connectors.spark.session import has_kafka_connector
+
+    active = SparkSession.getActiveSession()
+    kafka = active is None or has_kafka_connector(active)
+    assert list(by_name) == [
+        "sink",
+        "sink_changelog",
+        *(["sink_changelog_vs_kafka_sink"] if kafka else []),
+        "sink_changelog_served",
+        "empty_commit",
+    ]
+    if kafka:
+        against_kafka = by_name["sink_changelog_vs_kafka_sink"]
+        assert against_kafka.candidate_rates == by_name["sink_changelog"].candidate_rates
+        assert against_kafka.target is None
     for m in measurements:
         assert m.suite == SUITE
         assert len(m.candidate_rates) == len(m.baseline_rates) == 1
