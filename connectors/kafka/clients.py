@@ -450,7 +450,8 @@ def _cause_hint(error: KafkaError) -> str:
         )
     if "PLAINTEXT broker listener" in text:
         return "check kafka.security.protocol: that listener does not speak TLS"
-    if code == KafkaError._SSL:
+    # A failed handshake comes as _SSL or as _TRANSPORT, depending on where it failed.
+    if code == KafkaError._SSL or "SSL handshake failed" in text:
         return (
             "check kafka.ssl.ca.location (a PEM file of the CA that signed the brokers' "
             "certificates) and kafka.security.protocol"

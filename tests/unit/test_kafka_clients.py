@@ -83,3 +83,24 @@ def test_a_request_nobody_answers_says_why_when_librdkafka_told() -> None:
     bare = Producer({"bootstrap.servers": _NOWHERE, "log_level": 0})
     with pytest.raises(KafkaClientError, match=r"; check kafka\.bootstrap\.servers$"):
         clients.partition_count(bare, "t", timeout_s=0.5)
+
+
+def test_the_hint_follows_what_librdkafka_reported() -> None:
+    """A failed TLS handshake is reported as _SSL or as _TRANSPORT (a fresh-clone run got
+    the latter, and the hint named kafka.bootstrap.servers instead of the CA)."""
+    from confluent_kafka import KafkaError
+
+    handshake = (
+        "b/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify failed"
+    )
+    for code in (KafkaError._SSL, KafkaError._TRANSPORT):
+        assert "kafka.ssl.ca.location" in clients._cause_hint(KafkaError(code, handshake))
+    refused = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Invalid")
+    assert "kafka.sasl.password" in clients._cause_hint(refused)
+    plain = "SSL handshake failed: Disconnected: connecting to a PLAINTEXT broker listener?"
+    hint = clients._cause_hint(KafkaError(KafkaError._TRANSPORT, plain))
+    assert hint == "check kafka.security.protocol: that listener does not speak TLS"
+    down = KafkaError(
+        KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:1 failed: Connection refused"
+    )
+    assert clients._cause_hint(down) == "check kafka.bootstrap.servers and kafka.security.protocol"
