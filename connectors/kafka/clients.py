@@ -441,6 +441,9 @@ def unreachable_cause(
             return None
 
 
+_TLS_WORDS = ("SSL handshake failed", "certificate verify failed", "ssl.ca.location")
+
+
 def _cause_hint(error: KafkaError) -> str:
     code, text = error.code(), error.str()
     if code == KafkaError._AUTHENTICATION:
@@ -451,7 +454,7 @@ def _cause_hint(error: KafkaError) -> str:
     if "PLAINTEXT broker listener" in text:
         return "check kafka.security.protocol: that listener does not speak TLS"
     # A failed handshake comes as _SSL or as _TRANSPORT, depending on where it failed.
-    if code == KafkaError._SSL or "SSL handshake failed" in text:
+    if code == KafkaError._SSL or any(word in text for word in _TLS_WORDS):
         return (
             "check kafka.ssl.ca.location (a PEM file of the CA that signed the brokers' "
             "certificates) and kafka.security.protocol"

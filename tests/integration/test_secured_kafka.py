@@ -173,8 +173,9 @@ def test_a_refused_password_or_certificate_is_named_not_a_transport_failure(
                     Follower(store, source)  # its first request: the partition count
             finally:
                 source.close()
-            assert reason in str(refused.value) and option in str(refused.value)
-            assert "librdkafka reported while connecting" in str(refused.value)
+            message = str(refused.value)
+            assert reason in message and option in message, message
+            assert "librdkafka reported while connecting" in message, message
     # The sink's changelog producer (the extension's on the fast path) says the same.
     writer = ChangelogWriter(
         secured.bootstrap,
