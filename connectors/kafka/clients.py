@@ -209,7 +209,10 @@ def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -
         metadata = client.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
         raise unreachable_error(
-            client, exc, f"cannot read the metadata of topic {topic!r}"
+            client,
+            exc,
+            f"cannot read the metadata of topic {topic!r}",
+            "; check kafka.bootstrap.servers",
         ) from exc
     info = metadata.topics.get(topic)
     if info is None:
@@ -383,11 +386,13 @@ _NOT_FOR_THE_PROBE = frozenset(
 )
 
 
-def unreachable_error(client: Any, exc: KafkaException, what: str) -> KafkaClientError:
+def unreachable_error(
+    client: Any, exc: KafkaException, what: str, hint: str = ""
+) -> KafkaClientError:
     """The error for a request of ``client`` that failed with ``exc``: when the brokers did
     not answer and the client keeps its settings (the clients made here do), with the cause
-    :func:`unreachable_cause` finds and the options to check; else ``exc`` as it is and
-    ``kafka.bootstrap.servers`` to check."""
+    :func:`unreachable_cause` finds and the options to check; else :func:`client_error`'s,
+    with ``hint``."""
     error = kafka_error_of(exc)
     settings = getattr(client, "kafka_settings", None)
     if error is not None and error.code() in _UNANSWERED and settings is not None:
@@ -399,7 +404,7 @@ def unreachable_error(client: Any, exc: KafkaException, what: str) -> KafkaClien
                 f"{reason}; {hint}",
                 error.code(),
             )
-    return client_error(exc, what, "; check kafka.bootstrap.servers")
+    return client_error(exc, what, hint)
 
 
 def unreachable_cause(
