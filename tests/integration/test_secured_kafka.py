@@ -20,7 +20,7 @@ from spark_statestore.connectors.kafka.sink.writer import ChangelogWriter
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.native import ENV
 from spark_statestore.store import Role, Store, StoreOptions, StoreSpec
-from tests.integration.test_sink import SCHEMA, row, store_content, write_input
+from tests.integration.test_sink import changelog_writer, row, store_content, write_input
 from tests.native_util import native_or_skip
 from tests.pki import make_pki
 
@@ -65,14 +65,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 
 
 def sink(spark: Any, secured: Secured, source: Path, checkpoint: Path, changelog: str) -> Any:
-    writer = (
-        spark.readStream.schema(SCHEMA)
-        .json(str(source))
-        .writeStream.format(FORMAT)
-        .option("checkpointLocation", str(checkpoint))
-        .option("changelog", changelog)
-        .option("application.id", APP)
-    )
+    """test_sink's changelog sink, with the secured listener and its settings."""
+    writer = changelog_writer(spark, source, checkpoint, secured.bootstrap, changelog, APP)
     for name, value in secured.options().items():
         writer = writer.option(name, value)
     return writer
