@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ServeOptions", "run_serve"]
 
-_TTL_INTERVALS = 3
-"""An announcement is stale after this many missed heartbeats (as the Spark follower's)."""
-
 
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
@@ -233,12 +230,12 @@ def _announcer(
     options: ServeOptions,
 ) -> ReplicaAnnouncer:
     from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
-    from spark_statestore.discovery import ReplicaAnnouncement
+    from spark_statestore.discovery import ReplicaAnnouncement, announce_ttl_ms
 
     assert options.bootstrap_servers is not None
     interval_ms = int(options.announce_interval_s * 1000)
     announcement = ReplicaAnnouncement.of_store(
-        store, location=location, ttl_ms=_TTL_INTERVALS * interval_ms
+        store, location=location, ttl_ms=announce_ttl_ms(interval_ms)
     )
     return ReplicaAnnouncer(
         options.bootstrap_servers,

@@ -18,6 +18,7 @@ from spark_statestore.discovery.announcement import (
     MAX_ANNOUNCEMENT_BYTES,
     REPLICAS_SUFFIX,
     ReplicaAnnouncement,
+    announce_ttl_ms,
     host_info_of,
 )
 from spark_statestore.discovery.errors import (
@@ -46,6 +47,7 @@ __all__ = [
     "RoutedScanError",
     "Router",
     "UnverifiableReplicaError",
+    "announce_ttl_ms",
     "connect_replica",
     "host_info_of",
     "merged_rows",

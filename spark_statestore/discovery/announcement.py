@@ -40,6 +40,7 @@ __all__ = [
     "MAX_ANNOUNCEMENT_BYTES",
     "REPLICAS_SUFFIX",
     "ReplicaAnnouncement",
+    "announce_ttl_ms",
     "host_info_of",
 ]
 
@@ -52,6 +53,21 @@ ANNOUNCEMENT_FORMAT_VERSION: Final = 2
 
 MAX_ANNOUNCEMENT_BYTES: Final = 1024 * 1024
 """The largest announcement decoded (Kafka's default ``max.message.bytes``)."""
+
+ANNOUNCE_TTL_INTERVALS: Final = 3
+"""An announcement is stale after this many heartbeat intervals without a newer one..."""
+
+ANNOUNCE_TTL_SLACK_MS: Final = 2000
+"""... and at least this long after the next heartbeat was due: a busy host (a 2-core
+machine running Spark's JVMs, a garbage-collection pause) can delay a heartbeat by far more
+than a short interval, and a live owner must not be judged gone for it."""
+
+
+def announce_ttl_ms(interval_ms: int) -> int:
+    """The TTL an owner heartbeating every ``interval_ms`` announces: three intervals, at
+    least one interval plus :data:`ANNOUNCE_TTL_SLACK_MS` (2 s)."""
+    return max(ANNOUNCE_TTL_INTERVALS * interval_ms, interval_ms + ANNOUNCE_TTL_SLACK_MS)
+
 
 _MAX_TEXT = 4096  # replica ids, hosts, locations
 _MAX_KEY_PREFIX = 64 * 1024

@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 
 from spark_statestore.changelog import partition_for_key
 from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer, ReplicaRegistry
-from spark_statestore.discovery import ReplicaAnnouncement, ReplicaSet
+from spark_statestore.discovery import ReplicaAnnouncement, ReplicaSet, announce_ttl_ms
 from spark_statestore.position import Position
 from spark_statestore.query import HostInfo, KeyQueryMetadata
 from spark_statestore.store import read_owner
@@ -30,7 +30,7 @@ from tests.conftest import REPO_ROOT
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
-INTERVAL_MS = 300  # announced TTL: three intervals
+INTERVAL_MS = 300  # announced TTL: announce_ttl_ms(INTERVAL_MS)
 
 OWNER = textwrap.dedent(
     """
@@ -172,7 +172,7 @@ def test_owners_announce_and_vanish_at_a_tombstone_or_after_their_ttl(
             assert replica.role is Role.FOLLOWER
             assert replica.partitions == PARTITIONS
             assert set(replica.lags) == set(replica.held_partitions)
-            assert replica.ttl_ms == 3 * INTERVAL_MS
+            assert replica.ttl_ms == announce_ttl_ms(INTERVAL_MS)
         low_host, every_host = by_pid[low.pid].host_info, by_pid[every.pid].host_info
         assert registry.metadata_for_key(_key_in(1)) == KeyQueryMetadata(
             None, frozenset({low_host, every_host}), 1
@@ -246,3 +246,48 @@ def test_an_announcer_publishes_heartbeats_with_fresh_progress_and_a_tombstone(
         assert [error for error, _ in reports] == [None, None]
         assert registry.replicas().replicas == ()
         assert registry.malformed == 2
+
+
+def test_a_reader_slower_than_the_ttl_still_sees_a_live_replica(
+    kafka_broker: object, make_topic: Callable[..., str]
+) -> None:
+    """Issue 38: an enrich task on a busy executor failed with "no live replica ... 1 verified
+    announcement(s) expired, the last 0.0 s ago" while the replica announced on time. The
+    reader read the topic up to its end, and by the time it judged liveness (by its clock,
+    after the read) more than a TTL had passed: every announcement it had read was stale,
+    though it had read nothing that says the replica stopped. It judges as of when it asked
+    for the ends it read up to."""
+    bootstrap = kafka_broker.bootstrap_servers  # type: ignore[attr-defined]
+    changelog = make_topic(1, suffix="-changelog")
+    ttl_ms = 900
+    announcement = ReplicaAnnouncement(
+        "slow-read", changelog, Role.FOLLOWER, "host-a", "grpc://127.0.0.1:7001", 1, (0,),
+        ttl_ms=ttl_ms,
+    )  # fmt: skip
+    announcer = ReplicaAnnouncer(
+        bootstrap, announcement, lambda: (Position.empty(), {}), interval_s=3600
+    )
+    late_s = [0.0]  # how far behind the broker this reader's reads have fallen
+
+    def clock() -> float:
+        return time.time() + late_s[0]
+
+    announcer.start()  # delivered when this returns: appended now, by the broker's clock
+    try:
+        with ReplicaRegistry(bootstrap, changelog, clock=clock) as registry:
+            consume = registry._consume
+
+            def slow_consume(timeout_s: float) -> None:
+                consume(timeout_s)
+                late_s[0] += 2 * ttl_ms / 1000  # each read step takes two TTLs
+
+            registry._consume = slow_consume  # type: ignore[method-assign]
+            view = registry.replicas()
+            assert [r.replica_id for r in view.replicas] == ["slow-read"], view.refused
+            assert late_s[0] > 0, "the read never consumed"
+            # Its next complete read starts after the TTL: now the replica is gone.
+            later = registry.replicas()
+            assert later.replicas == (), later
+            assert "expired" in later.refused[-1]
+    finally:
+        announcer.close()

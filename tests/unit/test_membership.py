@@ -321,10 +321,20 @@ def test_a_reader_says_why_when_every_verified_announcement_expired() -> None:
 
     registry = ReplicaRegistry.__new__(ReplicaRegistry)
     registry.changelog, registry.ttl_ms, registry.refusals = CHANGELOG, None, []
-    registry._partitions = 4
+    registry._partitions, registry._as_of_ms = 4, None
     registry._clock = lambda: 1_000_000 + 3600.0  # an hour ahead of when it was appended
     seen = announcement(heartbeat_ms=1_000_000_000, seen_ms=1_000_000_000, ttl_ms=15_000)
     registry._latest = {b"r1": seen}
     view = registry.view()
     assert view.replicas == ()
     assert "clock runs ahead" in view.refused[-1]
+
+
+def test_an_announced_ttl_covers_a_heartbeat_delayed_by_a_busy_host() -> None:
+    """Issue 38: three 200 ms intervals (0.6 s) expired a live owner whose heartbeat a busy
+    2-core machine delayed; the TTL keeps three intervals and at least 2 s of slack."""
+    from spark_statestore.discovery import announce_ttl_ms
+
+    assert announce_ttl_ms(200) == 2_200
+    assert announce_ttl_ms(5_000) == 15_000
+    assert all(announce_ttl_ms(i) >= 3 * i and announce_ttl_ms(i) >= i + 2_000 for i in (1, 999))

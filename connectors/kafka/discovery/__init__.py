@@ -2,7 +2,6 @@
 reads a changelog's ``<changelog>-replicas`` topic (see :mod:`spark_statestore.discovery`)."""
 
 from spark_statestore.connectors.kafka.discovery.announcer import (
-    ANNOUNCE_TTL_INTERVALS,
     REPLICAS_TOPIC_CONFIG,
     ReplicaAnnouncer,
     announce_store,
@@ -11,7 +10,6 @@ from spark_statestore.connectors.kafka.discovery.announcer import (
 from spark_statestore.connectors.kafka.discovery.registry import ReplicaRegistry
 
 __all__ = [
-    "ANNOUNCE_TTL_INTERVALS",
     "REPLICAS_TOPIC_CONFIG",
     "ReplicaAnnouncer",
     "ReplicaRegistry",

@@ -22,7 +22,12 @@ from confluent_kafka import KafkaException
 
 from spark_statestore.connectors.kafka import clients
 from spark_statestore.connectors.kafka.errors import client_error
-from spark_statestore.discovery import REPLICAS_SUFFIX, DiscoveryError, ReplicaAnnouncement
+from spark_statestore.discovery import (
+    REPLICAS_SUFFIX,
+    DiscoveryError,
+    ReplicaAnnouncement,
+    announce_ttl_ms,
+)
 from spark_statestore.discovery.errors import AnnouncementNotDeliveredError
 from spark_statestore.discovery.records import announcement_record
 from spark_statestore.discovery.signing import MembershipKey
@@ -34,7 +39,6 @@ if TYPE_CHECKING:
     from spark_statestore.store import Store
 
 __all__ = [
-    "ANNOUNCE_TTL_INTERVALS",
     "REPLICAS_TOPIC_CONFIG",
     "ReplicaAnnouncer",
     "announce_store",
@@ -54,9 +58,6 @@ REPLICAS_TOPIC_CONFIG: Mapping[str, str] = {
 
 Progress = Callable[[], "tuple[Position, Mapping[int, LagInfo]]"]
 """Returns the store's current position and ``{partition: LagInfo}``."""
-
-ANNOUNCE_TTL_INTERVALS = 3
-"""An announcement is stale after this many heartbeat intervals without a newer one."""
 
 
 def ensure_replicas_topic(
@@ -222,7 +223,23 @@ class ReplicaAnnouncer:
             )
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        # Beats fall due on a fixed cadence from the start, not an interval after the
+        # previous beat returned: a slow beat (the lags' Kafka request, a delivery on a busy
+        # broker) does not push every later one back. Beats missed entirely are not made up.
+        due = time.monotonic() + self.interval_s
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            now = time.monotonic()
+            late = now - due
+            if late > self.interval_s:
+                _log.info(
+                    "replica heartbeat on %s is %.1f s late (interval %g s): this host is busy",
+                    self.topic,
+                    late,
+                    self.interval_s,
+                )
+            due += self.interval_s
+            if due <= now:
+                due = now + self.interval_s
             try:
                 self.announce()
             except StateStoreError as exc:
@@ -274,9 +291,7 @@ def announce_store(
     key = None if key_file is None else MembershipKey.load(key_file, "'announceKeyFile'")
     announcer = ReplicaAnnouncer(
         bootstrap_servers,
-        ReplicaAnnouncement.of_store(
-            store, location=location, ttl_ms=ANNOUNCE_TTL_INTERVALS * interval_ms
-        ),
+        ReplicaAnnouncement.of_store(store, location=location, ttl_ms=announce_ttl_ms(interval_ms)),
         lambda: (store.metadata.position, lags()),
         config=config,
         interval_s=interval_ms / 1000,

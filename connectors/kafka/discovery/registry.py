@@ -11,6 +11,10 @@ beginning and keeps, per key, the latest announcement it can believe:
   refused (an announcer with a wrong clock, or an old record replayed); its liveness runs
   from the append time, never later than when this reader read it. On a topic with
   ``CreateTime`` the signed heartbeat is used instead, clamped the same way;
+* judged as of the reader's last complete read: when it asked for the end offsets it then
+  read up to. What was appended after that it has not read, so it cannot know that a
+  replica stopped announcing since: a reader slow to read (a busy executor) must not judge
+  a replica gone at a later time by its clock, when only its own read was late;
 * not older than the one it replaces (a replayed earlier announcement of the replica);
 * forgotten at the replica's signed withdrawal; a null tombstone, which anyone may write, is
   not believed (compaction uses it; readers wait for the TTL).
@@ -113,6 +117,7 @@ class ReplicaRegistry:
         )
         self._next: dict[int, int] = {}
         self._latest: dict[bytes, ReplicaAnnouncement] = {}
+        self._as_of_ms: int | None = None  # when the last complete read asked for the ends
         self._partitions: int | None = None
         self._create_time_warned = False
         self.malformed = 0
@@ -140,8 +145,11 @@ class ReplicaRegistry:
 
     # -- reading ----------------------------------------------------------------------------
     def view(self) -> ReplicaSet:
-        """The live replicas among what has been read so far (no Kafka request)."""
+        """The live replicas among what has been read so far (no Kafka request), judged as
+        of the last :meth:`refresh` (when it asked for the end offsets it read up to)."""
         now_ms = int(self._clock() * 1000)
+        if self._as_of_ms is not None:
+            now_ms = min(now_ms, self._as_of_ms)
         view = ReplicaSet.of(
             self.changelog,
             self._latest.values(),
@@ -175,7 +183,9 @@ class ReplicaRegistry:
         count = clients.partition_count(self._consumer, self.changelog, self.timeout_s)
         if count is not None:
             self._partitions = count
+        asked_ms = int(self._clock() * 1000)
         if not self._assigned():
+            self._as_of_ms = asked_ms
             return
         ends = {
             p: clients.watermarks(self._consumer, self.topic, p, self.timeout_s)[1]
@@ -192,6 +202,7 @@ class ReplicaRegistry:
                     "brokers are reachable"
                 )
             self._consume(min(left, 0.5))
+        self._as_of_ms = asked_ms
 
     def wait_for(
         self, predicate: Callable[[ReplicaSet], bool], timeout_s: float
