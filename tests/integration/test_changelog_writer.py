@@ -31,7 +31,12 @@ from spark_statestore.connectors.kafka.sink.writer import (
     transactional_id_for,
 )
 from spark_statestore.position import Position
-from tests.kafka_util import settled_changelog, wait_until_readable, wait_until_settled
+from tests.kafka_util import (
+    fence_transactions,
+    settled_changelog,
+    wait_until_readable,
+    wait_until_settled,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -302,6 +307,45 @@ def test_empty_batch_still_commits_its_progress(
     progress = read_last_progress(kafka_broker.bootstrap_servers, topic, "s")
     assert progress is not None and progress.batch_id == 5
     assert progress.changelog_end_offsets == {}
+
+
+def test_a_check_right_after_a_writer_stops_sees_its_last_commit_once_fenced(
+    kafka_broker: LocalKafkaCluster,
+    make_changelog: Callable[..., str],
+    make_writer: Callable[..., ChangelogWriter],
+) -> None:
+    """Issue 38: the sink crash test read (Spark, store, Kafka) = (1, 1, 0): the store had
+    committed a batch whose progress record a read_committed read did not see yet. Kafka
+    answers commitTransaction before it writes the commit markers (without the fence, this
+    read missed the batch just committed in about one round in three); a check that
+    settles the writer's transactional id first, as a restarted sink does, sees it."""
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_changelog(partitions=1)
+    txn_id = f"{topic}-restarted"
+    progress_partition = TopicPartition(f"{topic}-progress", 0)
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tests-fenced",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        for batch in range(_RESTARTS):
+            # A sink run: init, one batch, killed (nothing closes the producer).
+            writer = make_writer(topic, txn_id=txn_id)
+            writer.publish(batch_of(batch, 3), progress=ProgressRecord.for_batch("s", "q", batch))
+            fence_transactions(bootstrap, txn_id)
+            # The batch's progress record and its commit marker: offsets 2 * batch, + 1.
+            stable = reader.get_watermark_offsets(progress_partition, timeout=10, cached=False)[1]
+            assert stable == 2 * batch + 2, f"round {batch}: last stable offset {stable}"
+    finally:
+        reader.close()
+    progress = read_last_progress(bootstrap, topic, "s")
+    assert progress is not None and progress.batch_id == _RESTARTS - 1
+
+
+_RESTARTS = 30
 
 
 # -- failures -------------------------------------------------------------------------------

@@ -257,6 +257,11 @@ def read_last_progress(
     topic is; a store without a record costs a full scan, which a compacted progress topic
     (one record per store id) keeps short.
 
+    Kafka answers ``commitTransaction`` before it writes the commit markers, so a batch whose
+    commit just returned may not be read yet: a caller that must see it (a restarted sink)
+    initializes the writer's transactional id first, which Kafka answers only once the
+    last transaction's markers are written.
+
     Raises
     ------
     KafkaClientError
