@@ -21,7 +21,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from spark_statestore.changelog.columns import RecordColumns
-from spark_statestore.errors import FollowerError, PositionUnavailableError
+from spark_statestore.errors import FollowerError, PositionUnavailableError, StateStoreError
 from spark_statestore.follower.versioned import check_versioned
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
@@ -360,7 +360,12 @@ class Follower:
         except BaseException as exc:  # recorded for the thread's owner, who re-raises it
             self.error = exc
             self.state = FollowerState.FAILED
-            _log.exception("follower of %s failed", self.source.topic)
+            if isinstance(exc, StateStoreError):
+                # An expected failure (bad input, Kafka refusing): its owner reports it in
+                # one line; the traceback is for debugging only.
+                _log.debug("follower of %s failed", self.source.topic, exc_info=exc)
+            else:
+                _log.exception("follower of %s failed", self.source.topic)
             with self._applied:
                 self._applied.notify_all()
 

@@ -246,6 +246,29 @@ def test_a_missing_topic_is_named_and_leaves_no_store(kafka_broker: Any, tmp_pat
     assert not path.exists()
 
 
+def test_a_record_it_cannot_apply_stops_it_with_one_line_and_no_traceback(
+    kafka_broker: Any, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """Issue 38: the follower thread logged its failure with a traceback, printed before the
+    command's own one-line error. An expected failure (bad input) is the one line only."""
+    from confluent_kafka import Producer
+
+    topic = make_topic(1, suffix="-changelog")
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    # A position header of version 0 without its position: the follower must stop there.
+    producer.produce(topic, key=b"k", value=b"v", headers=[("v", b"\x00")])
+    assert producer.flush(30) == 0
+
+    result = follow(kafka_broker.bootstrap_servers, topic, tmp_path / "store")
+
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    started, failed = result.stderr.strip().splitlines()  # its start line, then the error
+    assert started.startswith(f"following {topic} into "), started
+    assert failed.startswith("spark-statestore follow: error:"), failed
+    assert f"topic {topic} partition 0 offset 0" in failed, failed
+
+
 @pytest.mark.parametrize(
     ("partitions", "fragment"),
     [
