@@ -14,6 +14,7 @@ runs :data:`SOAK_INPUTS` inputs per parser, over a million in all.
 
 from __future__ import annotations
 
+import decimal
 import json
 import random
 import struct
@@ -60,6 +61,14 @@ from spark_statestore.query import (
     StateQueryResult,
     VersionedKeyQuery,
     VersionedRecord,
+)
+from spark_statestore.schemas import (
+    AvroSchema,
+    AvroValueDecoder,
+    SchemaNotFoundError,
+    encode_frame,
+    parse_frame,
+    parse_message_indexes,
 )
 from spark_statestore.serve.key_wire import (
     decode_key_query,
@@ -645,6 +654,100 @@ def _parse_sink_commit(raw: bytes) -> None:
     assert again == batch
 
 
+# Schema-registry frames (Avro/JSON Schema, and Protobuf with its message indexes).
+_FRAME_CORPUS = [
+    encode_frame(1, b"payload"),
+    encode_frame(2**31 - 1, b""),
+    encode_frame(7, b"\x02\x04", (0,)),
+    encode_frame(7, b"\x02", (1, 0, 3)),
+    encode_frame(12, b"x" * 40, (2, 5)),
+]
+_FRAME_PIECES = [*_BYTE_PIECES, b"\x00", b"\x80", b"\xff\xff\xff\xff\x0f", b"\x7f", b"\x01"]
+
+
+def _parse_frames(raw: bytes) -> None:
+    frame = parse_frame(raw)
+    assert raw[: frame.payload_offset] == encode_frame(frame.schema_id, b"")
+    framed = parse_message_indexes(raw)
+    assert framed.schema_id == frame.schema_id
+    assert framed.message_indexes is not None and framed.payload_offset <= len(raw)
+    payload = raw[framed.payload_offset :]
+    again = parse_message_indexes(encode_frame(frame.schema_id, payload, framed.message_indexes))
+    assert again.message_indexes == framed.message_indexes
+
+
+# Avro values as Apache Avro's own writer frames them, decoded to an evolved reader schema.
+_AVRO_WRITER = {
+    "type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "lines", "type": {"type": "array", "items": {
+            "type": "record", "name": "Line", "fields": [
+                {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}},
+        {"name": "tags", "type": {"type": "map", "values": "long"}},
+        {"name": "color", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "BLUE"]}},
+        {"name": "price", "type": {
+            "type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+        {"name": "either", "type": ["null", "string", "long", "Line"], "default": None},
+    ],
+}  # fmt: skip
+_AVRO_READER = {
+    **_AVRO_WRITER,
+    "fields": [
+        *(f for f in _AVRO_WRITER["fields"] if f["name"] != "note"),
+        {"name": "added", "type": "double", "default": 1.5},
+    ],
+}
+
+
+def _avro_corpus() -> list[bytes]:
+    import io as _io
+
+    import avro.io
+    import avro.schema
+
+    schema = avro.schema.parse(json.dumps(_AVRO_WRITER))
+    values = []
+    for number in range(4):
+        datum = {
+            "id": number * 1_000_003 - 7,
+            "note": None if number % 2 else "n" * number,
+            "lines": [{"sku": f"s{n}", "qty": n} for n in range(number)],
+            "tags": {f"t{n}": -n for n in range(number)},
+            "color": ("RED", "BLUE")[number % 2],
+            "price": decimal.Decimal(f"{number}.{number:02d}"),
+            "either": (None, "text", 42, {"sku": "x", "qty": 1})[number],
+        }
+        out = _io.BytesIO()
+        avro.io.DatumWriter(schema).write(datum, avro.io.BinaryEncoder(out))
+        values.append(encode_frame(number % 2 + 1, out.getvalue()))
+    return values
+
+
+_AVRO_CORPUS = _avro_corpus()
+
+
+def _avro_decoder() -> AvroValueDecoder:
+    writer = AvroSchema.parse(json.dumps(_AVRO_WRITER), what="writer", schema_id=1)
+    reader = AvroSchema.parse(json.dumps(_AVRO_READER), what="reader", schema_id=3)
+    known = {1: writer, 2: writer}
+
+    def lookup(schema_id: int) -> AvroSchema:
+        if schema_id not in known:
+            raise SchemaNotFoundError(f"no schema id {schema_id}")
+        return known[schema_id]
+
+    return AvroValueDecoder(reader, lookup, subject="orders-value")
+
+
+_AVRO_DECODER = _avro_decoder()
+
+
+def _parse_avro(raw: bytes) -> None:
+    array, bad = _AVRO_DECODER.decode([raw], locate=lambda i: f"input {i}", permissive=False)
+    assert bad == 0 and array.type == _AVRO_DECODER.arrow_type and len(array) == 1
+
+
 def _mutated(
     corpus: Sequence[T], pieces: Sequence[T], nest: tuple[T, T] | None = None
 ) -> Callable[[random.Random], T]:
@@ -677,6 +780,8 @@ TARGETS = [
         _mutated(_KEY_WIRE_CORPUS, _KEY_WIRE_PIECES),
         _parse_key_wire,
     ),
+    Target("schema-registry frames", _mutated(_FRAME_CORPUS, _FRAME_PIECES), _parse_frames),
+    Target("Avro values", _mutated(_AVRO_CORPUS, _FRAME_PIECES), _parse_avro),
     Target(
         "replica announcements",
         _mutated(_ANNOUNCEMENT_CORPUS, _ANNOUNCEMENT_PIECES, (b"[", b"]")),

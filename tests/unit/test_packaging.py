@@ -109,6 +109,7 @@ _ENGINE_LAYERS = (
         "spark_statestore.partition_spec",
         "spark_statestore.position",
         "spark_statestore.query",
+        "spark_statestore.schemas",
     ),
     ("spark_statestore.changelog",),
     ("spark_statestore.store",),

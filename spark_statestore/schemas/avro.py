@@ -1,0 +1,404 @@
+"""Avro values, framed by a registry serializer or bare, decoded to one reader schema.
+
+Decoding is fastavro's (the maintained C-accelerated Avro implementation for Python): each
+value is read with its own writer schema (found by the frame's schema id) and resolved to
+the reader schema by Avro's rules (fields added with defaults, fields dropped, promotions,
+enum symbols, union branches). The values then become Arrow arrays of
+:func:`~spark_statestore.schemas.avro_types.arrow_type_of` the reader schema.
+
+A value is never decoded loosely: a payload that ends before its schema does, or has bytes
+left after it, is an error, since reading bytes with the wrong writer schema otherwise
+yields plausible garbage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+from fastavro.read import SchemaResolutionError as FastavroResolutionError
+
+from spark_statestore.schemas.avro_resolution import first_mismatch
+from spark_statestore.schemas.avro_types import arrow_type_of, union_branches
+from spark_statestore.schemas.errors import (
+    FrameError,
+    SchemaDecodeError,
+    SchemaError,
+    SchemaResolutionError,
+)
+from spark_statestore.schemas.frame import parse_frame
+
+__all__ = ["AvroSchema", "AvroValueDecoder"]
+
+Converter = Callable[[Any], Any]
+"""Turns one value as fastavro returns it into what :func:`pyarrow.array` takes."""
+
+_DECODE_FAILURES = (
+    EOFError,
+    StopIteration,
+    ValueError,
+    IndexError,
+    KeyError,
+    TypeError,
+    OverflowError,
+    UnicodeDecodeError,
+)
+
+
+@dataclass(frozen=True)
+class AvroSchema:
+    """One Avro schema: its text, and where it came from for messages.
+
+    Build it with :meth:`parse`. Picklable (it holds the text; the parsed form is rebuilt
+    where it is used).
+    """
+
+    text: str
+    what: str
+    """Where the schema came from, for messages: ``"option valueSchema"``, ``"schema id 7
+    of subject orders-value"``."""
+    schema_id: int | None = None
+    _parsed: Any = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, text: str, *, what: str, schema_id: int | None = None) -> AvroSchema:
+        """Parse and check ``text``.
+
+        Raises
+        ------
+        SchemaError
+            Not JSON, or not a valid Avro schema (fastavro's reason), or a type that cannot
+            be a Spark column.
+        """
+        parsed = _parse(text, what)
+        schema = cls(text, what, schema_id, parsed)
+        schema.arrow_type()  # refuses recursive types and too wide decimals now
+        return schema
+
+    @property
+    def parsed(self) -> Any:
+        """The schema as :func:`fastavro.parse_schema` returns it."""
+        if self._parsed is None:
+            object.__setattr__(self, "_parsed", _parse(self.text, self.what))
+        return self._parsed
+
+    def arrow_type(self) -> pa.DataType:
+        """The Arrow type of its values (:mod:`~spark_statestore.schemas.avro_types`)."""
+        try:
+            return arrow_type_of(self.parsed)
+        except SchemaError as exc:
+            raise SchemaError(f"{self.what}: {exc}") from None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"text": self.text, "what": self.what, "schema_id": self.schema_id}
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_parsed", None)
+
+
+WriterLookup = Callable[[int], AvroSchema]
+"""The writer schema registered under an id (raises a RegistryError when it cannot)."""
+
+
+class AvroValueDecoder:
+    """Decodes batches of stored bytes written with Avro to the reader schema.
+
+    Parameters
+    ----------
+    reader
+        The reader schema: every value is resolved to it.
+    writers
+        The writer schema of a frame's schema id (a registry lookup, cached here); None
+        for bare Avro (no frame), written with ``reader`` itself.
+    subject
+        The registry subject, named in messages (None without a registry).
+    column
+        ``"key"`` or ``"value"``, named in messages.
+    """
+
+    def __init__(
+        self,
+        reader: AvroSchema,
+        writers: WriterLookup | None,
+        *,
+        subject: str | None = None,
+        column: str = "value",
+    ) -> None:
+        self.reader = reader
+        self.subject = subject
+        self.column = column
+        self._writers = writers
+        self._writer_cache: dict[int, Any] = {}
+        self._convert = _converter(reader.parsed, {})
+        self.arrow_type = reader.arrow_type()
+
+    def decode(
+        self,
+        values: Sequence[bytes | None],
+        *,
+        locate: Callable[[int], str],
+        permissive: bool,
+        arrow_type: pa.DataType | None = None,
+    ) -> tuple[pa.Array, int]:
+        """Decode ``values`` (None stays null) into an array of ``arrow_type`` (default:
+        the reader schema's); with ``permissive``, an undecodable value becomes null and is
+        counted instead of raising.
+
+        Raises
+        ------
+        SchemaError
+            (Not permissive) the first value that cannot be decoded, naming it by
+            ``locate(index)``, with its schema id, the subject and the reason. A registry
+            that cannot be reached raises even when permissive: the value is not bad.
+        """
+        rows: list[Any] = []
+        bad = 0
+        for index, raw in enumerate(values):
+            if raw is None:
+                rows.append(None)
+                continue
+            try:
+                rows.append(self.decode_one(raw))
+            except (FrameError, SchemaDecodeError, SchemaResolutionError) as exc:
+                if not permissive:
+                    raise type(exc)(f"the {self.column} at {locate(index)}: {exc}") from None
+                bad += 1
+                rows.append(None)
+        target = arrow_type or self.arrow_type
+        try:
+            return pa.array(rows, type=target), bad
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # a value Avro allows but the column cannot hold: find it (or them)
+        for index, row in enumerate(rows):
+            try:
+                pa.array([row], type=target)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                if not permissive:
+                    raise SchemaDecodeError(
+                        f"the {self.column} at {locate(index)} decodes to a value its column "
+                        f"({target}) cannot hold: {exc}"
+                    ) from None
+                bad += 1
+                rows[index] = None
+        return pa.array(rows, type=target), bad
+
+    def decode_one(self, raw: bytes) -> Any:
+        """One value, as :func:`pyarrow.array` takes it.
+
+        Raises
+        ------
+        FrameError, SchemaDecodeError, SchemaResolutionError, RegistryError
+        """
+        if self._writers is None:
+            writer, offset, schema_id = self.reader.parsed, 0, None
+        else:
+            frame = parse_frame(raw)
+            schema_id, offset = frame.schema_id, frame.payload_offset
+            writer = self._writer(schema_id)
+        stream = io.BytesIO(raw)
+        stream.seek(offset)
+        try:
+            value = fastavro.schemaless_reader(
+                stream, writer, self.reader.parsed, return_named_type=True
+            )
+        except FastavroResolutionError as exc:
+            where = first_mismatch(writer, self.reader.parsed) or str(exc)
+            raise SchemaResolutionError(
+                f"{self._which(schema_id)} cannot be read as the reader schema "
+                f"({self.reader.what}): {where}. Avro's rules allow adding fields with a "
+                "default, removing fields, and type promotions; read with the writer's "
+                "schema version, or evolve the schema by those rules"
+            ) from None
+        except _DECODE_FAILURES as exc:
+            raise SchemaDecodeError(
+                f"{len(raw) - offset} payload byte(s) do not decode with "
+                f"{self._which(schema_id)}: {type(exc).__name__} {exc}".rstrip()
+            ) from None
+        left = len(raw) - stream.tell()
+        if left:
+            raise SchemaDecodeError(
+                f"{left} byte(s) are left after the value decoded with "
+                f"{self._which(schema_id)}: it was written with another schema"
+            )
+        return self._convert(value)
+
+    def _writer(self, schema_id: int) -> Any:
+        parsed = self._writer_cache.get(schema_id)
+        if parsed is None:
+            assert self._writers is not None
+            parsed = self._writers(schema_id).parsed
+            self._writer_cache[schema_id] = parsed
+        return parsed
+
+    def _which(self, schema_id: int | None) -> str:
+        if schema_id is None:
+            return f"the schema of {self.reader.what}"
+        subject = f" (subject {self.subject})" if self.subject else ""
+        reader_id = self.reader.schema_id
+        reader = f", reader schema id {reader_id}" if reader_id is not None else ""
+        return f"writer schema id {schema_id}{subject}{reader}"
+
+
+# -- fastavro's values to Arrow's ---------------------------------------------------------
+
+
+def _converter(schema: Any, named: dict[str, Any]) -> Converter:
+    """A function from fastavro's value of ``schema`` to pyarrow's input (None: as is)."""
+    if isinstance(schema, list):
+        return _union_converter(schema, named)
+    if isinstance(schema, str):
+        if schema in named:
+            return _converter(named[schema], named)
+        return _same
+    kind = schema["type"]
+    logical = schema.get("logicalType")
+    if kind in ("record", "error"):
+        named[schema["name"]] = schema
+        fields = [(f["name"], _converter(f["type"], named)) for f in schema["fields"]]
+        if all(convert is _same for _, convert in fields):
+            return _same
+        return lambda record: (
+            None
+            if record is None
+            else {name: convert(record.get(name)) for name, convert in fields}
+        )
+    if kind in ("enum", "fixed"):
+        named[schema["name"]] = schema
+        return _same
+    if kind == "array":
+        item = _converter(schema["items"], named)
+        if item is _same:
+            return _same
+        return lambda items: None if items is None else [item(i) for i in items]
+    if kind == "map":
+        value = _converter(schema["values"], named)
+        if value is _same:
+            return _pairs
+        return lambda entries: (
+            None if entries is None else [(k, value(v)) for k, v in entries.items()]
+        )
+    if logical == "uuid":
+        return _uuid
+    if logical == "time-millis" and kind == "int":
+        return _time_millis
+    if logical == "time-micros" and kind == "long":
+        return _time_micros
+    return _same
+
+
+def _union_converter(branches: list[Any], named: dict[str, Any]) -> Converter:
+    kept, _ = union_branches(branches)
+    if len(kept) <= 1 or set(kept) <= {"int", "long"} or set(kept) <= {"float", "double"}:
+        inner = _converter(kept[0], named) if kept else _same
+        return lambda value: None if value is None else inner(_unnamed(value))
+    members = [(branch, _converter(branch, named)) for branch in kept]
+    names = [f"member{i}" for i in range(len(kept))]
+
+    def convert(value: Any) -> Any:
+        if value is None:
+            return None
+        index = _branch_index(kept, value, named)
+        body = value[1] if isinstance(value, tuple) else value
+        return {name: members[i][1](body) if i == index else None for i, name in enumerate(names)}
+
+    return convert
+
+
+def _branch_index(branches: list[Any], value: Any, named: Mapping[str, Any]) -> int:
+    """Which branch of a union (without null) ``value`` came from: fastavro tags named
+    types (``return_named_type``); the others are told apart by their Python type."""
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        for index, branch in enumerate(branches):
+            if _type_name(branch) == value[0]:
+                return index
+    for index, branch in enumerate(branches):
+        if _python_match(_type_name(branch), value):
+            return index
+    raise SchemaDecodeError(f"a union value {value!r:.60} matches none of its branches")
+
+
+def _type_name(branch: Any) -> str:
+    if isinstance(branch, str):
+        return branch
+    return str(branch.get("name") or branch.get("logicalType") or branch["type"])
+
+
+_PY_TYPES: Mapping[str, tuple[type, ...]] = {
+    "boolean": (bool,),
+    "int": (int,),
+    "long": (int,),
+    "float": (float,),
+    "double": (float,),
+    "bytes": (bytes,),
+    "string": (str,),
+    "array": (list,),
+    "map": (dict,),
+    "date": (dt.date,),
+    "timestamp-millis": (dt.datetime,),
+    "timestamp-micros": (dt.datetime,),
+    "local-timestamp-millis": (dt.datetime,),
+    "local-timestamp-micros": (dt.datetime,),
+    "uuid": (uuid.UUID, str),
+}
+
+
+def _python_match(name: str, value: Any) -> bool:
+    types = _PY_TYPES.get(name)
+    if types is None or (isinstance(value, bool) and bool not in types):
+        return False
+    return isinstance(value, types)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _unnamed(value: Any) -> Any:
+    # A single named branch in a nullable union still comes tagged (return_named_type).
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        return value[1]
+    return value
+
+
+def _pairs(entries: Mapping[str, Any] | None) -> Any:
+    return None if entries is None else list(entries.items())
+
+
+def _uuid(value: Any) -> Any:
+    return None if value is None else str(value)
+
+
+def _time_millis(value: Any) -> Any:
+    if isinstance(value, dt.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + (
+            value.microsecond // 1000
+        )
+    return value
+
+
+def _time_micros(value: Any) -> Any:
+    if isinstance(value, dt.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + (
+            value.microsecond
+        )
+    return value
+
+
+def _parse(text: str, what: str) -> Any:
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise SchemaError(f"{what} is not an Avro schema: not JSON ({exc})") from None
+    try:
+        return fastavro.parse_schema(body)
+    except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as exc:
+        raise SchemaError(f"{what} is not a valid Avro schema: {exc}") from None

@@ -1,0 +1,42 @@
+"""Errors of schema-registry formats: framing, schemas, their resolution and the registry.
+
+Every message names where the bytes came from (topic, partition, offset when the caller
+knows them), the schema ids and the subject involved, and what to do.
+"""
+
+from __future__ import annotations
+
+from spark_statestore.errors import StateStoreError
+
+__all__ = [
+    "FrameError",
+    "RegistryError",
+    "SchemaDecodeError",
+    "SchemaError",
+    "SchemaNotFoundError",
+    "SchemaResolutionError",
+]
+
+
+class SchemaError(StateStoreError):
+    """Root of the errors about schemas and values written with them."""
+
+
+class FrameError(SchemaError, ValueError):
+    """Bytes are not a Confluent wire-format frame (a wrong magic byte, truncated)."""
+
+
+class SchemaDecodeError(SchemaError, ValueError):
+    """A value's payload does not decode with its writer schema."""
+
+
+class SchemaResolutionError(SchemaError, ValueError):
+    """A writer schema cannot be resolved to the reader schema by the format's rules."""
+
+
+class RegistryError(SchemaError):
+    """The schema registry cannot be reached, refuses the credentials, or answers an error."""
+
+
+class SchemaNotFoundError(RegistryError, LookupError):
+    """The registry has no schema under that id, subject or version."""
