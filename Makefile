@@ -27,4 +27,4 @@ soak: setup
 	SPARK_STATESTORE_NATIVE=0 bash scripts/run-tests.sh
 
 clean:
-	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis interop/kafka-streams/target
+	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis interop/kafka-streams/target interop/schema-registry/target

@@ -25,6 +25,7 @@ hypothesis_settings.load_profile("spark-statestore")
 
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+    from spark_statestore.connectors.local import LocalSchemaRegistry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_TESTS = REPO_ROOT / "tests" / "cluster"
@@ -78,6 +79,17 @@ def kafka_broker() -> Iterator[LocalKafkaCluster]:
 
     with LocalKafkaCluster(brokers=1, config={"log.retention.ms": "-1"}) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[LocalSchemaRegistry]:
+    """One real schema registry (Apicurio Registry, in memory) for the whole test session;
+    clients take :attr:`~LocalSchemaRegistry.url`, its Confluent-compatible API. Tests that
+    kill or restart a registry start one of their own."""
+    from spark_statestore.connectors.local import LocalSchemaRegistry
+
+    with LocalSchemaRegistry() as registry:
+        yield registry
 
 
 _topic_counter = itertools.count()
