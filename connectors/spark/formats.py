@@ -12,7 +12,12 @@ format        bytes                               Spark type          Arrow type
 ``int``       4-byte big-endian (IntegerSer.)     ``INT``             ``int32``
 ``double``    8-byte big-endian IEEE 754          ``DOUBLE``          ``float64``
 ``json``      UTF-8 JSON object text              the schema struct   the matching struct
+``avro``      Avro (a registry's frame, or bare)  the reader schema   its Arrow type
 ============  ==================================  ==================  ===================
+
+Avro (:mod:`~spark_statestore.connectors.spark.avro_column`) decodes with fastavro to the
+reader schema fixed when the query was planned; its types follow Spark's ``from_avro``
+(:mod:`spark_statestore.schemas.avro_types`).
 
 JSON follows Spark's ``from_json``: a field of the wrong JSON type is an error for that record
 (never a batch failure), a ``STRING`` field takes any JSON value as its text, decimals are
@@ -49,6 +54,7 @@ from pyspark.sql.types import (
 
 from spark_statestore.errors import OptionError
 
+from .avro_column import AvroColumn
 from .ddl import parse_ddl, type_to_ddl
 from .errors import DDLError, DecodeError, EncodeError
 from .json_values import JsonMismatch, json_row, struct_converter
@@ -92,6 +98,8 @@ class ColumnCodec:
     schema: StructType | None
     column: str
     time_zone: str = "UTC"
+    avro: AvroColumn | None = None
+    """The ``avro`` format's reader schema and writer schemas."""
 
     @classmethod
     def create(
@@ -101,6 +109,7 @@ class ColumnCodec:
         *,
         column: str,
         time_zone: str = "UTC",
+        avro: AvroColumn | None = None,
     ) -> ColumnCodec:
         """Check the format, schema and time zone together and build the codec.
 
@@ -123,6 +132,19 @@ class ColumnCodec:
         """
         if not isinstance(fmt, ValueFormat):
             fmt = ValueFormat.parse(f"{column}Format", fmt)
+        if (fmt is ValueFormat.AVRO) != (avro is not None):
+            raise OptionError(
+                f"{column}Format avro needs its schema options ({column}Schema, or "
+                f"schemaRegistryUrl and {column}Subject), and only it takes them"
+                if avro is None
+                else f"an Avro column is given for {column}Format {fmt.value}"
+            )
+        if avro is not None:
+            try:
+                type_to_ddl(_spark_type_of_avro(avro))
+            except DDLError as exc:
+                raise OptionError(f"{avro.reader.what}: {exc}") from None
+            return cls(fmt, None, column, time_zone, avro)
         option = f"{column}Schema"
         if fmt is ValueFormat.JSON and schema is None:
             raise OptionError(
@@ -142,6 +164,8 @@ class ColumnCodec:
     @property
     def spark_type(self) -> DataType:
         """The Spark type of the decoded column."""
+        if self.avro is not None:
+            return _spark_type_of_avro(self.avro)
         return self.schema if self.schema is not None else _SPARK_TYPES[self.format]
 
     def ddl_type(self) -> str:
@@ -198,6 +222,10 @@ class ColumnCodec:
             return self._decode_string(values, locate, permissive)
         if self.format is ValueFormat.JSON:
             return self._decode_json(values, locate, permissive)
+        if self.avro is not None:
+            return self.avro.decoder().decode(
+                values, locate=locate, permissive=permissive, arrow_type=self.arrow_type
+            )
         return self._decode_fixed(values, locate, permissive)
 
     def decode_array(
@@ -352,9 +380,19 @@ class ColumnCodec:
             return struct.pack(">d", number)
         if fmt is ValueFormat.JSON:
             raise EncodeError(f"filters on a json {self.column} column are not pushable")
+        if fmt is ValueFormat.AVRO:
+            raise EncodeError(
+                f"filters on an avro {self.column} column are not pushable (Spark applies them)"
+            )
         raise EncodeError(
             f"cannot encode {type(value).__name__} {value!r} for {self.column}Format {fmt.value}"
         )
+
+
+def _spark_type_of_avro(avro: AvroColumn) -> DataType:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return from_arrow_type(avro.reader.arrow_type())
 
 
 def _is_int(value: object) -> bool:

@@ -31,7 +31,9 @@ from spark_statestore.integer_spec import INT64_MAX, parse_integer
 __all__ = [
     "KAFKA_PREFIX",
     "OPTIONS",
+    "SCHEMA_REGISTRY_PREFIX",
     "DecodeMode",
+    "Framing",
     "OptionReader",
     "OptionSpec",
     "StoreType",
@@ -46,6 +48,10 @@ __all__ = [
 
 KAFKA_PREFIX = "kafka."
 """Options starting with this are Kafka client settings, passed through without the prefix."""
+SCHEMA_REGISTRY_PREFIX = "schemaregistry."
+"""Options starting with this (``schemaRegistry.basic.auth.user.info``...) are the schema
+registry client's settings, passed through without the prefix (Spark lower-cases names)."""
+_PASSTHROUGH = (KAFKA_PREFIX, SCHEMA_REGISTRY_PREFIX)
 
 
 class Surface(Enum):
@@ -85,6 +91,15 @@ class DecodeMode(str, Enum):
     PERMISSIVE = "permissive"
 
 
+class Framing(str, Enum):
+    """How a registry format's bytes are framed (``keyFraming``/``valueFraming``)."""
+
+    REGISTRY = "registry"
+    """The registry serializers' frame: a magic byte, the 4-byte schema id, the payload."""
+    NONE = "none"
+    """The bare payload, written with the given schema."""
+
+
 class ValueFormat(str, Enum):
     """How a key or value column is decoded (the ``keyFormat``/``valueFormat`` options)."""
 
@@ -94,6 +109,7 @@ class ValueFormat(str, Enum):
     INT = "int"
     DOUBLE = "double"
     JSON = "json"
+    AVRO = "avro"
 
     @classmethod
     def parse(cls, option_name: str, text: str) -> ValueFormat:
@@ -306,7 +322,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "announceIntervalMs",
         int,
         _SERVERS,
-        "heartbeat interval of the announcement; stale after three intervals without one",
+        "heartbeat interval of the announcement; stale after three intervals without one "
+        "(at least one interval plus 2 s)",
         default="5000",
         minimum=100,
     ),
@@ -321,8 +338,81 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # -- typed keys and values (the source and the reader) ----------------------------------
     OptionSpec("keyFormat", ValueFormat, _DECODERS, "how keys are decoded", default="binary"),
     OptionSpec("valueFormat", ValueFormat, _DECODERS, "how values are decoded", default="binary"),
-    OptionSpec("keySchema", str, _DECODERS, "DDL of the json key format, e.g. 'id INT'"),
-    OptionSpec("valueSchema", str, _DECODERS, "DDL of the json value format, e.g. 'id INT'"),
+    OptionSpec(
+        "keySchema",
+        str,
+        _DECODERS,
+        "the json key format's DDL ('id INT'), or the avro key format's Avro schema (JSON)",
+    ),
+    OptionSpec(
+        "valueSchema",
+        str,
+        _DECODERS,
+        "the json value format's DDL ('id INT'), or the avro value format's Avro schema (JSON)",
+    ),
+    OptionSpec("keySchemaFile", str, _DECODERS, "a file holding keySchema's text", names_file=True),
+    OptionSpec(
+        "valueSchemaFile", str, _DECODERS, "a file holding valueSchema's text", names_file=True
+    ),
+    OptionSpec(
+        "schemaRegistryUrl",
+        str,
+        _DECODERS,
+        "the schema registry's Confluent-compatible API (avro keys or values), e.g. "
+        "'http://registry:8081'; its client's settings as schemaRegistry.*",
+    ),
+    OptionSpec(
+        "keySubject",
+        str,
+        _DECODERS,
+        "the registry subject of the keys (source default: <changelog>-key)",
+    ),
+    OptionSpec(
+        "valueSubject",
+        str,
+        _DECODERS,
+        "the registry subject of the values (source default: <changelog>-value)",
+    ),
+    OptionSpec(
+        "keySchemaVersion",
+        str,
+        _DECODERS,
+        "the subject's version keys are read as: latest (when the query starts) or a number",
+        default="latest",
+    ),
+    OptionSpec(
+        "valueSchemaVersion",
+        str,
+        _DECODERS,
+        "the subject's version values are read as: latest (when the query starts) or a number",
+        default="latest",
+    ),
+    OptionSpec(
+        "keySchemaId",
+        int,
+        _DECODERS,
+        "without a registry: the schema id of keySchema in the keys' frames",
+    ),
+    OptionSpec(
+        "valueSchemaId",
+        int,
+        _DECODERS,
+        "without a registry: the schema id of valueSchema in the values' frames",
+    ),
+    OptionSpec(
+        "keyFraming",
+        Framing,
+        _DECODERS,
+        "avro keys: registry (magic byte, schema id, payload) or none (bare Avro)",
+        default="registry",
+    ),
+    OptionSpec(
+        "valueFraming",
+        Framing,
+        _DECODERS,
+        "avro values: registry (magic byte, schema id, payload) or none (bare Avro)",
+        default="registry",
+    ),
     OptionSpec(
         "mode",
         DecodeMode,
@@ -502,7 +592,7 @@ def _check_text(name: str, value: str) -> None:
                 f"surrogate {text[exc.start]!r} at character {exc.start} (a broken string "
                 "conversion?); give it as text"
             ) from None
-    if "\0" in value and (name in _NAMES_FILE or name.startswith(KAFKA_PREFIX)):
+    if "\0" in value and (name in _NAMES_FILE or name.startswith(_PASSTHROUGH)):
         raise OptionError(
             f"option {spelling(name)!r} contains a NUL character at character "
             f"{value.index(chr(0))}: a file name or Kafka setting cannot hold one"
@@ -523,9 +613,11 @@ class OptionReader:
         self._specs = {spec.key: spec for spec in options_of(surface)}
         for name, value in self._raw.items():
             _check_text(name, str(value))
-        unknown = [k for k in self._raw if k not in self._specs and not k.startswith(KAFKA_PREFIX)]
+        passthrough = _PASSTHROUGH if "schemaregistryurl" in self._specs else (KAFKA_PREFIX,)
+        unknown = [k for k in self._raw if k not in self._specs and not k.startswith(passthrough)]
         if unknown:
-            names = [*(spec.name for spec in self._specs.values()), f"{KAFKA_PREFIX}*"]
+            names = [*(spec.name for spec in self._specs.values())]
+            names += [f"{prefix}*" for prefix in passthrough]
             raise OptionError(
                 f"unknown option {unknown[0]!r} for {surface.value}"
                 + closest_hint(unknown[0], names, noun="options")
@@ -600,6 +692,14 @@ class OptionReader:
         if value is None:
             raise TypeError(f"option {spec.name!r} is an enum without a default")
         return parse_choice(spec.name, value, kind)
+
+    def schema_registry(self) -> dict[str, str]:
+        """The schema registry client's settings (``schemaRegistry.*``)."""
+        return {
+            k[len(SCHEMA_REGISTRY_PREFIX) :]: str(v)
+            for k, v in self._raw.items()
+            if k.startswith(SCHEMA_REGISTRY_PREFIX)
+        }
 
     def kafka(self) -> dict[str, str]:
         """The Kafka client settings (``kafka.*``) but ``bootstrap.servers``."""

@@ -24,12 +24,16 @@ from typing import Any
 from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.connectors.spark.checkpoint_fs import QueryCheckpoint
 from spark_statestore.connectors.spark.follower.leader_options import leader_options
+from spark_statestore.connectors.spark.format_options import (
+    FormatOptions,
+    codecs_for,
+    parse_formats,
+)
 from spark_statestore.connectors.spark.option_table import (
     DecodeMode,
     OptionReader,
     StoreType,
     Surface,
-    ValueFormat,
     View,
 )
 from spark_statestore.connectors.spark.paths import resolve_local_path
@@ -68,21 +72,6 @@ __all__ = [
     "parse_sink_options",
     "parse_source_options",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class FormatOptions:
-    """How keys and values are decoded into columns (shared by the source and the reader).
-
-    ``key_schema`` / ``value_schema`` are DDL strings, only for the ``json`` format; their
-    parsing and the codecs live in :mod:`spark_statestore.connectors.spark.formats`.
-    """
-
-    key_format: ValueFormat = ValueFormat.BINARY
-    value_format: ValueFormat = ValueFormat.BINARY
-    key_schema: str | None = None
-    value_schema: str | None = None
-    mode: DecodeMode = DecodeMode.FAILFAST
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,37 +184,6 @@ store owner takes)."""
 MAX_POSITION_BOUND_TIMEOUT_MS = int(MAX_PIN_WAIT_S * 1000)  # what a store server waits at most
 
 
-def _formats(options: OptionReader) -> FormatOptions:
-    formats = FormatOptions(
-        key_format=options.choice("keyFormat", ValueFormat),
-        value_format=options.choice("valueFormat", ValueFormat),
-        key_schema=options.text("keySchema"),
-        value_schema=options.text("valueSchema"),
-        mode=options.choice("mode", DecodeMode),
-    )
-    # Build the codecs once here, so a bad schema or format combination fails at the
-    # boundary with the option's name, not later in a task.
-    codecs_for(formats)
-    return formats
-
-
-def codecs_for(formats: FormatOptions) -> tuple[Any, Any]:
-    """The key and value :class:`~spark_statestore.connectors.spark.formats.ColumnCodec`."""
-    from spark_statestore.connectors.spark.ddl import parse_ddl
-    from spark_statestore.connectors.spark.formats import ColumnCodec
-
-    def codec(fmt: ValueFormat, schema: str | None, column: str) -> Any:
-        struct = None
-        if schema is not None:
-            struct = parse_ddl(schema, option=f"{column}Schema")
-        return ColumnCodec.create(fmt, struct, column=column)
-
-    return (
-        codec(formats.key_format, formats.key_schema, "key"),
-        codec(formats.value_format, formats.value_schema, "value"),
-    )
-
-
 def _key_prefix(text: str | None) -> bytes | None:
     if text is None:
         return None
@@ -278,7 +236,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         partitions=partitions,
         key_prefix=_key_prefix(options.text("keyPrefix")),
         store_type=store_type,
-        formats=_formats(options),
+        formats=parse_formats(options, changelog),
         on_missing_position=options.choice("onMissingPosition", OnMissingPosition),
         serve_host=serve.host,
         serve_port=serve.port,
@@ -359,7 +317,7 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
     bootstrap = options.text("kafka.bootstrap.servers")
     kafka = options.kafka()
     view = options.choice("view", View)
-    formats = _formats(options)
+    formats = parse_formats(options)
     lookup_text = {
         name: options.text(name) for name in ("keys", "keyPrefix", "keyFrom", "keyTo", "partitions")
     }

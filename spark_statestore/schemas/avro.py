@@ -29,6 +29,7 @@ from spark_statestore.schemas.avro_resolution import first_mismatch
 from spark_statestore.schemas.avro_types import arrow_type_of, union_branches
 from spark_statestore.schemas.errors import (
     FrameError,
+    RegistryError,
     SchemaDecodeError,
     SchemaError,
     SchemaResolutionError,
@@ -65,11 +66,21 @@ class AvroSchema:
     """Where the schema came from, for messages: ``"option valueSchema"``, ``"schema id 7
     of subject orders-value"``."""
     schema_id: int | None = None
+    references: tuple[str, ...] = ()
+    """The texts of the schemas it references (a registry's schema references), each before
+    those that use its types."""
     _parsed: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, text: str, *, what: str, schema_id: int | None = None) -> AvroSchema:
-        """Parse and check ``text``.
+    def parse(
+        cls,
+        text: str,
+        *,
+        what: str,
+        schema_id: int | None = None,
+        references: tuple[str, ...] = (),
+    ) -> AvroSchema:
+        """Parse and check ``text`` (with the named types of ``references``).
 
         Raises
         ------
@@ -77,8 +88,8 @@ class AvroSchema:
             Not JSON, or not a valid Avro schema (fastavro's reason), or a type that cannot
             be a Spark column.
         """
-        parsed = _parse(text, what)
-        schema = cls(text, what, schema_id, parsed)
+        parsed = _parse(text, what, references)
+        schema = cls(text, what, schema_id, references, parsed)
         schema.arrow_type()  # refuses recursive types and too wide decimals now
         return schema
 
@@ -86,7 +97,7 @@ class AvroSchema:
     def parsed(self) -> Any:
         """The schema as :func:`fastavro.parse_schema` returns it."""
         if self._parsed is None:
-            object.__setattr__(self, "_parsed", _parse(self.text, self.what))
+            object.__setattr__(self, "_parsed", _parse(self.text, self.what, self.references))
         return self._parsed
 
     def arrow_type(self) -> pa.DataType:
@@ -97,7 +108,12 @@ class AvroSchema:
             raise SchemaError(f"{self.what}: {exc}") from None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"text": self.text, "what": self.what, "schema_id": self.schema_id}
+        return {
+            "text": self.text,
+            "what": self.what,
+            "schema_id": self.schema_id,
+            "references": self.references,
+        }
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
         for name, value in state.items():
@@ -138,7 +154,7 @@ class AvroValueDecoder:
         self.column = column
         self._writers = writers
         self._writer_cache: dict[int, Any] = {}
-        self._convert = _converter(reader.parsed, {})
+        self._convert = _converter(reader.parsed, dict(_named_types(reader.parsed)))
         self.arrow_type = reader.arrow_type()
 
     def decode(
@@ -173,6 +189,8 @@ class AvroValueDecoder:
                     raise type(exc)(f"the {self.column} at {locate(index)}: {exc}") from None
                 bad += 1
                 rows.append(None)
+            except RegistryError as exc:  # not the value's fault: never a counted null
+                raise type(exc)(f"the {self.column} at {locate(index)}: {exc}") from None
         target = arrow_type or self.arrow_type
         try:
             return pa.array(rows, type=target), bad
@@ -249,6 +267,9 @@ class AvroValueDecoder:
 
 
 # -- fastavro's values to Arrow's ---------------------------------------------------------
+def _named_types(parsed: Any) -> Mapping[str, Any]:
+    found = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+    return found or {}
 
 
 def _converter(schema: Any, named: dict[str, Any]) -> Converter:
@@ -393,12 +414,19 @@ def _time_micros(value: Any) -> Any:
     return value
 
 
-def _parse(text: str, what: str) -> Any:
+def _parse(text: str, what: str, references: tuple[str, ...] = ()) -> Any:
+    named: dict[str, Any] = {}
+    for number, reference in enumerate(references):
+        _parse_one(reference, f"{what}, reference {number}", named)
+    return _parse_one(text, what, named)
+
+
+def _parse_one(text: str, what: str, named: dict[str, Any]) -> Any:
     try:
         body = json.loads(text)
     except ValueError as exc:
         raise SchemaError(f"{what} is not an Avro schema: not JSON ({exc})") from None
     try:
-        return fastavro.parse_schema(body)
+        return fastavro.parse_schema(body, named)
     except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as exc:
         raise SchemaError(f"{what} is not a valid Avro schema: {exc}") from None

@@ -60,7 +60,8 @@ def arrow_type_of(schema: Any) -> pa.DataType:
     SchemaError
         For a recursive type or a decimal wider than Spark's 38 digits.
     """
-    return _arrow(schema, {}, ())
+    named = schema.get("__named_schemas") if isinstance(schema, dict) else None
+    return _arrow(schema, dict(named or {}), ())
 
 
 def union_branches(branches: list[Any]) -> tuple[list[Any], bool]:

@@ -9,6 +9,7 @@ import pytest
 
 from spark_statestore.connectors.spark.option_table import (
     KAFKA_PREFIX,
+    SCHEMA_REGISTRY_PREFIX,
     OptionSpec,
     Surface,
     options_of,
@@ -24,6 +25,8 @@ TABLES = {
 }
 HEADER = "| option | default | meaning |"
 PASSTHROUGH = f"{KAFKA_PREFIX}*"
+REGISTRY_PASSTHROUGH = "schemaRegistry.*"
+assert REGISTRY_PASSTHROUGH.lower() == f"{SCHEMA_REGISTRY_PREFIX}*"
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,9 @@ def option_tables() -> dict[tuple[str, str], list[Row]]:
 
 
 def declared(surfaces: set[Surface]) -> set[str]:
-    return {spec.name for surface in surfaces for spec in options_of(surface)} | {PASSTHROUGH}
+    names = {spec.name for surface in surfaces for spec in options_of(surface)}
+    registry = {REGISTRY_PASSTHROUGH} if "schemaRegistryUrl" in names else set()
+    return names | {PASSTHROUGH} | registry
 
 
 def test_every_option_table_is_checked() -> None:
@@ -77,7 +82,7 @@ def default_cells(row: Row) -> list[tuple[OptionSpec, str]]:
     return [
         (spec_of(name), part)
         for name, part in zip(row.names, parts, strict=True)
-        if name != PASSTHROUGH
+        if name not in (PASSTHROUGH, REGISTRY_PASSTHROUGH)
     ]
 
 

@@ -80,7 +80,7 @@ def test_misspelled_format_suggests_the_closest(text: str, suggestion: str) -> N
     assert "keyFormat" in message
     assert repr(text) in message
     assert f"; did you mean {suggestion!r}? " in message
-    assert "(valid values: binary, string, long, int, double, json)" in message
+    assert "(valid values: binary, string, long, int, double, json, avro)" in message
 
 
 def test_unrelated_format_lists_the_valid_ones_without_a_guess() -> None:

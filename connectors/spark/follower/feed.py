@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.changelog.headers import HeaderStatus
+from spark_statestore.connectors.spark.format_options import codecs_for
 from spark_statestore.connectors.spark.options import (
     DecodeMode,
     SourceOptions,
-    codecs_for,
 )
 from spark_statestore.connectors.spark.reader.columns import HEADERS_DDL
 from spark_statestore.connectors.spark.windows import (

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from spark_statestore.connectors.spark.format_options import codecs_for
 from spark_statestore.connectors.spark.options import (
     DecodeMode,
     ReaderOptions,
-    codecs_for,
 )
 from spark_statestore.connectors.spark.windows import (
     WINDOWED,

@@ -26,7 +26,8 @@ from spark_statestore.connectors.spark.errors import (
     SparkSourceError,
     StaleSnapshotError,
 )
-from spark_statestore.connectors.spark.options import ReaderOptions, View, codecs_for
+from spark_statestore.connectors.spark.format_options import codecs_for
+from spark_statestore.connectors.spark.options import ReaderOptions, View
 from spark_statestore.connectors.spark.reader.columns import convert_batch, data_ddl
 from spark_statestore.connectors.spark.reader.local import (
     OWNER_WAIT_S,

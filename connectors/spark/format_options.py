@@ -1,0 +1,77 @@
+"""How keys and values are decoded into columns: the format options the follower source and
+the snapshot reader share, parsed once (registry schemas resolved then), and their codecs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spark_statestore.connectors.spark.option_table import DecodeMode, OptionReader, ValueFormat
+from spark_statestore.errors import OptionError
+
+__all__ = ["FormatOptions", "codecs_for", "parse_formats"]
+
+
+@dataclass(frozen=True, slots=True)
+class FormatOptions:
+    """How keys and values are decoded into columns (shared by the source and the reader).
+
+    ``key_schema`` / ``value_schema`` are DDL strings, only for the ``json`` format; their
+    parsing and the codecs live in :mod:`spark_statestore.connectors.spark.formats`.
+    """
+
+    key_format: ValueFormat = ValueFormat.BINARY
+    value_format: ValueFormat = ValueFormat.BINARY
+    key_schema: str | None = None
+    value_schema: str | None = None
+    mode: DecodeMode = DecodeMode.FAILFAST
+    key_avro: Any = None
+    """The ``avro`` key format's :class:`~spark_statestore.connectors.spark.avro_column.AvroColumn`
+    (its reader schema fixed when the options were parsed), else None."""
+    value_avro: Any = None
+    """As ``key_avro``, for values."""
+
+
+def parse_formats(options: OptionReader, changelog: str | None = None) -> FormatOptions:
+    from spark_statestore.connectors.spark.avro_column import avro_column, schema_text
+
+    key_format = options.choice("keyFormat", ValueFormat)
+    value_format = options.choice("valueFormat", ValueFormat)
+    key_schema = schema_text(options, "key")
+    value_schema = schema_text(options, "value")
+    key_avro = avro_column(options, "key", key_format, key_schema, changelog=changelog)
+    value_avro = avro_column(options, "value", value_format, value_schema, changelog=changelog)
+    if options.given("schemaRegistryUrl") and key_avro is None and value_avro is None:
+        raise OptionError(
+            "option schemaRegistryUrl is for keyFormat or valueFormat avro: set one, or remove it"
+        )
+    formats = FormatOptions(
+        key_format=key_format,
+        value_format=value_format,
+        key_schema=None if key_avro is not None else key_schema,
+        value_schema=None if value_avro is not None else value_schema,
+        mode=options.choice("mode", DecodeMode),
+        key_avro=key_avro,
+        value_avro=value_avro,
+    )
+    # Build the codecs once here, so a bad schema or format combination fails at the
+    # boundary with the option's name, not later in a task.
+    codecs_for(formats)
+    return formats
+
+
+def codecs_for(formats: FormatOptions) -> tuple[Any, Any]:
+    """The key and value :class:`~spark_statestore.connectors.spark.formats.ColumnCodec`."""
+    from spark_statestore.connectors.spark.ddl import parse_ddl
+    from spark_statestore.connectors.spark.formats import ColumnCodec
+
+    def codec(fmt: ValueFormat, schema: str | None, column: str, avro: Any) -> Any:
+        struct = None
+        if schema is not None:
+            struct = parse_ddl(schema, option=f"{column}Schema")
+        return ColumnCodec.create(fmt, struct, column=column, avro=avro)
+
+    return (
+        codec(formats.key_format, formats.key_schema, "key", formats.key_avro),
+        codec(formats.value_format, formats.value_schema, "value", formats.value_avro),
+    )
