@@ -33,10 +33,18 @@ from spark_statestore.connectors.schema_registry.errors import (
 )
 from spark_statestore.schemas import AvroSchema
 
-__all__ = ["RegisteredSchema", "RegistrySettings", "SchemaRegistry", "registry_for"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "RegisteredSchema",
+    "RegistrySettings",
+    "SchemaRegistry",
+    "registry_for",
+]
 
 _NOT_FOUND = {40401: "subject", 40402: "version", 40403: "schema"}
 _AUTH_STATUSES = (401, 403)
+DEFAULT_TIMEOUT_S = 30
+"""Seconds a registry request may take (``schemaRegistry.timeout``)."""
 _NUMERIC_SETTINGS = frozenset(
     {
         "timeout",
@@ -108,6 +116,9 @@ class RegistrySettings:
                     ) from None
             else:
                 config[name] = value
+        # The client waits forever for an answer without one: a registry that accepted the
+        # connection and never answers must fail a query, not hang it.
+        config.setdefault("timeout", DEFAULT_TIMEOUT_S)
         return {**config, "url": self.url}
 
     @property
@@ -166,6 +177,9 @@ class SchemaRegistry:
         which = "the latest version" if version is None else f"version {version}"
         what = f"{which} of subject {subject!r}"
         if version is None:
+            # The client caches the latest version for good unless told otherwise: a query
+            # planned after a new version was registered would read as an older one.
+            self._client.clear_latest_caches()  # type: ignore[no-untyped-call]
             found = self._call(what, lambda: self._client.get_latest_version(subject))
         else:
             found = self._call(what, lambda: self._client.get_version(subject, version))

@@ -115,9 +115,11 @@ def avro_column(
     text: str | None,
     *,
     changelog: str | None,
+    planned: Any = None,
 ) -> AvroColumn | None:
     """The :class:`AvroColumn` of ``column`` for format ``fmt`` (None: not avro), reading the
-    registry now when it gives the reader schema.
+    registry now when it gives the reader schema: with ``planned`` (the Spark type the query
+    was planned with) the newest version (up to the one asked for) that reads as it.
 
     Raises
     ------
@@ -183,7 +185,14 @@ def avro_column(
             f"default TopicNameStrategy, '<changelog topic>-{column}')"
         )
     version = _version(version_text, column)
-    return _registered(column, registry, subject, version, text, what)
+    found = _registered(column, registry, subject, version, text, what, planned)
+    if planned is not None and _spark_type(found.reader) != planned:
+        raise SchemaError(
+            f"{found.reader.what} reads {column}s as {_spark_type(found.reader).simpleString()}"
+            f", but the query was planned with {planned.simpleString()}: define the "
+            "DataFrame again to read with it"
+        )
+    return found
 
 
 def _registered(
@@ -193,21 +202,44 @@ def _registered(
     version: int | None,
     text: str | None,
     what: str,
+    planned: Any,
 ) -> AvroColumn:
     registry = registry_for(settings)
     writers: dict[int, AvroSchema] = {}
     chosen = registry.version(subject, version)
+    found_versions = {}
     for number in registry.versions(subject):
         found = chosen if number == chosen.version else registry.version(subject, number)
+        found_versions[number] = found
         if found.schema_type.upper() == "AVRO":
             writers[found.schema_id] = registry.avro(found)
-    reader = registry.avro(chosen) if text is None else AvroSchema.parse(text, what=what)
     if chosen.schema_id not in writers:
         raise SchemaError(
             f"subject {subject!r} version {chosen.version} (schema id {chosen.schema_id}) is a "
             f"{chosen.schema_type} schema, not Avro: read it with the format of its type"
         )
+    if text is not None:
+        reader = AvroSchema.parse(text, what=what)
+    elif version is None and planned is not None:
+        # The newest version that reads as planned: versions registered after the query
+        # was defined do not change its columns.
+        candidates = [
+            writers[f.schema_id]
+            for n, f in sorted(found_versions.items(), reverse=True)
+            if n <= (chosen.version or n) and f.schema_id in writers
+        ]
+        reader = next(
+            (c for c in candidates if _spark_type(c) == planned), writers[chosen.schema_id]
+        )
+    else:
+        reader = writers[chosen.schema_id]
     return AvroColumn(column, reader, Framing.REGISTRY, subject, settings, writers)
+
+
+def _spark_type(schema: AvroSchema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return from_arrow_type(schema.arrow_type())
 
 
 def _version(text: str, column: str) -> int | None:

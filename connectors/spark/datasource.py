@@ -70,7 +70,7 @@ class StateStoreDataSource(DataSource):
             SnapshotReader,
         )
 
-        options = parse_reader_options(self.options)
+        options = parse_reader_options(self.options, schema)
         if spark_scopes_pushdown_per_scan():
             return PushdownSnapshotReader(options, schema)
         return SnapshotReader(options, schema)
@@ -84,7 +84,7 @@ class StateStoreDataSource(DataSource):
             )
         from spark_statestore.connectors.spark.follower.source import FollowerStreamReader
 
-        return FollowerStreamReader(parse_source_options(self.options), schema)
+        return FollowerStreamReader(parse_source_options(self.options, schema), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from spark_statestore.connectors.spark.sink import StreamSink

@@ -32,15 +32,36 @@ class FormatOptions:
     """As ``key_avro``, for values."""
 
 
-def parse_formats(options: OptionReader, changelog: str | None = None) -> FormatOptions:
+def parse_formats(
+    options: OptionReader, changelog: str | None = None, planned: Any = None
+) -> FormatOptions:
+    """The format options; ``planned`` is the schema Spark planned the query with (None
+    while it asks for one): a registry's ``latest`` reader schema is then the newest
+    version whose columns are the planned ones, so the columns never change under a query
+    (a version registered since it was defined, or a restart from its checkpoint).
+
+    Raises
+    ------
+    OptionError, SchemaError
+    """
     from spark_statestore.connectors.spark.avro_column import avro_column, schema_text
 
     key_format = options.choice("keyFormat", ValueFormat)
     value_format = options.choice("valueFormat", ValueFormat)
     key_schema = schema_text(options, "key")
     value_schema = schema_text(options, "value")
-    key_avro = avro_column(options, "key", key_format, key_schema, changelog=changelog)
-    value_avro = avro_column(options, "value", value_format, value_schema, changelog=changelog)
+    columns = {} if planned is None else {f.name: f.dataType for f in planned.fields}
+    key_avro = avro_column(
+        options, "key", key_format, key_schema, changelog=changelog, planned=columns.get("key")
+    )
+    value_avro = avro_column(
+        options,
+        "value",
+        value_format,
+        value_schema,
+        changelog=changelog,
+        planned=columns.get("value"),
+    )
     if options.given("schemaRegistryUrl") and key_avro is None and value_avro is None:
         raise OptionError(
             "option schemaRegistryUrl is for keyFormat or valueFormat avro: set one, or remove it"

@@ -197,8 +197,9 @@ def _key_prefix(text: str | None) -> bytes | None:
     return text.encode()
 
 
-def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
-    """Parse and check the follower source's options.
+def parse_source_options(raw: Mapping[str, Any], planned: Any = None) -> SourceOptions:
+    """Parse and check the follower source's options (``planned``: the schema Spark planned
+    the query with, when it has one).
 
     Raises
     ------
@@ -236,7 +237,7 @@ def parse_source_options(raw: Mapping[str, Any]) -> SourceOptions:
         partitions=partitions,
         key_prefix=_key_prefix(options.text("keyPrefix")),
         store_type=store_type,
-        formats=parse_formats(options, changelog),
+        formats=parse_formats(options, changelog, planned),
         on_missing_position=options.choice("onMissingPosition", OnMissingPosition),
         serve_host=serve.host,
         serve_port=serve.port,
@@ -286,8 +287,9 @@ def parse_as_of(text: str) -> int:
     return millis
 
 
-def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
-    """Parse and check the snapshot reader's options.
+def parse_reader_options(raw: Mapping[str, Any], planned: Any = None) -> ReaderOptions:
+    """Parse and check the snapshot reader's options (``planned``: the schema Spark planned
+    the query with, when it has one).
 
     Raises
     ------
@@ -317,7 +319,7 @@ def parse_reader_options(raw: Mapping[str, Any]) -> ReaderOptions:
     bootstrap = options.text("kafka.bootstrap.servers")
     kafka = options.kafka()
     view = options.choice("view", View)
-    formats = parse_formats(options)
+    formats = parse_formats(options, planned=planned)
     lookup_text = {
         name: options.text(name) for name in ("keys", "keyPrefix", "keyFrom", "keyTo", "partitions")
     }

@@ -14,6 +14,7 @@ from confluent_kafka import Producer
 
 from spark_statestore.schemas import encode_frame
 from tests.integration.test_spark_follower import FORMAT, follow, wait_for_owner_exit
+from tests.kafka_util import poll_until
 from tests.unit.test_schemas_avro import V1, record, write
 
 pytestmark = pytest.mark.integration
@@ -153,3 +154,164 @@ def test_bad_avro_options_are_named(
 ) -> None:
     with pytest.raises(Exception, match=fragment):
         follow(spark, "127.0.0.1:1", "t-changelog", tmp_path / "store", **options)
+
+
+# -- through a real schema registry ---------------------------------------------------------
+V2 = record(
+    {"name": "id", "type": "long"},
+    {"name": "qty", "type": "int", "default": 1},
+)
+
+
+def serializer(registry_url: str, schema: dict[str, Any]) -> Callable[[str, dict[str, Any]], bytes]:
+    """Values as confluent-kafka's own AvroSerializer writes them (it registers the schema
+    under ``<topic>-value``)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry_url, "timeout": 30})
+    serialize = AvroSerializer(client, json.dumps(schema), conf={"auto.register.schemas": True})
+
+    def write_value(topic: str, value: dict[str, Any]) -> bytes:
+        written = serialize(value, SerializationContext(topic, MessageField.VALUE))
+        assert written is not None
+        return written
+
+    return write_value
+
+
+def test_old_and_new_values_read_under_the_subjects_latest_schema(
+    spark: Any,
+    kafka_broker: Any,
+    schema_registry: Any,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The application added a field with a default and dropped an optional one: a query
+    planned after that reads every value, old and new, as the latest version."""
+    topic = make_topic(1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    old = serializer(schema_registry.url, V1)
+    new = serializer(schema_registry.url, V2)
+    produce(
+        bootstrap,
+        topic,
+        [
+            (b"a", old(topic, {"id": 1, "note": "first"})),
+            (b"b", old(topic, {"id": 2, "note": None})),
+            (b"a", new(topic, {"id": 3, "qty": 7})),
+        ],
+    )
+    registry = {"schemaRegistryUrl": schema_registry.url}
+    feed = follow(
+        spark,
+        bootstrap,
+        topic,
+        tmp_path / "store",
+        keyFormat="string",
+        valueFormat="avro",
+        **registry,
+    )
+    assert feed.schema["value"].dataType.simpleString() == "struct<id:bigint,qty:int>"
+    rows = run_available_now(feed, tmp_path / "checkpoint")
+    assert [(r["key"], r["value"].asDict()) for r in rows] == [
+        ("a", {"id": 1, "qty": 1}),
+        ("b", {"id": 2, "qty": 1}),
+        ("a", {"id": 3, "qty": 7}),
+    ]
+    wait_for_owner_exit(tmp_path / "store")
+    # Version 1 has no default for note, which version 2 dropped: a value written with
+    # version 2 cannot be read as version 1 (Avro's rules), and the read names it all.
+    pinned = (
+        spark.read.format(FORMAT)
+        .options(keyFormat="string", valueFormat="avro", valueSubject=f"{topic}-value")
+        .options(valueSchemaVersion="1", **registry)
+        .load(str(tmp_path / "store"))
+    )
+    with pytest.raises(Exception, match="cannot be read as the reader schema") as caught:
+        pinned.collect()
+    message = str(caught.value)
+    for fragment in (
+        "key b'a' (written from changelog partition 0 offset 2)",
+        "writer schema id 2",
+        "reader schema id 1",
+        f"subject {topic}-value",
+        "field note: the reader's field has no default",
+    ):
+        assert fragment in message, (fragment, message)
+
+
+def test_a_registry_outage_does_not_stop_a_running_query_for_the_ids_it_knows(
+    spark: Any, kafka_broker: Any, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """The subject's writer schemas travel in the plan: the registry may be gone when the
+    tasks decode. An id the plan does not know needs the registry, and its outage stops
+    the query naming the value and the registry, never decoding the value otherwise."""
+    from spark_statestore.connectors.local import LocalSchemaRegistry
+
+    topic = make_topic(1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    rows: list[Any] = []
+    with LocalSchemaRegistry() as registry:
+        url = registry.url
+        write_value = serializer(url, V1)
+        produce(bootstrap, topic, [(b"a", write_value(topic, {"id": 1, "note": "x"}))])
+        later = write_value(topic, {"id": 2, "note": None})
+        other = serializer(url, ORDER)(f"{topic}-other", {"id": 9, "note": None, "lines": []})
+        feed = follow(
+            spark, bootstrap, topic, tmp_path / "store", keyFormat="string", valueFormat="avro",
+            schemaRegistryUrl=url, **{"schemaRegistry.max.retries": "0"},
+        )  # fmt: skip
+        query = (
+            feed.writeStream.foreachBatch(lambda df, _: rows.extend(df.collect()))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+        try:
+            delivered(rows, 1)
+            registry.kill()
+            produce(bootstrap, topic, [(b"b", later)])
+            delivered(rows, 2)
+            assert [(r["key"], r["value"].asDict()) for r in rows] == [
+                ("a", {"id": 1, "note": "x"}),
+                ("b", {"id": 2, "note": None}),
+            ]
+            produce(bootstrap, topic, [(b"c", other)])  # an id of another subject
+            with pytest.raises(Exception, match="cannot reach the schema registry") as caught:
+                query.awaitTermination(120)  # raises the query's failure
+        finally:
+            query.stop()
+    message = str(caught.value)
+    assert f"topic {topic} partition 0 offset 2" in message, message
+
+
+def delivered(rows: list[Any], count: int) -> None:
+    """Wait until a running query's foreachBatch has collected ``count`` rows."""
+    poll_until(
+        lambda: True if len(rows) >= count else None,
+        timeout_s=120,
+        interval_s=0.05,
+        failure=lambda: f"{len(rows)} of {count} rows delivered",
+    )
+
+
+def test_an_id_the_registry_does_not_have_stops_the_query_naming_it(
+    spark: Any,
+    kafka_broker: Any,
+    schema_registry: Any,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    topic = make_topic(1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    good = serializer(schema_registry.url, V1)(topic, {"id": 1, "note": None})
+    produce(bootstrap, topic, [(b"a", good), (b"b", encode_frame(987654, b"\x02"))])
+    feed = follow(
+        spark, bootstrap, topic, tmp_path / "store", valueFormat="avro",
+        schemaRegistryUrl=schema_registry.url,
+    )  # fmt: skip
+    with pytest.raises(Exception, match="has no schema id 987654") as caught:
+        run_available_now(feed, tmp_path / "checkpoint")
+    assert f"topic {topic} partition 0 offset 1" in str(caught.value)
