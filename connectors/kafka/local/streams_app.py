@@ -38,7 +38,14 @@ from spark_statestore.connectors.kafka.local.cluster import find_java
 from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION
 from spark_statestore.position import Position
 
-__all__ = ["HEADERS_APP", "STORES", "StreamsApp", "StreamsFollower", "interop_app_dir"]
+__all__ = [
+    "HEADERS_APP",
+    "REGISTRY_APP",
+    "STORES",
+    "StreamsApp",
+    "StreamsFollower",
+    "interop_app_dir",
+]
 
 ENV_APP = "SPARK_STATESTORE_INTEROP_APP"
 STORES = ("totals", "latest", "versions", "counts", "sessions")
@@ -53,6 +60,17 @@ HEADERS_APP = "io.sparkstatestore.interop.HeadersApp"
 headers, and ``headed-windows``, a ``TimestampedWindowStoreWithHeaders`` of the last order
 per window (``window-ms``); its queries ``headers`` and ``window-headers`` answer every entry
 with value, timestamp and headers (and window start and end)."""
+REGISTRY_APP = "io.sparkstatestore.interop.RegistryApp"
+"""The app's schema-registry variant (``main_class``): ``orders-avro``, a key-value store of
+each customer's orders as an Avro ``CustomerOrders`` record, and ``avro-keyed``, keyed by an
+Avro ``CustomerKey`` record (customer, amount modulo 4) with Long sums; both serialized by
+Apicurio Registry's Avro serde in the Confluent frame (magic byte, 4-byte schema id),
+registering their schemas as ``<application id>-<store>-changelog-value`` / ``-key``. Its
+``settings``: ``schema-registry-url``, Apicurio Registry's own API
+(``<LocalSchemaRegistry.base_url>/apis/registry/v3``; required), and ``schema-version``
+(``1``, or ``2``: ``note`` dropped, ``region`` added with a default). Its query ``records``
+answers every entry, Avro keys and values as JSON objects of their fields (timestamps in
+epoch milliseconds, decimals as strings, enums as symbols)."""
 _JAR = "spark-statestore-interop.jar"
 
 
@@ -101,8 +119,8 @@ class StreamsApp:
         Where the JVM's stderr goes (Kafka Streams' warnings and errors).
     main_class
         The Java main class to run: :data:`INTEROP_APP` (the orders app),
-        :data:`FOLLOWER_APP` (see :class:`StreamsFollower`), :data:`HEADERS_APP`, or
-        ``SHAPES_APP`` (see
+        :data:`FOLLOWER_APP` (see :class:`StreamsFollower`), :data:`HEADERS_APP`,
+        :data:`REGISTRY_APP`, or ``SHAPES_APP`` (see
         :class:`~spark_statestore.connectors.kafka.local.shapes_app.StreamsShapes`).
     """
 
