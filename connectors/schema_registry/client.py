@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 # The HTTP library of confluent-kafka's registry client (on Python >= 3.10).
@@ -192,6 +192,34 @@ class SchemaRegistry:
             subject,
             int(found.version),
         )
+
+    def lookup(self, subject: str, text: str, schema_type: str = "AVRO") -> int | None:
+        """The id under which ``subject`` has the schema ``text``, None when it does not.
+
+        Raises
+        ------
+        RegistryError
+        """
+        schema = Schema(text, schema_type)
+        what = f"the given schema under subject {subject!r}"
+        try:
+            found = self._call(what, lambda: self._client.lookup_schema(subject, schema))
+        except SchemaNotFoundError:
+            return None
+        return int(found.schema_id)
+
+    def register(self, subject: str, text: str, schema_type: str = "AVRO") -> int:
+        """Register ``text`` under ``subject`` (the registry's compatibility rules apply);
+        its id.
+
+        Raises
+        ------
+        RegistryError
+            The registry refuses it (incompatible with the subject's versions, ...).
+        """
+        schema = Schema(text, schema_type)
+        what = f"registering the given schema under subject {subject!r}"
+        return int(self._call(what, lambda: self._client.register_schema(subject, schema)))
 
     def versions(self, subject: str) -> list[int]:
         """The versions of ``subject``, oldest first.

@@ -34,7 +34,13 @@ from spark_statestore.connectors.spark.option_table import (
 from spark_statestore.errors import OptionError
 from spark_statestore.schemas import AvroSchema, AvroValueDecoder, SchemaError, SchemaNotFoundError
 
-__all__ = ["AvroColumn", "avro_column", "schema_text"]
+__all__ = [
+    "AvroColumn",
+    "avro_column",
+    "parse_schema_version",
+    "restore_without_cache",
+    "schema_text",
+]
 
 _AVRO_ONLY = ("Subject", "SchemaVersion", "SchemaId", "Framing")
 
@@ -81,9 +87,17 @@ class AvroColumn:
         return {name: getattr(self, name) for name in self.__dataclass_fields__ if name[0] != "_"}
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
-        for name, value in state.items():
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "_decoder", None)
+        restore_without_cache(self, state)
+
+
+def restore_without_cache(column: Any, state: Mapping[str, Any]) -> None:
+    """Unpickle a frozen column dataclass: its fields from ``state``, its private caches
+    (a decoder or encoder, rebuilt where it is used) empty."""
+    for name, value in state.items():
+        object.__setattr__(column, name, value)
+    for name in column.__dataclass_fields__:
+        if name[0] == "_":
+            object.__setattr__(column, name, None)
 
 
 def schema_text(options: OptionReader, column: str) -> str | None:
@@ -184,7 +198,7 @@ def avro_column(
             f"subject the application's serializer registers its {column}s under (with the "
             f"default TopicNameStrategy, '<changelog topic>-{column}')"
         )
-    version = _version(version_text, column)
+    version = parse_schema_version(version_text, column)
     found = _registered(column, registry, subject, version, text, what, planned)
     if planned is not None and _spark_type(found.reader) != planned:
         raise SchemaError(
@@ -242,7 +256,14 @@ def _spark_type(schema: AvroSchema) -> Any:
     return from_arrow_type(schema.arrow_type())
 
 
-def _version(text: str, column: str) -> int | None:
+def parse_schema_version(text: str, column: str) -> int | None:
+    """Option ``{column}SchemaVersion``: None for ``latest``, else the version number.
+
+    Raises
+    ------
+    OptionError
+        Neither.
+    """
     if text.lower() == "latest":
         return None
     if text.isascii() and text.isdigit() and int(text) >= 1:

@@ -37,6 +37,7 @@ __all__ = [
     "OptionReader",
     "OptionSpec",
     "StoreType",
+    "SubjectNameStrategy",
     "Surface",
     "ValueFormat",
     "View",
@@ -98,6 +99,17 @@ class Framing(str, Enum):
     """The registry serializers' frame: a magic byte, the 4-byte schema id, the payload."""
     NONE = "none"
     """The bare payload, written with the given schema."""
+
+
+class SubjectNameStrategy(str, Enum):
+    """Which registry subject a writer schema is under (the serializers' strategies)."""
+
+    TOPIC = "TopicNameStrategy"
+    """``<topic>-key`` / ``<topic>-value``: the serializers' default."""
+    RECORD = "RecordNameStrategy"
+    """The record's full name."""
+    TOPIC_RECORD = "TopicRecordNameStrategy"
+    """``<topic>-<the record's full name>``."""
 
 
 class ValueFormat(str, Enum):
@@ -336,80 +348,90 @@ OPTIONS: tuple[OptionSpec, ...] = (
         names_file=True,
     ),
     # -- typed keys and values (the source and the reader) ----------------------------------
-    OptionSpec("keyFormat", ValueFormat, _DECODERS, "how keys are decoded", default="binary"),
-    OptionSpec("valueFormat", ValueFormat, _DECODERS, "how values are decoded", default="binary"),
+    OptionSpec(
+        "keyFormat",
+        ValueFormat,
+        _ALL,
+        "how keys are decoded (sinks: binary, the column as it is, or avro)",
+        default="binary",
+    ),
+    OptionSpec(
+        "valueFormat",
+        ValueFormat,
+        _ALL,
+        "how values are decoded (sinks: binary, the column as it is, or avro)",
+        default="binary",
+    ),
     OptionSpec(
         "keySchema",
         str,
-        _DECODERS,
+        _ALL,
         "the json key format's DDL ('id INT'), or the avro key format's Avro schema (JSON)",
     ),
     OptionSpec(
         "valueSchema",
         str,
-        _DECODERS,
+        _ALL,
         "the json value format's DDL ('id INT'), or the avro value format's Avro schema (JSON)",
     ),
-    OptionSpec("keySchemaFile", str, _DECODERS, "a file holding keySchema's text", names_file=True),
-    OptionSpec(
-        "valueSchemaFile", str, _DECODERS, "a file holding valueSchema's text", names_file=True
-    ),
+    OptionSpec("keySchemaFile", str, _ALL, "a file holding keySchema's text", names_file=True),
+    OptionSpec("valueSchemaFile", str, _ALL, "a file holding valueSchema's text", names_file=True),
     OptionSpec(
         "schemaRegistryUrl",
         str,
-        _DECODERS,
+        _ALL,
         "the schema registry's Confluent-compatible API (avro keys or values), e.g. "
         "'http://registry:8081'; its client's settings as schemaRegistry.*",
     ),
     OptionSpec(
         "keySubject",
         str,
-        _DECODERS,
+        _ALL,
         "the registry subject of the keys (source default: <changelog>-key)",
     ),
     OptionSpec(
         "valueSubject",
         str,
-        _DECODERS,
+        _ALL,
         "the registry subject of the values (source default: <changelog>-value)",
     ),
     OptionSpec(
         "keySchemaVersion",
         str,
-        _DECODERS,
+        _ALL,
         "the subject's version keys are read as: latest (when the query starts) or a number",
         default="latest",
     ),
     OptionSpec(
         "valueSchemaVersion",
         str,
-        _DECODERS,
+        _ALL,
         "the subject's version values are read as: latest (when the query starts) or a number",
         default="latest",
     ),
     OptionSpec(
         "keySchemaId",
         int,
-        _DECODERS,
+        _ALL,
         "without a registry: the schema id of keySchema in the keys' frames",
     ),
     OptionSpec(
         "valueSchemaId",
         int,
-        _DECODERS,
+        _ALL,
         "without a registry: the schema id of valueSchema in the values' frames",
     ),
     OptionSpec(
         "keyFraming",
         Framing,
-        _DECODERS,
+        _ALL,
         "avro keys: registry (magic byte, schema id, payload) or none (bare Avro)",
         default="registry",
     ),
     OptionSpec(
         "valueFraming",
         Framing,
-        _DECODERS,
+        _ALL,
         "avro values: registry (magic byte, schema id, payload) or none (bare Avro)",
         default="registry",
     ),
@@ -419,6 +441,29 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _DECODERS,
         "an undecodable key or value: FAILFAST, or PERMISSIVE (null, counted)",
         default="FAILFAST",
+    ),
+    OptionSpec(
+        "keySubjectNameStrategy",
+        SubjectNameStrategy,
+        _SINKS,
+        "avro keys with a registry: the subject the writer schema is under (as the "
+        "serializers name it), unless keySubject is given",
+        default="TopicNameStrategy",
+    ),
+    OptionSpec(
+        "valueSubjectNameStrategy",
+        SubjectNameStrategy,
+        _SINKS,
+        "avro values with a registry: the subject the writer schema is under (as the "
+        "serializers name it), unless valueSubject is given",
+        default="TopicNameStrategy",
+    ),
+    OptionSpec(
+        "autoRegisterSchemas",
+        bool,
+        _SINKS,
+        "register a given keySchema/valueSchema under its subject when it is not there",
+        default="false",
     ),
     # -- the snapshot reader ----------------------------------------------------------------
     OptionSpec("view", View, _READER, "data, position, lag, metadata or host", default="data"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,8 +67,11 @@ class StagedMessage(WriterCommitMessage):
     staged: StagedFile | None
 
 
-def check_input_schema(schema: StructType) -> None:
+def check_input_schema(schema: StructType, avro: Mapping[str, Any] | None = None) -> None:
     """Refuse input the sink cannot write, naming the column and the expected types.
+
+    ``avro``: ``{"key" / "value": AvroSinkColumn}`` for the columns encoded as Avro, which
+    must have the Spark type of their writer schema.
 
     Raises
     ------
@@ -100,7 +103,11 @@ def check_input_schema(schema: StructType) -> None:
                 f"the spark_statestore sink needs a {required!r} column; got columns {names}. "
                 f"Expected: {expected_text}"
             )
+    encoded = dict(avro or {})
     for field in schema.fields:
+        if field.name in encoded:
+            _check_avro_column(field, encoded[field.name])
+            continue
         kinds = expected.get(field.name)
         if kinds is None:
             raise SinkError(
@@ -112,6 +119,32 @@ def check_input_schema(schema: StructType) -> None:
                 f"column {field.name!r} has type {field.dataType.simpleString()}, expected "
                 f"{_COLUMNS[field.name]}"
             )
+
+
+def _check_avro_column(field: Any, avro: Any) -> None:
+    wanted = avro.spark_type()
+    if _without_nullability(field.dataType) != _without_nullability(wanted):
+        raise SinkError(
+            f"column {field.name!r} has type {field.dataType.simpleString()}, but its writer "
+            f"schema ({avro.writer.what}) writes {wanted.simpleString()}: select or cast the "
+            f"column to that type (from_avro's mapping, see docs/schemas.md)"
+        )
+
+
+def _without_nullability(data_type: DataType) -> Any:
+    """A type's shape with every field, element and value nullable (a non-null input fits
+    a nullable schema)."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(data_type, StructType):
+        return StructType(
+            [StructField(f.name, _without_nullability(f.dataType), True) for f in data_type.fields]
+        )
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_without_nullability(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(data_type.keyType, _without_nullability(data_type.valueType), True)
+    return data_type
 
 
 def check_changelog_owner(options: SinkOptions) -> None:
@@ -135,8 +168,12 @@ def check_changelog_owner(options: SinkOptions) -> None:
         )
 
 
-def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """One input batch in the staged schema (binary key/value, ms timestamps)."""
+def _normalize(
+    batch: pa.RecordBatch, avro: Mapping[str, Any] | None = None, first_row: int = 0
+) -> pa.RecordBatch:
+    """One input batch in the staged schema (binary key/value, ms timestamps); the columns
+    in ``avro`` encoded with their writer schema (``first_row``: this batch's first row's
+    number in the task, for messages)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -145,11 +182,18 @@ def _normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
     schema = staged_schema()
     count = batch.num_rows
     names = batch.schema.names
+    encoded = dict(avro or {})
 
     def column(name: str, kind: pa.DataType) -> pa.Array:
         if name not in names:
             return pa.nulls(count, kind)
         values = batch.column(name)
+        if name in encoded:
+            encoder = encoded[name].encoder()
+            rows = encoder.encode(
+                values.to_pylist(), locate=lambda i: f"row {first_row + i} of this task's input"
+            )
+            return pa.array(rows, pa.binary())
         if name == "timestamp" and pa.types.is_timestamp(values.type):
             return _epoch_millis(values)
         return values.cast(kind)
@@ -232,7 +276,12 @@ class _Writer:
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         from spark_statestore.connectors.spark.host import ensure_store_host
 
-        check_input_schema(schema)
+        self._avro = {
+            name: column
+            for name, column in (("key", options.key_avro), ("value", options.value_avro))
+            if column is not None
+        }
+        check_input_schema(schema, self._avro)
         check_changelog_owner(options)
         self._options = options
         self._store = os.path.abspath(options.path)
@@ -247,7 +296,7 @@ class _Writer:
         from spark_statestore.sink.staging import StagingArea
 
         partition_id, attempt = _task_ids()
-        rows = (_normalize(b) for b in batches)
+        rows = self._normalized(batches)
         if self._host is None:
             staged = StagingArea(self._store).stage(query_id, batch_id, partition_id, attempt, rows)
         else:
@@ -256,6 +305,12 @@ class _Writer:
             with StoreHostClient(self._host) as host:
                 staged = host.stage(self._store, query_id, batch_id, partition_id, attempt, rows)
         return StagedMessage(staged if staged.rows else None)
+
+    def _normalized(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        first = 0
+        for batch in batches:
+            yield _normalize(batch, self._avro, first)
+            first += batch.num_rows
 
     def _commit(
         self,

@@ -7,8 +7,10 @@ with a maintained registry client); the Spark binding maps the Arrow types to Sp
 """
 
 from spark_statestore.schemas.avro import AvroSchema, AvroValueDecoder, WriterLookup
+from spark_statestore.schemas.avro_encode import AvroValueEncoder
 from spark_statestore.schemas.avro_types import arrow_type_of
 from spark_statestore.schemas.errors import (
+    AvroEncodeError,
     FrameError,
     RegistryError,
     SchemaDecodeError,
@@ -24,8 +26,10 @@ from spark_statestore.schemas.frame import (
 )
 
 __all__ = [
+    "AvroEncodeError",
     "AvroSchema",
     "AvroValueDecoder",
+    "AvroValueEncoder",
     "Frame",
     "FrameError",
     "RegistryError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from spark_statestore.errors import StateStoreError
 
 __all__ = [
+    "AvroEncodeError",
     "FrameError",
     "RegistryError",
     "SchemaDecodeError",
@@ -40,3 +41,7 @@ class RegistryError(SchemaError):
 
 class SchemaNotFoundError(RegistryError, LookupError):
     """The registry has no schema under that id, subject or version."""
+
+
+class AvroEncodeError(SchemaError, ValueError):
+    """A row does not fit the writer schema."""
