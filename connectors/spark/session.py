@@ -44,9 +44,9 @@ def local_session(
     app_name, master
         As for ``SparkSession.builder``.
     kafka_source
-        Put Spark's own Kafka connector (``format("kafka")``) on the classpath, from the
-        jars ``spark-statestore jars`` resolved for the installed PySpark (nothing is
-        downloaded here).
+        Put Spark's own Kafka connector (``format("kafka")``) and Avro functions
+        (``from_avro``) on the classpath, from the jars ``spark-statestore jars`` resolved
+        for the installed PySpark (nothing is downloaded here).
     conf
         Settings on top of :data:`LOCAL_CONF` (a cluster's master, driver address, ...).
 
@@ -67,9 +67,10 @@ def local_session(
         builder = builder.config(key, value)
     if not kafka_source:
         return builder.getOrCreate()
-    from spark_statestore.connectors.kafka.local.jars import spark_kafka_jars
+    from spark_statestore.connectors.kafka.local.jars import spark_avro_jars, spark_kafka_jars
 
-    jars = [str(p) for p in spark_kafka_jars().jars()]
+    # Spark's own connectors: the Kafka source and sink, and from_avro/to_avro.
+    jars = [str(p) for p in (*spark_kafka_jars().jars(), *spark_avro_jars().jars())]
     session = builder.config("spark.jars", ",".join(jars)).getOrCreate()
     if not _loads(session, _KAFKA_PROVIDER):
         from spark_statestore.errors import StateStoreError

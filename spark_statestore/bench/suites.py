@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from spark_statestore.bench.avro import run_avro_suite
 from spark_statestore.bench.cluster import run_cluster_suite
 from spark_statestore.bench.enrich import run_enrich_suite
 from spark_statestore.bench.errors import BenchError
@@ -51,6 +52,7 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
         "remote": run_remote_suite,
         "cluster": run_cluster_suite,
         "scale": run_scale_suite,
+        "avro": run_avro_suite,
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""

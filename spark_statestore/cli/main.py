@@ -100,10 +100,11 @@ def _cmd_jars(args: argparse.Namespace) -> int:
         hdfs_minicluster_jars,
         kafka_jars,
         resolve,
+        spark_avro_jars,
         spark_kafka_jars,
     )
 
-    for jar_set in (kafka_jars(), spark_kafka_jars(), hdfs_minicluster_jars()):
+    for jar_set in (kafka_jars(), spark_kafka_jars(), spark_avro_jars(), hdfs_minicluster_jars()):
         cached = jar_set.is_resolved() and not args.force
         directory = resolve(jar_set, force=args.force)
         state = "cached" if cached else "resolved"

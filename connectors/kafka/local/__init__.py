@@ -13,6 +13,7 @@ from spark_statestore.connectors.kafka.local.jars import (
     hdfs_minicluster_jars,
     kafka_jars,
     resolve,
+    spark_avro_jars,
     spark_kafka_jars,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "kafka_jars",
     "parse_topic_spec",
     "resolve",
+    "spark_avro_jars",
     "spark_kafka_jars",
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "hdfs_minicluster_jars",
     "kafka_jars",
     "resolve",
+    "spark_avro_jars",
     "spark_kafka_jars",
 ]
 
@@ -138,6 +139,22 @@ def spark_kafka_jars(spark_version: str | None = None) -> JarSet:
             "kafka-clients",
             "commons-pool2",
         ),
+    )
+
+
+def spark_avro_jars(spark_version: str | None = None) -> JarSet:
+    """Spark's own Avro functions (``from_avro``, ``to_avro``: the peer of the ``avro``
+    formats in the bench) for ``spark_version`` (default: the installed PySpark), without
+    the Avro jars Spark already ships."""
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    return JarSet(
+        name="spark-avro",
+        version=spark_version,
+        coordinates=(f"org.apache.spark:spark-avro_2.13:{spark_version}",),
+        keep=("spark-avro_2.13",),
     )
 
 
