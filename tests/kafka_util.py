@@ -180,6 +180,16 @@ def fence_transactions(bootstrap: str, transactional_id: str, timeout_s: float =
         producer.flush(0)
 
 
+def settled_progress(bootstrap: str, changelog: str, store_id: str) -> Any:
+    """``read_last_progress`` once the progress topic's transactions are decided: a writer
+    that just returned from a commit may not have its markers written yet (see
+    :func:`fence_transactions`); for a writer still in use, which a fence would kill."""
+    from spark_statestore.connectors.kafka.sink.progress import read_last_progress
+
+    wait_until_settled(bootstrap, f"{changelog}-progress")
+    return read_last_progress(bootstrap, changelog, store_id)
+
+
 def settled_changelog(bootstrap: str, topic: str, **kwargs: Any) -> list[ChangelogRecord]:
     """Every committed record of ``topic`` (``tail_changelog``), read once the transactions
     already committed or aborted have their markers, so a commit that just returned is in."""

@@ -34,6 +34,7 @@ from spark_statestore.position import Position
 from tests.kafka_util import (
     fence_transactions,
     settled_changelog,
+    settled_progress,
     wait_until_readable,
     wait_until_settled,
 )
@@ -197,7 +198,7 @@ def test_published_batch_reads_back_with_read_committed(
     assert 3 not in ends
     assert ends == {p: o + 1 for p, o in last.items()}
 
-    progress = read_last_progress(bootstrap, topic, "store-a")
+    progress = settled_progress(bootstrap, topic, "store-a")
     assert progress is not None
     assert (progress.store_id, progress.query_id, progress.batch_id) == ("store-a", "query-1", 0)
     assert progress.source_offsets == {"input": {"0": 42}}
@@ -236,7 +237,7 @@ def test_next_batch_range_starts_after_the_commit_marker(
     }
     entries = list(read_changelog_range(bootstrap, topic, first, second))
     assert sorted(e.value or b"" for e in entries) == sorted(c[1] or b"" for c in batch_of(1, 20))
-    progress = read_last_progress(bootstrap, topic, "s")
+    progress = settled_progress(bootstrap, topic, "s")
     assert progress is not None and progress.batch_id == 1
     assert progress.changelog_end_offsets == second
 
@@ -304,7 +305,7 @@ def test_empty_batch_still_commits_its_progress(
     topic = make_changelog()
     writer = make_writer(topic)
     assert writer.publish([], progress=ProgressRecord.for_batch("s", "q", 5)) == {}
-    progress = read_last_progress(kafka_broker.bootstrap_servers, topic, "s")
+    progress = settled_progress(kafka_broker.bootstrap_servers, topic, "s")
     assert progress is not None and progress.batch_id == 5
     assert progress.changelog_end_offsets == {}
 
@@ -341,7 +342,7 @@ def test_a_check_right_after_a_writer_stops_sees_its_last_commit_once_fenced(
             assert stable == 2 * batch + 2, f"round {batch}: last stable offset {stable}"
     finally:
         reader.close()
-    progress = read_last_progress(bootstrap, topic, "s")
+    progress = settled_progress(bootstrap, topic, "s")
     assert progress is not None and progress.batch_id == _RESTARTS - 1
 
 
@@ -377,7 +378,7 @@ def test_failure_mid_batch_aborts_everything_and_the_writer_goes_on(
     assert sorted(v or b"" for _, _, _, v in committed(bootstrap, topic)) == sorted(
         c[1] or b"" for c in batch_of(1, 30)
     )
-    progress = read_last_progress(bootstrap, topic, "s")
+    progress = settled_progress(bootstrap, topic, "s")
     assert progress is not None and progress.changelog_end_offsets == ends
 
 
@@ -570,8 +571,8 @@ def test_last_progress_per_store_on_a_shared_progress_topic(
     for batch in range(4):
         b.publish(batch_of(batch, 2), progress=ProgressRecord.for_batch("b", "qb", batch))
 
-    last_a = read_last_progress(bootstrap, topic, "a")
-    last_b = read_last_progress(bootstrap, topic, "b")
+    last_a = settled_progress(bootstrap, topic, "a")
+    last_b = settled_progress(bootstrap, topic, "b")
     assert last_a is not None and last_b is not None
     assert (last_a.batch_id, last_a.source_offsets, last_a.changelog_end_offsets) == (
         1,

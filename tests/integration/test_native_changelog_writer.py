@@ -19,12 +19,12 @@ from spark_statestore.changelog.partitioner import partitions_for_keys
 from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.connectors.kafka.sink.native_producer import NativeProducer
-from spark_statestore.connectors.kafka.sink.progress import ProgressRecord, read_last_progress
+from spark_statestore.connectors.kafka.sink.progress import ProgressRecord
 from spark_statestore.connectors.kafka.sink.writer import ChangelogWriter
 from spark_statestore.native import ENV
 from spark_statestore.position import Position
 from spark_statestore.sink.commit import ChangeChunk, ChangeChunks
-from tests.kafka_util import wait_until_settled
+from tests.kafka_util import settled_progress, wait_until_settled
 from tests.native_util import native_or_skip
 
 native_or_skip()
@@ -153,7 +153,7 @@ def test_both_paths_publish_the_same_records(
         stamped = [r for r in log if r[2] == b"stamped-now"]
         assert len(stamped) == 1 and abs(stamped[0][5] - time.time() * 1000) < 120_000
         logs[path] = [r if r[2] != b"stamped-now" else r[:5] for r in log]
-        last = read_last_progress(bootstrap, topic, "s")
+        last = settled_progress(bootstrap, topic, "s")
         assert last is not None
         progress[path] = (last.batch_id, dict(last.changelog_end_offsets))
     assert len(logs["1"]) == 13_006

@@ -232,10 +232,14 @@ def test_old_and_new_values_read_under_the_subjects_latest_schema(
     with pytest.raises(Exception, match="cannot be read as the reader schema") as caught:
         pinned.collect()
     message = str(caught.value)
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
+    v1_id, v2_id = (client.get_version(f"{topic}-value", n).schema_id for n in (1, 2))
     for fragment in (
         "key b'a' (written from changelog partition 0 offset 2)",
-        "writer schema id 2",
-        "reader schema id 1",
+        f"writer schema id {v2_id}",
+        f"reader schema id {v1_id}",
         f"subject {topic}-value",
         "field note: the reader's field has no default",
     ):

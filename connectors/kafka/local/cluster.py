@@ -42,6 +42,7 @@ from spark_statestore.connectors.kafka.errors import (
     BrokerStartError,
     JavaNotFoundError,
     LocalKafkaError,
+    is_transient,
 )
 from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION, kafka_jars
 from spark_statestore.connectors.local.processes import (
@@ -458,7 +459,7 @@ class LocalKafkaCluster:
         ``compacted`` defaults to whether the name ends in ``-changelog`` (Kafka Streams
         creates its changelog topics with ``cleanup.policy=compact``).
         """
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.cimpl import NewTopic
 
         if not name:
@@ -471,16 +472,34 @@ class LocalKafkaCluster:
         if compacted:
             settings.setdefault("cleanup.policy", "compact")
         replication = replication_factor or min(_MAX_VOTERS, self._count)
-        futures = self.admin().create_topics(
-            [NewTopic(name, partitions, replication, config=settings)],
-            operation_timeout=timeout_s,
-            request_timeout=timeout_s,
-        )
-        try:
-            futures[name].result()
-        except KafkaException as exc:
-            raise LocalKafkaError(f"could not create topic {name!r}: {exc.args[0]}") from exc
-        self._wait_for_leaders(name, partitions, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        retried = False
+        while True:
+            futures = self.admin().create_topics(
+                [NewTopic(name, partitions, replication, config=settings)],
+                operation_timeout=timeout_s,
+                request_timeout=timeout_s,
+            )
+            try:
+                futures[name].result()
+                break
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if (
+                    retried
+                    and error is not None
+                    and error.code() == KafkaError.TOPIC_ALREADY_EXISTS
+                ):
+                    break  # the attempt that failed on our side created it
+                # A fresh cluster's client drops the handle of the bootstrap broker once it
+                # knows the brokers' ids, failing a request in flight (_DESTROY_BROKER): ask
+                # again, as for a broker that moved or came back.
+                if error is None or not is_transient(error) or time.monotonic() > deadline:
+                    raise LocalKafkaError(
+                        f"could not create topic {name!r}: {exc.args[0]}"
+                    ) from exc
+                retried = True
+        self._wait_for_leaders(name, partitions, max(0.1, deadline - time.monotonic()))
 
     def _wait_for_leaders(self, name: str, partitions: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
