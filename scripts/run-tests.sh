@@ -33,7 +33,8 @@ fi
 # - everything but tests/unit, tests/cluster and the `beside` tests (a local SparkSession and
 #   real brokers), and, beside it, the `beside` tests (the demo, the sink's kill-at-each-step
 #   test: each starts its own broker and Spark applications and mostly waits on them, while
-#   the main run mostly waits on its own); their output follows the main run's;
+#   the main run mostly waits on its own; and the schema-registry tests, with a broker, a
+#   Spark session and a registry of that process's own); their output follows the main run's;
 # - then tests/cluster, in a process of its own (its driver is a Spark standalone cluster's,
 #   and a process has one SparkContext), and, beside it, tests/unit (no JVM, no broker:
 #   pure CPU, while the cluster's tests mostly wait on its JVMs). The unit run's output is

@@ -26,7 +26,9 @@ from spark_statestore.connectors.local.schema_registry import (
 )
 from tests.conftest import REPO_ROOT
 
-pytestmark = pytest.mark.integration
+# The schema-registry tests run in the pytest process beside the main run (their own broker,
+# Spark session and registry): CI's budget.
+pytestmark = [pytest.mark.integration, pytest.mark.beside]
 
 ORDER_V1 = {
     "type": "record",

@@ -18,7 +18,9 @@ from tests.integration.test_spark_follower import FORMAT
 from tests.kafka_util import settled_changelog
 from tests.unit.test_schemas_avro import record
 
-pytestmark = pytest.mark.integration
+# The schema-registry tests run in the pytest process beside the main run (their own broker,
+# Spark session and registry): CI's budget.
+pytestmark = [pytest.mark.integration, pytest.mark.beside]
 
 APP = "avro-sink"
 ORDER = record(

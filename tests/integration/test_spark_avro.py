@@ -17,7 +17,9 @@ from tests.integration.test_spark_follower import FORMAT, follow, wait_for_owner
 from tests.kafka_util import poll_until
 from tests.unit.test_schemas_avro import V1, record, write
 
-pytestmark = pytest.mark.integration
+# The schema-registry tests run in the pytest process beside the main run (their own broker,
+# Spark session and registry): CI's budget.
+pytestmark = [pytest.mark.integration, pytest.mark.beside]
 
 ORDER = record(
     {"name": "id", "type": "long"},

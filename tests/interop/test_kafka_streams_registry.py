@@ -43,7 +43,9 @@ from tests.integration.test_spark_follower import FeedCollector, wait_for_owner_
 from tests.interop.test_kafka_streams import wait_until_processed
 from tests.kafka_util import settled_changelog, wait_until_settled
 
-pytestmark = pytest.mark.integration
+# The schema-registry tests run in the pytest process beside the main run (their own broker,
+# Spark session and registry): CI's budget.
+pytestmark = [pytest.mark.integration, pytest.mark.beside]
 
 FORMAT = "spark_statestore"
 PARTITIONS = 2

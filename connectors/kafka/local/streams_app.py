@@ -362,8 +362,11 @@ class StreamsFollower(StreamsApp):
         Kafka Streams' state directory.
     follow
         ``{store name: (topic, value format)}``: each store follows its topic; keys are UTF-8
-        strings, values ``"string"`` (``Serdes.String()``) or ``"long"`` (``Serdes.Long()``,
-        8 bytes big-endian). A null value deletes the key.
+        strings, values ``"string"`` (``Serdes.String()``), ``"long"`` (``Serdes.Long()``,
+        8 bytes big-endian) or ``"avro"`` (Avro records in the registry serializers' frame,
+        read by Apicurio Registry's Avro serde, which looks the frame's id up as a content id,
+        the id Apicurio's Confluent-compatible API gives out: each record answers the fields
+        of its own writer schema, as a JSON object). A null value deletes the key.
     kind
         ``"readonly"``: ``Topology#addReadOnlyStateStore`` (KIP-813; the topic is the store's
         changelog, Kafka Streams creates none), queried with IQv2. ``"global"``:
@@ -376,6 +379,9 @@ class StreamsFollower(StreamsApp):
         merges the records' ``c`` headers into its position.
     log_path
         Where the JVM's stderr goes.
+    schema_registry_url
+        For ``"avro"`` stores: Apicurio Registry's own API,
+        ``<LocalSchemaRegistry.base_url>/apis/registry/v3``.
 
     Its queries are :meth:`range` and :meth:`all`; the orders app's ops of :meth:`query` are
     answered with an ``EXCEPTION`` failure (unknown op).
@@ -391,15 +397,18 @@ class StreamsFollower(StreamsApp):
         application_id: str = "interop-follower",
         position_headers: bool = False,
         log_path: Path | None = None,
+        schema_registry_url: str | None = None,
     ) -> None:
         if kind not in ("readonly", "global"):
             raise StreamsAppError(f"kind must be 'readonly' or 'global', got {kind!r}")
         for store, (topic, value_format) in follow.items():
-            if value_format not in ("string", "long"):
+            if value_format not in ("string", "long", "avro"):
                 raise StreamsAppError(
-                    f"store {store!r} (topic {topic!r}): value format must be 'string' or "
-                    f"'long', got {value_format!r}"
+                    f"store {store!r} (topic {topic!r}): value format must be 'string', "
+                    f"'long' or 'avro', got {value_format!r}"
                 )
+            if value_format == "avro" and schema_registry_url is None:
+                raise StreamsAppError(f"store {store!r} reads avro: give schema_registry_url")
         self.kind = kind
         self.follow = dict(follow)
         super().__init__(
@@ -411,6 +420,11 @@ class StreamsFollower(StreamsApp):
             settings={
                 "kind": kind,
                 "follow": ",".join(f"{s}={t}:{f}" for s, (t, f) in follow.items()),
+                **(
+                    {}
+                    if schema_registry_url is None
+                    else {"schema-registry-url": schema_registry_url}
+                ),
             },
             log_path=log_path,
             main_class=FOLLOWER_APP,

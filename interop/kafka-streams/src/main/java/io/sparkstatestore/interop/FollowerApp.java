@@ -1,11 +1,18 @@
 package io.sparkstatestore.interop;
 
 import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 
+import io.apicurio.registry.serde.avro.AvroKafkaDeserializer;
+import io.apicurio.registry.serde.avro.AvroKafkaSerializer;
+import io.apicurio.registry.serde.config.IdOption;
+import io.apicurio.registry.serde.config.SerdeConfig;
+import org.apache.avro.generic.GenericRecord;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
@@ -26,7 +33,8 @@ import org.apache.kafka.streams.state.Stores;
  *
  * <p>{@code --follow store=topic:format[,store=topic:format...]} names the stores, the topic
  * each one follows and its value format ({@code string}: {@code Serdes.String()}, {@code long}:
- * {@code Serdes.Long()}); keys are UTF-8 strings. {@code --kind} says how:
+ * {@code Serdes.Long()}, {@code avro}: see below); keys are UTF-8 strings. An item without
+ * {@code :format} takes {@code --value-format}'s. {@code --kind} says how:
  *
  * <ul>
  *   <li>{@code readonly}: {@code Topology#addReadOnlyStateStore} (KIP-813), a persistent
@@ -35,6 +43,12 @@ import org.apache.kafka.streams.state.Stores;
  *       restored from up to the application's committed offsets.
  *   <li>{@code global}: {@code StreamsBuilder#globalTable(topic, Materialized.as(store))}.
  * </ul>
+ *
+ * <p>{@code avro} values are Apicurio Registry's Kafka serde for Avro generic records (its
+ * {@code AvroKafkaSerializer} and {@code AvroKafkaDeserializer} as one {@code Serde}), against
+ * {@code --schema-registry-url}, Apicurio's own API ({@code .../apis/registry/v3}; required with
+ * {@code avro}). A value is the Confluent frame (magic byte 0, a 4-byte big-endian schema id,
+ * Avro binary), as a Confluent-compatible serializer writes it; see {@link #avroValues}.
  *
  * <p>A topology may register a topic once only (as a source, a read-only store or a global
  * store), so one instance follows each topic one way; run the app twice to have both.
@@ -48,31 +62,88 @@ import org.apache.kafka.streams.state.Stores;
 public final class FollowerApp {
   private FollowerApp() {}
 
-  /** One followed topic: the store that follows it and the serde of its values. */
+  /** The value formats of {@code --follow} and {@code --value-format}. */
+  static final Set<String> FORMATS = Set.of("string", "long", "avro");
+
+  /** One followed topic: the store that follows it and the format of its values. */
   record Followed(String store, String topic, String format) {
-    Serde<?> valueSerde() {
+    Followed {
+      if (!FORMATS.contains(format)) {
+        throw new IllegalArgumentException(
+            "value format of " + store + " must be one of " + FORMATS + ", got " + format);
+      }
+    }
+
+    /** The serde of its values; {@code registryUrl} is Apicurio's API for {@code avro}. */
+    Serde<?> valueSerde(String registryUrl) {
       return switch (format) {
         case "string" -> Serdes.String();
         case "long" -> Serdes.Long();
-        default -> throw new IllegalArgumentException(
-            "value format of " + store + " must be string or long, got " + format);
+        default -> avroValues(registryUrl);
       };
     }
   }
 
-  static Topology topology(Options options) {
+  /**
+   * Apicurio's Avro serde of generic records, as an application following a registry-framed
+   * topic configures it.
+   *
+   * <p>Reading: the deserializer takes the frame's 4-byte id as a <em>content id</em> ({@code
+   * apicurio.registry.use-id = contentId}, Apicurio 3's default, set here to say so: with
+   * {@code globalId} it would look the id up among the versions' global ids), fetches that
+   * content ({@code /ids/contentIds/<id>}) and reads the record with it as both writer and
+   * reader schema: each record comes back with the fields of the schema it was written with.
+   * The id a Confluent-compatible client gets from Apicurio's {@code /apis/ccompat/v7} (and
+   * writes in its frames) is that content id.
+   *
+   * <p>Writing (the store keeps a value as the serializer writes it): no auto-registration;
+   * the serializer finds the record's schema among the versions of {@code <topic>-value}
+   * ({@code TopicIdStrategy}; for a read-only store or a global table the topic is the one
+   * followed) and frames it with that version's content id. It searches by content, and the
+   * record's schema prints as Avro's compact JSON while the registry keeps the text its
+   * registering client sent (our sink's has spaces): {@code apicurio.registry.canonicalize}
+   * compares canonical forms (without it the search fails: "Could not resolve artifact
+   * reference by content").
+   */
+  static Serde<GenericRecord> avroValues(String registryUrl) {
+    if (registryUrl == null) {
+      throw new IllegalArgumentException("the avro value format needs --schema-registry-url");
+    }
+    Map<String, Object> config = new HashMap<>();
+    config.put(SerdeConfig.REGISTRY_URL, registryUrl);
+    config.put(SerdeConfig.USE_ID, IdOption.contentId.name());
+    config.put(SerdeConfig.AUTO_REGISTER_ARTIFACT, false);
+    config.put(SerdeConfig.CANONICALIZE, true);
+    AvroKafkaSerializer<GenericRecord> serializer = new AvroKafkaSerializer<>();
+    serializer.configure(config, false);
+    AvroKafkaDeserializer<GenericRecord> deserializer = new AvroKafkaDeserializer<>();
+    deserializer.configure(config, false);
+    return Serdes.serdeFrom(serializer, deserializer);
+  }
+
+  /** The value serde of each followed store, by store name (to be closed after the run: an
+   * Avro serde holds a registry client). */
+  static Map<String, Serde<?>> valueSerdes(Options options) {
+    Map<String, Serde<?>> serdes = new LinkedHashMap<>();
+    for (Followed f : options.followed) {
+      serdes.put(f.store(), f.valueSerde(options.registryUrl));
+    }
+    return serdes;
+  }
+
+  static Topology topology(Options options, Map<String, Serde<?>> values) {
     return switch (options.kind) {
-      case "readonly" -> readOnlyTopology(options.followed);
-      case "global" -> globalTopology(options.followed);
+      case "readonly" -> readOnlyTopology(options.followed, values);
+      case "global" -> globalTopology(options.followed, values);
       default -> throw new IllegalArgumentException(
           "--kind must be readonly or global, got " + options.kind);
     };
   }
 
-  private static Topology readOnlyTopology(List<Followed> followed) {
+  private static Topology readOnlyTopology(List<Followed> followed, Map<String, Serde<?>> values) {
     Topology topology = new Topology();
     for (Followed f : followed) {
-      addReadOnly(topology, f, f.valueSerde());
+      addReadOnly(topology, f, values.get(f.store()));
     }
     return topology;
   }
@@ -88,10 +159,10 @@ public final class FollowerApp {
         () -> new Update<V>(f.store()));
   }
 
-  private static Topology globalTopology(List<Followed> followed) {
+  private static Topology globalTopology(List<Followed> followed, Map<String, Serde<?>> values) {
     StreamsBuilder builder = new StreamsBuilder();
     for (Followed f : followed) {
-      addGlobal(builder, f, f.valueSerde());
+      addGlobal(builder, f, values.get(f.store()));
     }
     return builder.build();
   }
@@ -135,14 +206,22 @@ public final class FollowerApp {
 
   public static void main(String[] args) throws Exception {
     Options options = Options.parse(args);
-    Console.run(
-        topology(options), properties(options), streams -> new FollowerQueries(streams)::answer);
+    Map<String, Serde<?>> values = valueSerdes(options);
+    try {
+      Console.run(
+          topology(options, values),
+          properties(options),
+          streams -> new FollowerQueries(streams)::answer);
+    } finally {
+      values.values().forEach(Serde::close); // the registry clients' threads
+    }
   }
 
   /** The command line: {@code --name value} pairs. */
   static final class Options extends Console.Common {
     String kind;
     List<Followed> followed = new ArrayList<>();
+    String registryUrl;
 
     {
       sessionTimeoutMs = 6_000;
@@ -150,7 +229,7 @@ public final class FollowerApp {
 
     static final Set<String> KNOWN = Set.of(
         "bootstrap-servers", "state-dir", "application-id", "kind", "follow", "position-headers",
-        "commit-interval-ms", "session-timeout-ms");
+        "commit-interval-ms", "session-timeout-ms", "value-format", "schema-registry-url");
 
     static Options parse(String[] args) {
       Map<String, String> given = Console.options(args, KNOWN);
@@ -158,16 +237,24 @@ public final class FollowerApp {
       options.readCommon(given);
       options.applicationId = Console.required(given, "application-id");
       options.kind = Console.required(given, "kind");
+      options.registryUrl = given.get("schema-registry-url");
+      String defaultFormat = given.get("value-format");
       for (String item : Console.required(given, "follow").split(",")) {
         String[] storeAndRest = item.split("=", 2);
         String[] topicAndFormat = storeAndRest.length == 2 ? storeAndRest[1].split(":", 2) : null;
-        if (topicAndFormat == null || topicAndFormat.length != 2) {
+        String format = topicAndFormat == null ? null
+            : topicAndFormat.length == 2 ? topicAndFormat[1] : defaultFormat;
+        if (format == null) {
           throw new IllegalArgumentException(
-              "--follow takes store=topic:format[,...], got " + item);
+              "--follow takes store=topic:format[,...] (or store=topic with --value-format), got "
+                  + item);
         }
-        Followed f = new Followed(storeAndRest[0], topicAndFormat[0], topicAndFormat[1]);
-        f.valueSerde(); // refuses an unknown format now, not at the first record
-        options.followed.add(f);
+        // Followed refuses an unknown format now, not at the first record.
+        options.followed.add(new Followed(storeAndRest[0], topicAndFormat[0], format));
+      }
+      if (options.registryUrl == null
+          && options.followed.stream().anyMatch(f -> f.format().equals("avro"))) {
+        throw new IllegalArgumentException("the avro value format needs --schema-registry-url");
       }
       return options;
     }

@@ -193,7 +193,9 @@ final class FollowerQueries {
         + (position == null ? "null" : Json.position(position)) + "}";
   }
 
+  /** A value as JSON: a string or a number as {@link Json} writes it, an Avro record as an
+   * object of its fields ({@link AvroJson}, by the record's own schema). */
   private static String row(String key, Object value) {
-    return "{\"key\":" + Json.string(key) + ",\"value\":" + Json.value(value) + "}";
+    return "{\"key\":" + Json.string(key) + ",\"value\":" + AvroJson.of(value) + "}";
   }
 }
