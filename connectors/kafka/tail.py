@@ -122,12 +122,33 @@ def _show(data: bytes | None, fmt: str) -> str:
 
 
 def format_record(
-    record: ChangelogRecord, key_format: str = "string", value_format: str = "string"
+    record: ChangelogRecord,
+    key_format: str = "string",
+    value_format: str = "string",
+    *,
+    avro: Any = None,
 ) -> str:
-    """One human-readable line: location, operation, key, value, timestamp, position."""
+    """One human-readable line: location, operation, key, value, timestamp, position.
+
+    ``key_format`` / ``value_format`` ``avro`` shows registry-framed Avro as JSON with
+    ``avro`` (:class:`~spark_statestore.connectors.schema_registry.show.AvroJson`).
+
+    Raises
+    ------
+    SchemaError
+        An ``avro`` key or value that does not decode, naming the record.
+    """
     position = record.position.to_json() if record.position is not None else "-"
+    where = f"topic {record.topic} partition {record.partition} offset {record.offset}"
+
+    def show(data: bytes | None, fmt: str, column: str) -> str:
+        if fmt == "avro" and data is not None:
+            return str(avro.show(data, where=where, column=column))
+        return _show(data, fmt)
+
     return (
         f"{record.topic}[{record.partition}]@{record.offset:<4d} {record.op:<6s} "
-        f"key={_show(record.key, key_format)} value={_show(record.value, value_format)} "
+        f"key={show(record.key, key_format, 'key')} "
+        f"value={show(record.value, value_format, 'value')} "
         f"ts={record.timestamp} position={position}"
     )

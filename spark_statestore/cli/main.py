@@ -22,7 +22,7 @@ from spark_statestore.cli.arguments import seconds as _seconds
 from spark_statestore.cli.membership import add_membership_commands
 from spark_statestore.cli.signals import catch_stop_signals
 from spark_statestore.cli.store_commands import add_store_commands
-from spark_statestore.errors import StateStoreError, closest_hint
+from spark_statestore.errors import OptionError, StateStoreError, closest_hint
 
 if TYPE_CHECKING:
     from spark_statestore.changelog.missing_position import OnMissingPosition
@@ -54,6 +54,14 @@ def _on_missing_position(text: str) -> OnMissingPosition:
         raise argparse.ArgumentTypeError(
             f"unknown value {text[:40]!r}" + closest_hint(text, values, noun="values")
         ) from None
+
+
+def _registry_setting(text: str) -> tuple[str, str]:
+    """The argparse type of ``--schema-registry KEY=VALUE``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text[:60]!r}")
+    return key.strip(), value
 
 
 def _wait_for_signal() -> int:
@@ -115,6 +123,22 @@ def _cmd_jars(args: argparse.Namespace) -> int:
 def _cmd_tail(args: argparse.Namespace) -> int:
     from spark_statestore.connectors.kafka.tail import format_record, tail_changelog
 
+    avro = None
+    if "avro" in (args.key_format, args.value_format):
+        if args.schema_registry_url is None:
+            raise OptionError(
+                "--key-format/--value-format avro looks each record's schema up by its id: "
+                "give --schema-registry-url"
+            )
+        from spark_statestore.connectors.schema_registry import RegistrySettings
+        from spark_statestore.connectors.schema_registry.show import AvroJson
+
+        settings = dict(args.schema_registry or [])
+        avro = AvroJson(
+            RegistrySettings.from_options(
+                args.schema_registry_url, settings, prefix="--schema-registry "
+            )
+        )
     count = 0
     for record in tail_changelog(
         args.bootstrap_servers,
@@ -122,7 +146,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         on_missing_position=args.on_missing_position,
     ):
-        print(format_record(record, args.key_format, args.value_format), flush=True)
+        print(format_record(record, args.key_format, args.value_format, avro=avro), flush=True)
         count += 1
     print(f"{count} committed record(s) in {args.changelog}", file=sys.stderr)
     return 0
@@ -243,10 +267,27 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
     tail.add_argument("--changelog", required=True, help="changelog topic")
     tail.add_argument(
-        "--key-format", choices=["string", "hex"], default="string", help="how to print keys"
+        "--key-format",
+        choices=["string", "hex", "avro"],
+        default="string",
+        help="how to print keys (avro: registry-framed Avro as JSON, each with its own schema)",
     )
     tail.add_argument(
-        "--value-format", choices=["string", "hex"], default="string", help="how to print values"
+        "--value-format",
+        choices=["string", "hex", "avro"],
+        default="string",
+        help="how to print values (avro: as for --key-format)",
+    )
+    tail.add_argument(
+        "--schema-registry-url",
+        help="for avro: the schema registry's Confluent-compatible API",
+    )
+    tail.add_argument(
+        "--schema-registry",
+        action="append",
+        type=_registry_setting,
+        metavar="KEY=VALUE",
+        help="a registry client setting (repeatable), e.g. basic.auth.user.info=user:secret",
     )
     tail.add_argument(
         "--on-missing-position",

@@ -216,6 +216,16 @@ class AvroValueDecoder:
         ------
         FrameError, SchemaDecodeError, SchemaResolutionError, RegistryError
         """
+        return self._convert(self.read(raw))
+
+    def read(self, raw: bytes) -> Any:
+        """One value as Avro data (fastavro's: dicts for records and maps, a named union
+        branch as ``(name, value)``), resolved to the reader schema.
+
+        Raises
+        ------
+        FrameError, SchemaDecodeError, SchemaResolutionError, RegistryError
+        """
         if self._writers is None:
             writer, offset, schema_id = self.reader.parsed, 0, None
         else:
@@ -247,7 +257,7 @@ class AvroValueDecoder:
                 f"{left} byte(s) are left after the value decoded with "
                 f"{self._which(schema_id)}: it was written with another schema"
             )
-        return self._convert(value)
+        return value
 
     def _writer(self, schema_id: int) -> Any:
         parsed = self._writer_cache.get(schema_id)

@@ -321,3 +321,32 @@ def test_an_id_the_registry_does_not_have_stops_the_query_naming_it(
     with pytest.raises(Exception, match="has no schema id 987654") as caught:
         run_available_now(feed, tmp_path / "checkpoint")
     assert f"topic {topic} partition 0 offset 1" in str(caught.value)
+
+
+def test_tail_prints_avro_values_as_json_and_names_one_it_cannot_read(
+    kafka_broker: Any, schema_registry: Any, make_topic: Callable[..., str]
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    topic = make_topic(1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    write_value = serializer(schema_registry.url, V1)
+    produce(bootstrap, topic, [(b"a", write_value(topic, {"id": 7, "note": "é"})), (b"b", None)])
+    command = [
+        sys.executable, "-m", "spark_statestore.cli", "tail", "--bootstrap-servers", bootstrap,
+        "--changelog", topic, "--value-format", "avro", "--schema-registry-url",
+        schema_registry.url,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert 'key=a value={"id":7,"note":"é"}' in first
+    assert "key=b value=null" in second
+
+    produce(bootstrap, topic, [(b"c", b"\x01not-a-frame")])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"the value at topic {topic} partition 0 offset 2: magic byte 0x01" in done.stderr
