@@ -40,7 +40,7 @@ What the executor tasks run per batch is in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.enrich_tasks import Plan, enrich_batches
 from spark_statestore.connectors.spark.option_table import ValueFormat
@@ -75,6 +75,11 @@ def enrich(
     key_format: str = "binary",
     value_format: str = "binary",
     value_schema: str | None = None,
+    schema_registry_url: str | None = None,
+    schema_registry_config: Mapping[str, str] | None = None,
+    value_subject: str | None = None,
+    value_schema_version: str = "latest",
+    value_schema_id: int | None = None,
     position_column: str | None = None,
     position_timeout_ms: int = 0,
     lookup_position_column: str | None = None,
@@ -126,7 +131,14 @@ def enrich(
     value_column
         The new column's name (it must not exist yet).
     key_format, value_format, value_schema
-        As the snapshot reader's ``keyFormat`` / ``valueFormat`` / ``valueSchema``.
+        As the snapshot reader's ``keyFormat`` / ``valueFormat`` / ``valueSchema`` (for
+        ``avro`` values, the reader schema given as Avro JSON: see docs/schemas.md).
+    schema_registry_url, schema_registry_config, value_subject, value_schema_version,\
+    value_schema_id
+        ``value_format="avro"``: as the reader's ``schemaRegistryUrl``, ``schemaRegistry.*``,
+        ``valueSubject`` (default with ``changelog``: ``<changelog>-value``),
+        ``valueSchemaVersion`` and ``valueSchemaId``; the reader schema is fixed here, on
+        the driver, and travels in the plan with the subject's writer schemas.
     position_column
         A column of each row's position: ``map<string, map<int, bigint>>`` (the follower
         feed's ``position``, or ``create_map`` of a Kafka source's topic, partition and
@@ -165,9 +177,29 @@ def enrich(
         raise OptionError("enrich: value_column and lookup_position_column must differ")
     if ValueFormat.parse("keyFormat", key_format) is ValueFormat.JSON:
         raise OptionError("enrich: key_format json is not supported; look up binary or string keys")
+    if ValueFormat.parse("keyFormat", key_format) is ValueFormat.AVRO:
+        raise OptionError(
+            "enrich: key_format avro is not supported yet; look up binary or string keys"
+        )
     key_codec = ColumnCodec.create(key_format, None, column="key")
-    schema = None if value_schema is None else parse_ddl(value_schema, option="valueSchema")
-    value_codec = ColumnCodec.create(value_format, schema, column="value")
+    if ValueFormat.parse("valueFormat", value_format) is ValueFormat.AVRO:
+        value_codec = _avro_value_codec(
+            value_schema,
+            changelog=changelog,
+            registry_url=schema_registry_url,
+            registry_config=schema_registry_config,
+            subject=value_subject,
+            version=value_schema_version,
+            schema_id=value_schema_id,
+        )
+    else:
+        if (schema_registry_url, value_subject, value_schema_id) != (None, None, None):
+            raise OptionError(
+                "enrich: schema_registry_url, value_subject and value_schema_id are for "
+                "value_format avro"
+            )
+        schema = None if value_schema is None else parse_ddl(value_schema, option="valueSchema")
+        value_codec = ColumnCodec.create(value_format, schema, column="value")
     if (
         isinstance(position_timeout_ms, bool)
         or not isinstance(position_timeout_ms, int)
@@ -205,6 +237,41 @@ def enrich(
         names=tuple(field.name for field in fields),
     )
     return df.mapInArrow(lambda batches: enrich_batches(batches, plan), StructType(fields))
+
+
+def _avro_value_codec(
+    schema: str | None,
+    *,
+    changelog: str | None,
+    registry_url: str | None,
+    registry_config: Mapping[str, str] | None,
+    subject: str | None,
+    version: str,
+    schema_id: int | None,
+) -> Any:
+    """The ``avro`` value codec, through the snapshot reader's options (their checks and
+    their registry look-ups, once, here on the driver)."""
+    from spark_statestore.connectors.spark.avro_column import avro_column
+    from spark_statestore.connectors.spark.formats import ColumnCodec
+    from spark_statestore.connectors.spark.option_table import (
+        SCHEMA_REGISTRY_PREFIX,
+        OptionReader,
+        Surface,
+    )
+
+    given = {
+        "path": "enrich",
+        "valueFormat": "avro",
+        "valueSchema": schema,
+        "schemaRegistryUrl": registry_url,
+        "valueSubject": subject,
+        "valueSchemaVersion": version,
+        "valueSchemaId": None if schema_id is None else str(schema_id),
+        **{SCHEMA_REGISTRY_PREFIX + k: v for k, v in (registry_config or {}).items()},
+    }
+    options = OptionReader({k: v for k, v in given.items() if v is not None}, Surface.READER)
+    column = avro_column(options, "value", ValueFormat.AVRO, schema, changelog=changelog)
+    return ColumnCodec.create(ValueFormat.AVRO, None, column="value", avro=column)
 
 
 def _route(

@@ -350,3 +350,48 @@ def test_tail_prints_avro_values_as_json_and_names_one_it_cannot_read(
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     assert f"the value at topic {topic} partition 0 offset 2: magic byte 0x01" in done.stderr
+
+
+def test_enrich_looks_avro_values_up_by_key(
+    spark: Any,
+    kafka_broker: Any,
+    schema_registry: Any,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    import spark_statestore
+
+    topic = make_topic(1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    old, new = serializer(schema_registry.url, V1), serializer(schema_registry.url, V2)
+    produce(
+        bootstrap,
+        topic,
+        [(b"a", old(topic, {"id": 1, "note": "x"})), (b"b", new(topic, {"id": 2, "qty": 4}))],
+    )
+    store = tmp_path / "store"
+    feed = follow(spark, bootstrap, topic, store, valueFormat="avro",
+                  schemaRegistryUrl=schema_registry.url)  # fmt: skip
+    assert len(run_available_now(feed, tmp_path / "checkpoint")) == 2
+    wait_for_owner_exit(store)
+    orders = spark.createDataFrame([("a",), ("b",), ("zz",)], "key STRING")
+    enriched = spark_statestore.enrich(
+        orders,
+        str(store),
+        key_column="key",
+        key_format="string",
+        value_format="avro",
+        schema_registry_url=schema_registry.url,
+        value_subject=f"{topic}-value",
+        value_column="order",
+    )
+    assert enriched.schema["order"].dataType.simpleString() == "struct<id:bigint,qty:int>"
+    found = {
+        r["key"]: None if r["order"] is None else r["order"].asDict() for r in enriched.collect()
+    }
+    assert found == {"a": {"id": 1, "qty": 1}, "b": {"id": 2, "qty": 4}, "zz": None}
+    with pytest.raises(Exception, match="option valueSubject is required"):
+        spark_statestore.enrich(
+            orders, str(store), key_column="key", value_format="avro",
+            schema_registry_url=schema_registry.url,
+        )  # fmt: skip
