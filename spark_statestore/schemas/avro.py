@@ -26,7 +26,7 @@ import pyarrow as pa
 from fastavro.read import SchemaResolutionError as FastavroResolutionError
 
 from spark_statestore.schemas.avro_resolution import first_mismatch
-from spark_statestore.schemas.avro_types import arrow_type_of, union_branches
+from spark_statestore.schemas.avro_types import arrow_type_of, member_branches, named_types
 from spark_statestore.schemas.errors import (
     FrameError,
     RegistryError,
@@ -154,7 +154,7 @@ class AvroValueDecoder:
         self.column = column
         self._writers = writers
         self._writer_cache: dict[int, Any] = {}
-        self._convert = _converter(reader.parsed, dict(_named_types(reader.parsed)))
+        self._convert = _converter(reader.parsed, named_types(reader.parsed))
         self.arrow_type = reader.arrow_type()
 
     def decode(
@@ -277,11 +277,6 @@ class AvroValueDecoder:
 
 
 # -- fastavro's values to Arrow's ---------------------------------------------------------
-def _named_types(parsed: Any) -> Mapping[str, Any]:
-    found = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
-    return found or {}
-
-
 def _converter(schema: Any, named: dict[str, Any]) -> Converter:
     """A function from fastavro's value of ``schema`` to pyarrow's input (None: as is)."""
     if isinstance(schema, list):
@@ -327,9 +322,10 @@ def _converter(schema: Any, named: dict[str, Any]) -> Converter:
 
 
 def _union_converter(branches: list[Any], named: dict[str, Any]) -> Converter:
-    kept, _ = union_branches(branches)
-    if len(kept) <= 1 or set(kept) <= {"int", "long"} or set(kept) <= {"float", "double"}:
-        inner = _converter(kept[0], named) if kept else _same
+    kept = member_branches(branches)
+    if kept is None:
+        single = [b for b in branches if b != "null"][:1]
+        inner = _converter(single[0], named) if single else _same
         return lambda value: None if value is None else inner(_unnamed(value))
     members = [(branch, _converter(branch, named)) for branch in kept]
     names = [f"member{i}" for i in range(len(kept))]

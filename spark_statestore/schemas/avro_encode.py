@@ -18,7 +18,7 @@ import fastavro
 from fastavro.validation import ValidationError, validate
 
 from spark_statestore.schemas.avro import AvroSchema
-from spark_statestore.schemas.avro_types import union_branches
+from spark_statestore.schemas.avro_types import member_branches, named_types
 from spark_statestore.schemas.errors import AvroEncodeError, SchemaError
 from spark_statestore.schemas.frame import encode_frame
 
@@ -46,8 +46,7 @@ class AvroValueEncoder:
         self.writer = writer
         self.framed = framed
         self.column = column
-        named = writer.parsed.get("__named_schemas") if isinstance(writer.parsed, dict) else None
-        self._convert = _converter(writer.parsed, dict(named or {}))
+        self._convert = _converter(writer.parsed, named_types(writer.parsed))
 
     def encode(self, values: Sequence[Any], *, locate: Callable[[int], str]) -> list[bytes | None]:
         """Each value's bytes (None stays None: a delete).
@@ -114,9 +113,10 @@ def _converter(schema: Any, named: dict[str, Any]) -> Converter:
 
 
 def _union(branches: list[Any], named: dict[str, Any]) -> Converter:
-    kept, _ = union_branches(branches)
-    if len(kept) <= 1 or set(kept) <= {"int", "long"} or set(kept) <= {"float", "double"}:
-        inner = _converter(kept[0], named) if kept else _same
+    kept = member_branches(branches)
+    if kept is None:
+        single = [b for b in branches if b != "null"][:1]
+        inner = _converter(single[0], named) if single else _same
         return lambda value: None if value is None else inner(value)
     members = [_converter(branch, named) for branch in kept]
     names = [_branch_name(branch) for branch in kept]

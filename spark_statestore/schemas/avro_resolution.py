@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from spark_statestore.schemas.avro_types import named_types
+
 __all__ = ["first_mismatch"]
 
 _PROMOTIONS: Mapping[str, frozenset[str]] = {
@@ -26,13 +28,8 @@ def first_mismatch(writer: Any, reader: Any) -> str | None:
     """``"field items[].sku: writer long, reader string"``-like text for the first place
     where ``writer`` does not resolve to ``reader`` (both as fastavro parses them), None
     when this walk finds none."""
-    named = {**_named(writer), **_named(reader)}
+    named = {**named_types(writer), **named_types(reader)}
     return _walk(writer, reader, "", named, set())
-
-
-def _named(schema: Any) -> dict[str, Any]:
-    found = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
-    return dict(found)
 
 
 def _walk(

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from spark_statestore.schemas.errors import SchemaError
 
-__all__ = ["arrow_type_of", "union_branches"]
+__all__ = ["arrow_type_of", "member_branches", "named_types"]
 
 _PRIMITIVES: Mapping[str, pa.DataType] = {
     "null": pa.null(),
@@ -60,14 +60,27 @@ def arrow_type_of(schema: Any) -> pa.DataType:
     SchemaError
         For a recursive type or a decimal wider than Spark's 38 digits.
     """
-    named = schema.get("__named_schemas") if isinstance(schema, dict) else None
-    return _arrow(schema, dict(named or {}), ())
+    return _arrow(schema, named_types(schema), ())
 
 
-def union_branches(branches: list[Any]) -> tuple[list[Any], bool]:
-    """A union's branches without ``null``, and whether ``null`` was one of them."""
+def named_types(parsed: Any) -> dict[str, Any]:
+    """The named types a schema parsed by :func:`fastavro.parse_schema` defines or takes
+    from its references (a new dict, which a walk may add to)."""
+    found = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+    return dict(found or {})
+
+
+def member_branches(branches: list[Any]) -> list[Any] | None:
+    """A union's non-null branches when its column is a struct of ``member0``,
+    ``member1``...; None when it is one column: ``[null, T]`` (T, nullable), or the
+    promotions ``[int, long]`` and ``[float, double]``. Branches are type names or inline
+    definitions (dicts)."""
     kept = [b for b in branches if b != "null"]
-    return kept, len(kept) != len(branches)
+    names = {b for b in kept if isinstance(b, str)}
+    promoted = len(names) == len(kept) and (
+        names <= {"int", "long"} or names <= {"float", "double"}
+    )
+    return None if len(kept) <= 1 or promoted else kept
 
 
 def _arrow(schema: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.DataType:
@@ -115,18 +128,17 @@ def _arrow(schema: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.Data
 
 
 def _union(branches: list[Any], named: dict[str, Any], seen: tuple[str, ...]) -> pa.DataType:
-    kept, _ = union_branches(branches)
+    members = member_branches(branches)
+    if members is not None:
+        return pa.struct(
+            [pa.field(f"member{i}", _arrow(b, named, seen)) for i, b in enumerate(members)]
+        )
+    kept = [b for b in branches if b != "null"]
     if not kept:
         return pa.null()
     if len(kept) == 1:
         return _arrow(kept[0], named, seen)
-    if set(kept) <= {"int", "long"}:
-        return pa.int64()
-    if set(kept) <= {"float", "double"}:
-        return pa.float64()
-    return pa.struct(
-        [pa.field(f"member{i}", _arrow(branch, named, seen)) for i, branch in enumerate(kept)]
-    )
+    return pa.int64() if "long" in kept or "int" in kept else pa.float64()
 
 
 def _decimal(schema: Mapping[str, Any]) -> pa.DataType:

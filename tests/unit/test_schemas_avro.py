@@ -324,3 +324,20 @@ def test_a_union_member_struct_writes_its_branch() -> None:
     encoded = AvroValueEncoder(writer).encode(rows, locate=str)
     decoded, _ = decode(decoder(writer, writer), *encoded)
     assert decoded == rows
+
+
+def test_a_union_with_a_record_defined_inline_is_a_member_struct() -> None:
+    """A branch defined in the union itself is a dict in the parsed schema: telling the
+    union's shape from its branches crashed on it (unhashable dict) before."""
+    from spark_statestore.schemas import AvroValueEncoder
+
+    inline = record({"name": "a", "type": "int"}, name="Inline")
+    body = record({"name": "u", "type": ["null", "string", inline]})
+    writer = schema(body, 1)
+    assert writer.arrow_type() == pa.struct(
+        [("u", pa.struct([("member0", pa.string()), ("member1", pa.struct([("a", pa.int32())]))]))]
+    )
+    raw = encode_frame(1, write(body, {"u": {"a": 5}}))
+    (row,), _ = decode(decoder(writer, writer), raw)
+    assert row == {"u": {"member0": None, "member1": {"a": 5}}}
+    assert AvroValueEncoder(writer).encode([row], locate=str) == [raw]
