@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.schema_registry import RegistrySettings, registry_for
 from spark_statestore.connectors.spark.option_table import (
@@ -34,19 +34,44 @@ from spark_statestore.connectors.spark.option_table import (
 from spark_statestore.errors import OptionError
 from spark_statestore.schemas import AvroSchema, AvroValueDecoder, SchemaError, SchemaNotFoundError
 
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType
+
 __all__ = [
     "AvroColumn",
+    "PicklesWithoutCaches",
     "avro_column",
     "parse_schema_version",
-    "restore_without_cache",
     "schema_text",
+    "spark_type_of",
 ]
 
 _AVRO_ONLY = ("Subject", "SchemaVersion", "SchemaId", "Framing")
 
 
+class PicklesWithoutCaches:
+    """For a frozen dataclass whose private fields (``_decoder``, ``_encoder``) are caches
+    rebuilt where they are used: pickled without them, unpickled with them empty."""
+
+    __dataclass_fields__: Mapping[str, Any]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name[0] != "_"}
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        for name in self.__dataclass_fields__:
+            object.__setattr__(self, name, state.get(name))
+
+
+def spark_type_of(schema: AvroSchema) -> DataType:
+    """The Spark type of ``schema``'s values (``from_avro``'s mapping)."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return from_arrow_type(schema.arrow_type())
+
+
 @dataclass(frozen=True)
-class AvroColumn:
+class AvroColumn(PicklesWithoutCaches):
     """How one column (``key`` or ``value``) is read as Avro. Picklable: a plan carries it
     to the executors, which build their decoder from it."""
 
@@ -82,22 +107,6 @@ class AvroColumn:
             )
         registry = registry_for(self.registry)
         return registry.avro(registry.by_id(schema_id, subject=self.subject))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name[0] != "_"}
-
-    def __setstate__(self, state: Mapping[str, Any]) -> None:
-        restore_without_cache(self, state)
-
-
-def restore_without_cache(column: Any, state: Mapping[str, Any]) -> None:
-    """Unpickle a frozen column dataclass: its fields from ``state``, its private caches
-    (a decoder or encoder, rebuilt where it is used) empty."""
-    for name, value in state.items():
-        object.__setattr__(column, name, value)
-    for name in column.__dataclass_fields__:
-        if name[0] == "_":
-            object.__setattr__(column, name, None)
 
 
 def schema_text(options: OptionReader, column: str) -> str | None:
@@ -200,9 +209,9 @@ def avro_column(
         )
     version = parse_schema_version(version_text, column)
     found = _registered(column, registry, subject, version, text, what, planned)
-    if planned is not None and _spark_type(found.reader) != planned:
+    if planned is not None and spark_type_of(found.reader) != planned:
         raise SchemaError(
-            f"{found.reader.what} reads {column}s as {_spark_type(found.reader).simpleString()}"
+            f"{found.reader.what} reads {column}s as {spark_type_of(found.reader).simpleString()}"
             f", but the query was planned with {planned.simpleString()}: define the "
             "DataFrame again to read with it"
         )
@@ -243,17 +252,11 @@ def _registered(
             if n <= (chosen.version or n) and f.schema_id in writers
         ]
         reader = next(
-            (c for c in candidates if _spark_type(c) == planned), writers[chosen.schema_id]
+            (c for c in candidates if spark_type_of(c) == planned), writers[chosen.schema_id]
         )
     else:
         reader = writers[chosen.schema_id]
     return AvroColumn(column, reader, Framing.REGISTRY, subject, settings, writers)
-
-
-def _spark_type(schema: AvroSchema) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    return from_arrow_type(schema.arrow_type())
 
 
 def parse_schema_version(text: str, column: str) -> int | None:

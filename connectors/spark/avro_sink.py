@@ -20,15 +20,15 @@ a query is refused before it starts, not row by row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from spark_statestore.connectors.schema_registry import RegistrySettings, registry_for
 from spark_statestore.connectors.spark.avro_column import (
+    PicklesWithoutCaches,
     parse_schema_version,
-    restore_without_cache,
     schema_text,
+    spark_type_of,
 )
 from spark_statestore.connectors.spark.option_table import (
     SCHEMA_REGISTRY_PREFIX,
@@ -44,7 +44,7 @@ __all__ = ["AvroSinkColumn", "avro_sink_column"]
 
 
 @dataclass(frozen=True)
-class AvroSinkColumn:
+class AvroSinkColumn(PicklesWithoutCaches):
     """How the sink encodes one column (``key`` or ``value``) as Avro. Picklable."""
 
     column: str
@@ -64,15 +64,7 @@ class AvroSinkColumn:
 
     def spark_type(self) -> Any:
         """The Spark type the column must have."""
-        from pyspark.sql.pandas.types import from_arrow_type
-
-        return from_arrow_type(self.writer.arrow_type())
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name[0] != "_"}
-
-    def __setstate__(self, state: Mapping[str, Any]) -> None:
-        restore_without_cache(self, state)
+        return spark_type_of(self.writer)
 
 
 def avro_sink_column(

@@ -54,7 +54,7 @@ from pyspark.sql.types import (
 
 from spark_statestore.errors import OptionError
 
-from .avro_column import AvroColumn
+from .avro_column import AvroColumn, spark_type_of
 from .ddl import parse_ddl, type_to_ddl
 from .errors import DDLError, DecodeError, EncodeError
 from .json_values import JsonMismatch, json_row, struct_converter
@@ -141,7 +141,7 @@ class ColumnCodec:
             )
         if avro is not None:
             try:
-                type_to_ddl(_spark_type_of_avro(avro))
+                type_to_ddl(spark_type_of(avro.reader))
             except DDLError as exc:
                 raise OptionError(f"{avro.reader.what}: {exc}") from None
             return cls(fmt, None, column, time_zone, avro)
@@ -165,7 +165,7 @@ class ColumnCodec:
     def spark_type(self) -> DataType:
         """The Spark type of the decoded column."""
         if self.avro is not None:
-            return _spark_type_of_avro(self.avro)
+            return spark_type_of(self.avro.reader)
         return self.schema if self.schema is not None else _SPARK_TYPES[self.format]
 
     def ddl_type(self) -> str:
@@ -387,12 +387,6 @@ class ColumnCodec:
         raise EncodeError(
             f"cannot encode {type(value).__name__} {value!r} for {self.column}Format {fmt.value}"
         )
-
-
-def _spark_type_of_avro(avro: AvroColumn) -> DataType:
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    return from_arrow_type(avro.reader.arrow_type())
 
 
 def _is_int(value: object) -> bool:
