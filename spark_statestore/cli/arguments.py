@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Mapping, Sequence
 
+from spark_statestore.errors import OptionError
 from spark_statestore.integer_spec import ascii_integer
 
-__all__ = ["integer", "seconds"]
+__all__ = ["integer", "parse_settings", "seconds"]
 
 
 def integer(text: str) -> int:
@@ -30,3 +32,36 @@ def seconds(text: str) -> float:
             f"{text[:40]!r} is not a number of seconds (ASCII digits, e.g. 30 or 2.5)"
         )
     return float(text)
+
+
+def parse_settings(
+    pairs: Sequence[str],
+    *,
+    option: str,
+    what: str,
+    example: str,
+    reserved: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Parse a repeatable ``KEY=VALUE`` flag's items (a client's settings); a later repeat
+    of a key wins.
+
+    Raises
+    ------
+    OptionError
+        For an item without ``=`` or with an empty key, or a key in ``reserved`` (which
+        maps it to the flag that sets it); the message names ``option``, ``what`` the
+        settings are, and ``example``.
+    """
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise OptionError(
+                f"option {option}: expected KEY=VALUE ({what}, e.g. {option} {example}), "
+                f"got {pair!r}"
+            )
+        if reserved and key in reserved:
+            raise OptionError(f"option {option}: set {key} with {reserved[key]}, not {option}")
+        settings[key] = value
+    return settings

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import FrameType, MappingProxyType
 from typing import Any, Literal, TextIO
 
+from spark_statestore.cli.arguments import parse_settings
 from spark_statestore.cli.progress import ProgressLine, format_count, format_lag, format_rate
 from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgress
@@ -219,21 +220,13 @@ def parse_kafka_settings(pairs: Sequence[str], *, option: str = "--kafka") -> di
         For an item without ``=`` or with an empty key, or a setting that has its own flag
         (``bootstrap.servers``); the message names ``option``.
     """
-    settings: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise OptionError(
-                f"option {option}: expected KEY=VALUE (a Kafka consumer setting, e.g. "
-                f"{option} fetch.max.bytes=33554432), got {pair!r}"
-            )
-        if key in _RESERVED_SETTINGS:
-            raise OptionError(
-                f"option {option}: set {key} with {_RESERVED_SETTINGS[key]}, not {option}"
-            )
-        settings[key] = value
-    return settings
+    return parse_settings(
+        pairs,
+        option=option,
+        what="a Kafka consumer setting",
+        example="fetch.max.bytes=33554432",
+        reserved=_RESERVED_SETTINGS,
+    )
 
 
 def run_follow(

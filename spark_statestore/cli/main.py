@@ -56,14 +56,6 @@ def _on_missing_position(text: str) -> OnMissingPosition:
         ) from None
 
 
-def _registry_setting(text: str) -> tuple[str, str]:
-    """The argparse type of ``--schema-registry KEY=VALUE``."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text[:60]!r}")
-    return key.strip(), value
-
-
 def _wait_for_signal() -> int:
     """Block until SIGINT or SIGTERM; returns the signal number."""
     return catch_stop_signals()()
@@ -130,10 +122,16 @@ def _cmd_tail(args: argparse.Namespace) -> int:
                 "--key-format/--value-format avro looks each record's schema up by its id: "
                 "give --schema-registry-url"
             )
+        from spark_statestore.cli.arguments import parse_settings
         from spark_statestore.connectors.schema_registry import RegistrySettings
         from spark_statestore.connectors.schema_registry.show import AvroJson
 
-        settings = dict(args.schema_registry or [])
+        settings = parse_settings(
+            args.schema_registry or [],
+            option="--schema-registry",
+            what="a schema registry client setting",
+            example="basic.auth.user.info=user:secret",
+        )
         avro = AvroJson(
             RegistrySettings.from_options(
                 args.schema_registry_url, settings, prefix="--schema-registry "
@@ -285,7 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument(
         "--schema-registry",
         action="append",
-        type=_registry_setting,
         metavar="KEY=VALUE",
         help="a registry client setting (repeatable), e.g. basic.auth.user.info=user:secret",
     )
