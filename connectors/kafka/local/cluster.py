@@ -499,6 +499,7 @@ class LocalKafkaCluster:
                         f"could not create topic {name!r}: {exc.args[0]}"
                     ) from exc
                 retried = True
+                threading.Event().wait(0.05)  # as _wait_for_leaders: not a tight loop
         self._wait_for_leaders(name, partitions, max(0.1, deadline - time.monotonic()))
 
     def _wait_for_leaders(self, name: str, partitions: int, timeout_s: float) -> None:
