@@ -9,6 +9,7 @@ with a maintained registry client); the Spark binding maps the Arrow types to Sp
 from spark_statestore.schemas.avro import AvroSchema, AvroValueDecoder, WriterLookup
 from spark_statestore.schemas.avro_encode import AvroValueEncoder
 from spark_statestore.schemas.avro_types import arrow_type_of
+from spark_statestore.schemas.decoding import ValueDecoder
 from spark_statestore.schemas.errors import (
     AvroEncodeError,
     FrameError,
@@ -37,6 +38,7 @@ __all__ = [
     "SchemaError",
     "SchemaNotFoundError",
     "SchemaResolutionError",
+    "ValueDecoder",
     "WriterLookup",
     "arrow_type_of",
     "encode_frame",

@@ -17,7 +17,7 @@ import datetime as dt
 import io
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,9 +27,8 @@ from fastavro.read import SchemaResolutionError as FastavroResolutionError
 
 from spark_statestore.schemas.avro_resolution import first_mismatch
 from spark_statestore.schemas.avro_types import arrow_type_of, member_branches, named_types
+from spark_statestore.schemas.decoding import ValueDecoder
 from spark_statestore.schemas.errors import (
-    FrameError,
-    RegistryError,
     SchemaDecodeError,
     SchemaError,
     SchemaResolutionError,
@@ -125,7 +124,7 @@ WriterLookup = Callable[[int], AvroSchema]
 """The writer schema registered under an id (raises a RegistryError when it cannot)."""
 
 
-class AvroValueDecoder:
+class AvroValueDecoder(ValueDecoder):
     """Decodes batches of stored bytes written with Avro to the reader schema.
 
     Parameters
@@ -156,58 +155,6 @@ class AvroValueDecoder:
         self._writer_cache: dict[int, Any] = {}
         self._convert = _converter(reader.parsed, named_types(reader.parsed))
         self.arrow_type = reader.arrow_type()
-
-    def decode(
-        self,
-        values: Sequence[bytes | None],
-        *,
-        locate: Callable[[int], str],
-        permissive: bool,
-        arrow_type: pa.DataType | None = None,
-    ) -> tuple[pa.Array, int]:
-        """Decode ``values`` (None stays null) into an array of ``arrow_type`` (default:
-        the reader schema's); with ``permissive``, an undecodable value becomes null and is
-        counted instead of raising.
-
-        Raises
-        ------
-        SchemaError
-            (Not permissive) the first value that cannot be decoded, naming it by
-            ``locate(index)``, with its schema id, the subject and the reason. A registry
-            that cannot be reached raises even when permissive: the value is not bad.
-        """
-        rows: list[Any] = []
-        bad = 0
-        for index, raw in enumerate(values):
-            if raw is None:
-                rows.append(None)
-                continue
-            try:
-                rows.append(self.decode_one(raw))
-            except (FrameError, SchemaDecodeError, SchemaResolutionError) as exc:
-                if not permissive:
-                    raise type(exc)(f"the {self.column} at {locate(index)}: {exc}") from None
-                bad += 1
-                rows.append(None)
-            except RegistryError as exc:  # not the value's fault: never a counted null
-                raise type(exc)(f"the {self.column} at {locate(index)}: {exc}") from None
-        target = arrow_type or self.arrow_type
-        try:
-            return pa.array(rows, type=target), bad
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            pass  # a value Avro allows but the column cannot hold: find it (or them)
-        for index, row in enumerate(rows):
-            try:
-                pa.array([row], type=target)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-                if not permissive:
-                    raise SchemaDecodeError(
-                        f"the {self.column} at {locate(index)} decodes to a value its column "
-                        f"({target}) cannot hold: {exc}"
-                    ) from None
-                bad += 1
-                rows[index] = None
-        return pa.array(rows, type=target), bad
 
     def decode_one(self, raw: bytes) -> Any:
         """One value, as :func:`pyarrow.array` takes it.
