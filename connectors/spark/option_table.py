@@ -483,7 +483,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "a versioned store's values valid at this time: epoch millis or an ISO-8601 timestamp "
         "(UTC unless it has an offset)",
     ),
-    OptionSpec("keys", str, _READER, "a JSON array of keys to look up"),
+    OptionSpec(
+        "keys", str, _READER, "a JSON array of keys to look up (objects for avro record keys)"
+    ),
     OptionSpec("keyFrom", str, _READER, "only keys from this one on (inclusive)"),
     OptionSpec("keyTo", str, _READER, "only keys up to this one (inclusive)"),
     # -- the sink and the batch writer ------------------------------------------------------

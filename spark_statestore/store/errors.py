@@ -20,6 +20,7 @@ __all__ = [
     "StoreNotFoundError",
     "StoreRoleError",
     "TransactionError",
+    "UncoveredKeySchemaError",
 ]
 
 RECOVERY_HINT = (
@@ -88,3 +89,13 @@ class TransactionError(StoreError):
 class InvalidScanError(StoreError, ValueError):
     """A :class:`~spark_statestore.store.scan.ScanSpec` (or its JSON form) is malformed:
     wrong types, negative limits, unknown JSON fields, bad base64."""
+
+
+class UncoveredKeySchemaError(StoreError, LookupError):
+    """A lookup encoded its keys under some registry schema ids, but the snapshot holds keys
+    framed with another (or not framed): the lookup cannot say a key is absent."""
+
+    def __init__(self, message: str, ids: frozenset[int | None], path: str | None = None) -> None:
+        super().__init__(message, path)
+        self.ids = ids
+        """The other ids found (None: keys that are not framed)."""

@@ -13,9 +13,9 @@ from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.store.columnar import native_key_batches, native_range_batches
-from spark_statestore.store.errors import InvalidScanError
+from spark_statestore.store.errors import InvalidScanError, UncoveredKeySchemaError
 from spark_statestore.store.layout import DATA_PREFIX
-from spark_statestore.store.scan_spec import KeyRange, ScanSpec, ScanStats, in_range
+from spark_statestore.store.scan_spec import KeyRange, ScanSpec, ScanStats, in_range, prefix_end
 from spark_statestore.store.snapshot import (
     DEFAULT_BATCH_ROWS,
     arrow_schema,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # ScanSpec and ScanStats live in scan_spec (the versioned scan needs them too); they stay
 # importable from here, where their callers have always found them.
-__all__ = ["ScanSpec", "ScanStats", "lookup_batches", "scan_batches"]
+__all__ = ["ScanSpec", "ScanStats", "check_framed_ids", "lookup_batches", "scan_batches"]
 
 
 def scan_batches(
@@ -147,6 +147,8 @@ _Row = tuple[bytes, bytes, int | None, int | None, int | None, Any]
 def _scan(
     snapshot: Snapshot, spec: ScanSpec, batch_rows: int, stats: ScanStats
 ) -> Iterator[pa.RecordBatch]:
+    if spec.framed_ids is not None:
+        check_framed_ids(snapshot, spec.framed_ids)
     bounds = spec.key_range()
     if bounds is None or spec.is_empty():
         return
@@ -188,6 +190,69 @@ def _scan(
         rows.close()  # at the limit, or when the caller stops: end the LevelDB iteration now
     if keys:
         yield to_batch(columns, schema)
+
+
+_FRAME_HEADER = 5  # a registry frame: the magic byte 0, a 4-byte big-endian schema id
+_SHOWN_KEY_BYTES = 16
+
+
+def check_framed_ids(snapshot: Snapshot, ids: frozenset[int]) -> None:
+    """Check that every key of ``snapshot`` is a registry frame under one of ``ids``.
+
+    A skip scan: one LevelDB seek per distinct frame header (the keys of one schema id are
+    contiguous, since the id is the key's first bytes after the magic byte), so it costs a
+    seek per id in the store, not a read of the store.
+
+    Raises
+    ------
+    UncoveredKeySchemaError
+        Naming the other ids found (and an example key of each, in hex), and the ids the
+        lookup was encoded for.
+    """
+    others: dict[int | None, bytes] = {}
+    lower: bytes | None = None
+    while True:
+        key = _first_key(snapshot, lower)
+        if key is None:
+            break
+        header = key[:_FRAME_HEADER]
+        if len(header) < _FRAME_HEADER or header[0] != 0:
+            others.setdefault(None, key)
+            header = key[:1]
+        else:
+            schema_id = int.from_bytes(header[1:], "big", signed=True)
+            if schema_id not in ids:
+                others.setdefault(schema_id, key)
+        lower = prefix_end(header)
+        if lower is None:
+            break
+    if not others:
+        return
+    found = "; ".join(
+        ("keys that are not registry frames" if i is None else f"schema id {i}")
+        + f" (e.g. key {k[:_SHOWN_KEY_BYTES].hex()}{'...' if len(k) > _SHOWN_KEY_BYTES else ''})"
+        for i, k in sorted(others.items(), key=lambda item: (item[0] is not None, item[0] or 0))
+    )
+    encoded = ", ".join(str(i) for i in sorted(ids)) or "none"
+    raise UncoveredKeySchemaError(
+        f"the store at {snapshot.path} holds {found}, but the lookup's keys are encoded "
+        f"under schema id(s) {encoded} only: the same key stored under another id has other "
+        "bytes, so the lookup cannot tell whether it is there. Read without a key lookup "
+        "and filter in Spark, or look up keys under the subject those keys were registered "
+        "under",
+        frozenset(others),
+        snapshot.path,
+    )
+
+
+def _first_key(snapshot: Snapshot, lower: bytes | None) -> bytes | None:
+    chunks = snapshot.envelope_chunks(lower, None, lambda: 1)
+    try:
+        for chunk in chunks:
+            return chunk[0][0][len(DATA_PREFIX) :]
+        return None
+    finally:
+        chunks.close()
 
 
 def _without_headers(

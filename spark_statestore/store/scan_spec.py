@@ -35,6 +35,7 @@ _FIELDS = (
     "partitions",
     "limit",
     "as_of",
+    "framed_ids",
 )
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -71,6 +72,13 @@ class ScanSpec:
         For a versioned store: each key's version valid at this time (epoch milliseconds)
         instead of its latest value; the row's timestamp is when that version began. None:
         the latest values.
+    framed_ids
+        The keys and bounds are a schema registry's framed keys (magic byte 0, a 4-byte
+        schema id, the payload) encoded under these schema ids only. A scan first checks
+        that the snapshot holds no key framed with another id (nor a key that is not
+        framed), and fails with :class:`~spark_statestore.store.errors.UncoveredKeySchemaError`
+        if it does: the same logical key stored under another id would have other bytes, so
+        answering without it could say "absent" for a key that is there. None: no check.
 
     Raises
     ------
@@ -87,6 +95,7 @@ class ScanSpec:
     partitions: frozenset[int] | None = None
     limit: int | None = None
     as_of: int | None = None
+    framed_ids: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         if self.keys is not None:
@@ -132,6 +141,8 @@ class ScanSpec:
             raise InvalidScanError(
                 f"ScanSpec as_of must be epoch milliseconds (an int64) or None, got {as_of!r}"
             )
+        if self.framed_ids is not None:
+            object.__setattr__(self, "framed_ids", _as_schema_ids(self.framed_ids))
 
     # -- named constructors ---------------------------------------------------------------
     @classmethod
@@ -194,6 +205,7 @@ class ScanSpec:
             raise InvalidScanError(f"ScanSpec.intersect() takes a ScanSpec, got {other!r}")
         keys = _meet(self.keys, other.keys, lambda a, b: tuple(sorted(set(a) & set(b))))
         partitions = _meet(self.partitions, other.partitions, lambda a, b: a & b)
+        framed_ids = _meet(self.framed_ids, other.framed_ids, lambda a, b: a & b)
         limit = _meet(self.limit, other.limit, min)
         if None not in (self.as_of, other.as_of) and self.as_of != other.as_of:
             raise InvalidScanError(
@@ -230,6 +242,7 @@ class ScanSpec:
             partitions=partitions,
             limit=limit,
             as_of=as_of,
+            framed_ids=framed_ids,
         )
 
     # -- what it selects ------------------------------------------------------------------
@@ -284,12 +297,14 @@ class ScanSpec:
             "partitions": None if self.partitions is None else sorted(self.partitions),
             "limit": self.limit,
             "as_of": self.as_of,
+            "framed_ids": None if self.framed_ids is None else sorted(self.framed_ids),
         }
 
     def to_json(self) -> str:
         """Compact deterministic JSON: ``{"keys": ["<base64>", ...] | null, "lower":
         "<base64>" | null, "lower_inclusive": true, "upper": ..., "upper_inclusive": ...,
-        "prefix": ..., "partitions": [0, 2] | null, "limit": 10 | null, "as_of": null}``."""
+        "prefix": ..., "partitions": [0, 2] | null, "limit": 10 | null, "as_of": null,
+        "framed_ids": [3, 7] | null}``."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -313,10 +328,12 @@ class ScanSpec:
         if keys is not None and not isinstance(keys, list):
             raise InvalidScanError(f"scan spec field 'keys' must be a list or null, got {keys!r}")
         partitions = data.get("partitions")
-        if partitions is not None and not isinstance(partitions, list):
-            raise InvalidScanError(
-                f"scan spec field 'partitions' must be a list or null, got {partitions!r}"
-            )
+        framed_ids = data.get("framed_ids")
+        for name, items in (("partitions", partitions), ("framed_ids", framed_ids)):
+            if items is not None and not isinstance(items, list):
+                raise InvalidScanError(
+                    f"scan spec field {name!r} must be a list or null, got {items!r}"
+                )
         return cls(
             keys=None if keys is None else _unb64_keys(keys),
             lower=_unb64(data.get("lower"), "lower"),
@@ -327,6 +344,7 @@ class ScanSpec:
             partitions=None if partitions is None else _as_partitions(partitions),
             limit=data.get("limit"),
             as_of=data.get("as_of"),
+            framed_ids=None if framed_ids is None else _as_schema_ids(framed_ids),
         )
 
     @classmethod
@@ -416,6 +434,19 @@ def _as_partitions(partitions: Iterable[int]) -> frozenset[int]:
                 f"ScanSpec partitions must be ints in [0, 2**31-1], got {partition!r}"
             )
         out.add(partition)
+    return frozenset(out)
+
+
+def _as_schema_ids(ids: Iterable[int]) -> frozenset[int]:
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise InvalidScanError(f"ScanSpec framed_ids must be a collection of ints, got {ids!r}")
+    out = set()
+    for schema_id in ids:
+        if isinstance(schema_id, bool) or not isinstance(schema_id, int):
+            raise InvalidScanError(f"ScanSpec framed_ids must be ints, got {schema_id!r}")
+        if not -_INT32_MAX - 1 <= schema_id <= _INT32_MAX:
+            raise InvalidScanError(f"ScanSpec framed_ids must be 32-bit schema ids: {schema_id}")
+        out.add(schema_id)
     return frozenset(out)
 
 

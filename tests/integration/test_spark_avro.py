@@ -165,9 +165,11 @@ V2 = record(
 )
 
 
-def serializer(registry_url: str, schema: dict[str, Any]) -> Callable[[str, dict[str, Any]], bytes]:
-    """Values as confluent-kafka's own AvroSerializer writes them (it registers the schema
-    under ``<topic>-value``)."""
+def serializer(
+    registry_url: str, schema: dict[str, Any], *, keys: bool = False
+) -> Callable[[str, dict[str, Any]], bytes]:
+    """Values (``keys``: keys) as confluent-kafka's own AvroSerializer writes them (it
+    registers the schema under ``<topic>-value``, ``<topic>-key``)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -176,7 +178,8 @@ def serializer(registry_url: str, schema: dict[str, Any]) -> Callable[[str, dict
     serialize = AvroSerializer(client, json.dumps(schema), conf={"auto.register.schemas": True})
 
     def write_value(topic: str, value: dict[str, Any]) -> bytes:
-        written = serialize(value, SerializationContext(topic, MessageField.VALUE))
+        field = MessageField.KEY if keys else MessageField.VALUE
+        written = serialize(value, SerializationContext(topic, field))
         assert written is not None
         return written
 
@@ -395,3 +398,79 @@ def test_enrich_looks_avro_values_up_by_key(
             orders, str(store), key_column="key", value_format="avro",
             schema_registry_url=schema_registry.url,
         )  # fmt: skip
+
+
+# -- Avro keys: lookups by the logical key --------------------------------------------------
+KEY_V1 = record({"name": "customer", "type": "string"}, name="CustomerKey")
+KEY_V2 = record(
+    {"name": "customer", "type": "string"},
+    {"name": "region", "type": "string", "default": "none"},
+    name="CustomerKey",
+)
+
+
+def test_keys_look_avro_keys_up_under_every_schema_id_they_are_stored_under(
+    spark: Any,
+    kafka_broker: Any,
+    schema_registry: Any,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The application's key schema gained a field with a default: keys written before and
+    after are stored under two ids, with other bytes for one logical key. A lookup finds a
+    key under either id (both, when the store holds it under both), and a lookup with a
+    reader schema that cannot fix a stored id's bytes fails rather than answer "absent"."""
+    topic = make_topic(1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    old = serializer(schema_registry.url, KEY_V1, keys=True)
+    new = serializer(schema_registry.url, KEY_V2, keys=True)
+    produce(
+        bootstrap,
+        topic,
+        [
+            (old(topic, {"customer": "a"}), b"1"),
+            (old(topic, {"customer": "b"}), b"2"),
+            (new(topic, {"customer": "b", "region": "none"}), b"3"),
+            (new(topic, {"customer": "c", "region": "west"}), b"4"),
+        ],
+    )
+    store = tmp_path / "store"
+    registry = {"schemaRegistryUrl": schema_registry.url, "keySubject": f"{topic}-key"}
+    feed = follow(spark, bootstrap, topic, store, keyFormat="avro", valueFormat="string",
+                  **registry)  # fmt: skip
+    assert len(run_available_now(feed, tmp_path / "checkpoint")) == 4
+    wait_for_owner_exit(store)
+
+    def lookup(keys: list[dict[str, Any]], **options: str) -> list[tuple[dict[str, Any], str]]:
+        df = (
+            spark.read.format(FORMAT)
+            .options(keyFormat="avro", valueFormat="string", **registry, **options)
+            .option("keys", json.dumps(keys))
+            .load(str(store))
+        )
+        rows = [(r["key"].asDict(), r["value"]) for r in df.collect()]
+        return sorted(rows, key=lambda row: (json.dumps(row[0], sort_keys=True), row[1]))
+
+    a, b = {"customer": "a", "region": "none"}, {"customer": "b", "region": "none"}
+    c, d = {"customer": "c", "region": "west"}, {"customer": "d", "region": "none"}
+    assert lookup([a]) == [(a, "1")]  # stored under version 1's id
+    assert lookup([c]) == [(c, "4")]  # under version 2's
+    assert lookup([b]) == [(b, "2"), (b, "3")]  # under both: both entries, as a scan shows
+    assert lookup([a, c, d, {"customer": "c", "region": "none"}]) == [(a, "1"), (c, "4")]
+    # The same reads through SQL, with read-your-writes' bound.
+    position = spark.read.format(FORMAT).option("view", "position").load(str(store)).collect()
+    bound = json.dumps({topic: {str(r["partition"]): r["offset"] for r in position}})
+    assert lookup([c], positionBound=bound) == [(c, "4")]
+
+    # Read as version 1, a key of version 2 has a region the lookup cannot give.
+    with pytest.raises(Exception, match="lookup's keys are encoded") as caught:
+        lookup([{"customer": "a"}], keySchemaVersion="1")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
+    v1_id, v2_id = (client.get_version(f"{topic}-key", n).schema_id for n in (1, 2))
+    message = str(caught.value)
+    assert f"schema id {v2_id} (e.g. key " in message, message
+    assert f"encoded under schema id(s) {v1_id} only" in message, message
+    with pytest.raises(Exception, match="not a key of the key column"):
+        lookup([{"customer": 5}])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -22,6 +23,8 @@ from spark_statestore.store import (
     arrow_schema,
     scan_batches,
 )
+from spark_statestore.store.errors import UncoveredKeySchemaError
+from spark_statestore.store.scan import check_framed_ids
 
 MakeStore = Callable[..., Store]
 
@@ -272,6 +275,7 @@ SPECS = st.builds(
     partitions=st.none() | st.frozensets(st.integers(0, 3), max_size=3),
     limit=st.none() | st.integers(0, 20),
 )
+SCHEMA_IDS = st.none() | st.frozensets(st.integers(-(2**31), 2**31 - 1), max_size=3)
 
 
 @settings(
@@ -355,8 +359,9 @@ def test_bytes_like_values_are_normalised_to_bytes() -> None:
 
 
 # -- JSON ----------------------------------------------------------------------------------
-@given(spec=SPECS)
-def test_json_round_trip(spec: ScanSpec) -> None:
+@given(spec=SPECS, framed_ids=SCHEMA_IDS)
+def test_json_round_trip(spec: ScanSpec, framed_ids: frozenset[int] | None) -> None:
+    spec = replace(spec, framed_ids=framed_ids)
     text = spec.to_json()
     assert ScanSpec.from_json(text) == spec
     assert ScanSpec.from_json(text.encode()) == spec
@@ -377,6 +382,7 @@ def test_json_shape() -> None:
         "partitions": [0, 2],
         "limit": 7,
         "as_of": None,
+        "framed_ids": None,
     }
     assert ScanSpec.from_json("{}") == ScanSpec.everything()
     assert json.loads(ScanSpec.everything().with_as_of(-5).to_json())["as_of"] == -5
@@ -402,8 +408,80 @@ def test_json_shape() -> None:
         ('{"as_of": "2024-01-01"}', "as_of must be epoch milliseconds"),
         ('{"as_of": 9223372036854775808}', "as_of must be epoch milliseconds"),
         ('{"upper_inclusive": "yes"}', "True or False"),
+        ('{"framed_ids": 3}', "'framed_ids' must be a list"),
+        ('{"framed_ids": [2147483648]}', "32-bit schema ids"),
+        ('{"framed_ids": [true]}', "framed_ids must be ints"),
     ],
 )
 def test_malformed_json_is_refused(text: str, match: str) -> None:
     with pytest.raises(InvalidScanError, match=match):
         ScanSpec.from_json(text)
+
+
+# -- keys framed by a schema registry ------------------------------------------------------
+def _framed(schema_id: int, payload: bytes) -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big", signed=True) + payload
+
+
+@pytest.fixture
+def framed_store(make_store: MakeStore) -> Store:
+    """Keys under schema ids 1, 3 and 300 (whose frame header ends in 0xff bytes, so the
+    skip scan's next seek carries into the id)."""
+    store = make_store(partitions=1)
+    keys = [_framed(i, bytes([n])) for i in (1, 3, 255, 511) for n in (0, 1, 255)]
+    with store.begin() as txn:
+        txn.put_all((key, b"v", 0, n, -1) for n, key in enumerate(keys))
+    return store
+
+
+def test_a_framed_key_lookup_reads_when_every_stored_id_is_covered(framed_store: Store) -> None:
+    wanted = [_framed(3, b"\x01"), _framed(1, b"\x01")]
+    spec = ScanSpec.for_keys(wanted).intersect(ScanSpec(framed_ids=frozenset({1, 3, 255, 511})))
+    assert _keys(framed_store, spec) == sorted(wanted)
+
+
+@pytest.mark.parametrize("uncovered", [{1}, {3}, {255}, {511}, {1, 511}])
+def test_a_framed_key_lookup_fails_when_the_store_holds_keys_under_another_id(
+    framed_store: Store, uncovered: set[int]
+) -> None:
+    ids = frozenset({1, 3, 255, 511} - uncovered)
+    spec = ScanSpec(keys=(_framed(3, b"\x01"),), framed_ids=ids)
+    with pytest.raises(UncoveredKeySchemaError) as raised:
+        _keys(framed_store, spec)
+    assert raised.value.ids == frozenset(uncovered)
+    for schema_id in uncovered:
+        assert f"schema id {schema_id} (e.g. key " in str(raised.value)
+    # Even a lookup that selects nothing must not answer "absent" then.
+    with pytest.raises(UncoveredKeySchemaError):
+        _keys(framed_store, ScanSpec(keys=(), framed_ids=ids))
+
+
+@pytest.mark.parametrize("stray", [b"", b"\x00\x00", b"\x01abcdef", b"\xff"])
+def test_keys_that_are_not_frames_are_uncovered_too(make_store: MakeStore, stray: bytes) -> None:
+    store = make_store(partitions=1)
+    with store.begin() as txn:
+        txn.put_all([(_framed(1, b"k"), b"v", 0, 0, -1), (stray, b"v", 0, 1, -1)])
+    with pytest.raises(UncoveredKeySchemaError, match="not registry frames") as raised:
+        _keys(store, ScanSpec(keys=(_framed(1, b"k"),), framed_ids=frozenset({1})))
+    assert raised.value.ids == frozenset({None})
+
+
+def test_the_id_check_costs_a_seek_per_stored_id(make_store: MakeStore) -> None:
+    store = make_store(partitions=1)
+    with store.begin() as txn:
+        txn.put_all(
+            (_framed(i % 3, n.to_bytes(4, "big")), b"v", 0, n, -1)
+            for i, n in ((n, n) for n in range(3000))
+        )
+    with store.snapshot() as snap:
+        seeks = 0
+        chunks = snap.envelope_chunks
+
+        def counted(*args: object) -> object:
+            nonlocal seeks
+            seeks += 1
+            return chunks(*args)  # type: ignore[arg-type]
+
+        snap.envelope_chunks = counted  # type: ignore[method-assign]
+        check_framed_ids(snap, frozenset({0, 1, 2}))
+    assert seeks == 4  # one per id, and one that finds the end

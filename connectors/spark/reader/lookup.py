@@ -72,7 +72,8 @@ def parse_lookup(
     keys
         A JSON array of keys in the key's format: strings for ``string`` keys, numbers for
         ``long``/``int``/``double`` keys, strings for ``binary`` keys (UTF-8, or
-        ``hex:0a0b`` for raw bytes).
+        ``hex:0a0b`` for raw bytes), JSON of the key column for ``avro`` keys (encoded under
+        each schema id that can hold them, :mod:`~spark_statestore.connectors.spark.avro_keys`).
     prefix, key_from, key_to
         Key text (``hex:`` for raw bytes): a prefix, and inclusive range ends. Only for
         ``binary`` and ``string`` keys, whose byte order is Spark's order.
@@ -89,7 +90,8 @@ def parse_lookup(
     """
     spec = ScanSpec.everything()
     if keys is not None:
-        spec = ScanSpec.for_keys(_keys(keys, key_codec))
+        encoded, framed_ids = _keys(keys, key_codec)
+        spec = ScanSpec(keys=tuple(encoded), framed_ids=framed_ids)
     ordered = {"keyPrefix": prefix, "keyFrom": key_from, "keyTo": key_to}
     for option, text in ordered.items():
         if text is not None and not key_codec.order_preserving:
@@ -126,7 +128,7 @@ def _key_text(option: str, text: str, codec: Any) -> bytes:
         raise OptionError(f"option {option!r}: cannot use {text!r} as a key: {exc}") from None
 
 
-def _keys(text: str, codec: Any) -> list[bytes]:
+def _keys(text: str, codec: Any) -> tuple[list[bytes], frozenset[int] | None]:
     example = """a JSON array of keys, e.g. '["k1", "k2"]' (or '[1, 2]' for numeric keys)"""
     try:
         raw = json.loads(text, parse_constant=_refuse_constant)
@@ -140,6 +142,10 @@ def _keys(text: str, codec: Any) -> list[bytes]:
             "and join it in Spark instead"
         )
     fmt = codec.format.value
+    if codec.avro is not None:
+        from spark_statestore.connectors.spark.avro_keys import avro_lookup_keys
+
+        return avro_lookup_keys(codec.avro, raw, codec.arrow_type)
     if fmt == "json":
         raise OptionError(
             "option 'keys' needs keyFormat 'binary', 'string', 'long', 'int' or 'double'; "
@@ -161,7 +167,7 @@ def _keys(text: str, codec: Any) -> list[bytes]:
             raise OptionError(
                 f"option 'keys': {json.dumps(value)[:80]} is not a key of keyFormat {fmt!r}: {exc}"
             ) from None
-    return encoded
+    return encoded, None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -200,5 +206,6 @@ def windowed_lookup(spec: ScanSpec) -> tuple[ScanSpec, ScanSpec]:
         prefix=spec.prefix,
         partitions=spec.partitions,
         limit=None,
+        framed_ids=spec.framed_ids,
     )
     return scan, key_filter
