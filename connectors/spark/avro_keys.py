@@ -27,7 +27,7 @@ from spark_statestore.schemas.avro_types import named_types
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_statestore.connectors.spark.avro_column import AvroColumn
+    from spark_statestore.connectors.spark.registry_column import RegistryColumn
 
 __all__ = ["avro_lookup_keys"]
 
@@ -35,7 +35,7 @@ _SEVERAL_FORMS = {"map": "map", "float": "float", "double": "double"}
 
 
 def avro_lookup_keys(
-    column: AvroColumn, values: Sequence[Any], arrow_type: pa.DataType
+    column: RegistryColumn, values: Sequence[Any], arrow_type: pa.DataType
 ) -> tuple[list[bytes], frozenset[int] | None]:
     """The stored bytes of the logical keys ``values`` (JSON values of the key column: an
     object of fields for a record), and the schema ids they are encoded under (None for

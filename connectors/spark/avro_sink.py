@@ -24,18 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_statestore.connectors.schema_registry import RegistrySettings, registry_for
-from spark_statestore.connectors.spark.avro_column import (
-    PicklesWithoutCaches,
-    parse_schema_version,
-    schema_text,
-    spark_type_of,
-)
 from spark_statestore.connectors.spark.option_table import (
     SCHEMA_REGISTRY_PREFIX,
     Framing,
     OptionReader,
     SubjectNameStrategy,
     ValueFormat,
+)
+from spark_statestore.connectors.spark.registry_column import (
+    PicklesWithoutCaches,
+    parse_schema_version,
+    schema_text,
+    spark_type_of,
 )
 from spark_statestore.errors import OptionError
 from spark_statestore.schemas import AvroSchema, AvroValueEncoder

@@ -251,13 +251,13 @@ def _avro_value_codec(
 ) -> Any:
     """The ``avro`` value codec, through the snapshot reader's options (their checks and
     their registry look-ups, once, here on the driver)."""
-    from spark_statestore.connectors.spark.avro_column import avro_column
     from spark_statestore.connectors.spark.formats import ColumnCodec
     from spark_statestore.connectors.spark.option_table import (
         SCHEMA_REGISTRY_PREFIX,
         OptionReader,
         Surface,
     )
+    from spark_statestore.connectors.spark.registry_column import registry_column
 
     given = {
         "path": "enrich",
@@ -270,8 +270,8 @@ def _avro_value_codec(
         **{SCHEMA_REGISTRY_PREFIX + k: v for k, v in (registry_config or {}).items()},
     }
     options = OptionReader({k: v for k, v in given.items() if v is not None}, Surface.READER)
-    column = avro_column(options, "value", ValueFormat.AVRO, schema, changelog=changelog)
-    return ColumnCodec.create(ValueFormat.AVRO, None, column="value", avro=column)
+    column = registry_column(options, "value", ValueFormat.AVRO, schema, changelog=changelog)
+    return ColumnCodec.create(ValueFormat.AVRO, None, column="value", registry_column=column)
 
 
 def _route(

@@ -6,7 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spark_statestore.connectors.spark.option_table import DecodeMode, OptionReader, ValueFormat
+from spark_statestore.connectors.spark.option_table import (
+    REGISTRY_FORMATS,
+    DecodeMode,
+    OptionReader,
+    ValueFormat,
+)
 from spark_statestore.errors import OptionError
 
 __all__ = ["FormatOptions", "codecs_for", "parse_formats"]
@@ -25,11 +30,12 @@ class FormatOptions:
     key_schema: str | None = None
     value_schema: str | None = None
     mode: DecodeMode = DecodeMode.FAILFAST
-    key_avro: Any = None
-    """The ``avro`` key format's :class:`~spark_statestore.connectors.spark.avro_column.AvroColumn`
-    (its reader schema fixed when the options were parsed), else None."""
-    value_avro: Any = None
-    """As ``key_avro``, for values."""
+    key_registry_column: Any = None
+    """A registry key format's
+    :class:`~spark_statestore.connectors.spark.registry_column.RegistryColumn` (its reader
+    schema fixed when the options were parsed), else None."""
+    value_registry_column: Any = None
+    """As ``key_registry_column``, for values."""
 
 
 def parse_formats(
@@ -44,17 +50,17 @@ def parse_formats(
     ------
     OptionError, SchemaError
     """
-    from spark_statestore.connectors.spark.avro_column import avro_column, schema_text
+    from spark_statestore.connectors.spark.registry_column import registry_column, schema_text
 
     key_format = options.choice("keyFormat", ValueFormat)
     value_format = options.choice("valueFormat", ValueFormat)
     key_schema = schema_text(options, "key")
     value_schema = schema_text(options, "value")
     columns = {} if planned is None else {f.name: f.dataType for f in planned.fields}
-    key_avro = avro_column(
+    key_registry_column = registry_column(
         options, "key", key_format, key_schema, changelog=changelog, planned=columns.get("key")
     )
-    value_avro = avro_column(
+    value_registry_column = registry_column(
         options,
         "value",
         value_format,
@@ -62,18 +68,24 @@ def parse_formats(
         changelog=changelog,
         planned=columns.get("value"),
     )
-    if options.given("schemaRegistryUrl") and key_avro is None and value_avro is None:
+    if (
+        options.given("schemaRegistryUrl")
+        and key_registry_column is None
+        and value_registry_column is None
+    ):
         raise OptionError(
-            "option schemaRegistryUrl is for keyFormat or valueFormat avro: set one, or remove it"
+            "option schemaRegistryUrl is for a registry keyFormat or valueFormat ("
+            + ", ".join(f.value for f in REGISTRY_FORMATS)
+            + "): set one, or remove it"
         )
     formats = FormatOptions(
         key_format=key_format,
         value_format=value_format,
-        key_schema=None if key_avro is not None else key_schema,
-        value_schema=None if value_avro is not None else value_schema,
+        key_schema=None if key_registry_column is not None else key_schema,
+        value_schema=None if value_registry_column is not None else value_schema,
         mode=options.choice("mode", DecodeMode),
-        key_avro=key_avro,
-        value_avro=value_avro,
+        key_registry_column=key_registry_column,
+        value_registry_column=value_registry_column,
     )
     # Build the codecs once here, so a bad schema or format combination fails at the
     # boundary with the option's name, not later in a task.
@@ -86,13 +98,13 @@ def codecs_for(formats: FormatOptions) -> tuple[Any, Any]:
     from spark_statestore.connectors.spark.ddl import parse_ddl
     from spark_statestore.connectors.spark.formats import ColumnCodec
 
-    def codec(fmt: ValueFormat, schema: str | None, column: str, avro: Any) -> Any:
+    def codec(fmt: ValueFormat, schema: str | None, column: str, typed: Any) -> Any:
         struct = None
         if schema is not None:
             struct = parse_ddl(schema, option=f"{column}Schema")
-        return ColumnCodec.create(fmt, struct, column=column, avro=avro)
+        return ColumnCodec.create(fmt, struct, column=column, registry_column=typed)
 
     return (
-        codec(formats.key_format, formats.key_schema, "key", formats.key_avro),
-        codec(formats.value_format, formats.value_schema, "value", formats.value_avro),
+        codec(formats.key_format, formats.key_schema, "key", formats.key_registry_column),
+        codec(formats.value_format, formats.value_schema, "value", formats.value_registry_column),
     )

@@ -15,9 +15,9 @@ format        bytes                               Spark type          Arrow type
 ``avro``      Avro (a registry's frame, or bare)  the reader schema   its Arrow type
 ============  ==================================  ==================  ===================
 
-Avro (:mod:`~spark_statestore.connectors.spark.avro_column`) decodes with fastavro to the
-reader schema fixed when the query was planned; its types follow Spark's ``from_avro``
-(:mod:`spark_statestore.schemas.avro_types`).
+The registry formats (``avro``; :mod:`~spark_statestore.connectors.spark.registry_column`)
+decode to the reader schema fixed when the query was planned; Avro's types follow Spark's
+``from_avro`` (:mod:`spark_statestore.schemas.avro_types`).
 
 JSON follows Spark's ``from_json``: a field of the wrong JSON type is an error for that record
 (never a batch failure), a ``STRING`` field takes any JSON value as its text, decimals are
@@ -54,11 +54,11 @@ from pyspark.sql.types import (
 
 from spark_statestore.errors import OptionError
 
-from .avro_column import AvroColumn, spark_type_of
 from .ddl import parse_ddl, type_to_ddl
 from .errors import DDLError, DecodeError, EncodeError
 from .json_values import JsonMismatch, json_row, struct_converter
-from .option_table import ValueFormat
+from .option_table import REGISTRY_FORMATS, ValueFormat
+from .registry_column import RegistryColumn
 
 __all__ = ["ColumnCodec", "ValueFormat"]
 
@@ -98,8 +98,8 @@ class ColumnCodec:
     schema: StructType | None
     column: str
     time_zone: str = "UTC"
-    avro: AvroColumn | None = None
-    """The ``avro`` format's reader schema and writer schemas."""
+    registry_column: RegistryColumn | None = None
+    """A registry format's reader schema and writer schemas."""
 
     @classmethod
     def create(
@@ -109,7 +109,7 @@ class ColumnCodec:
         *,
         column: str,
         time_zone: str = "UTC",
-        avro: AvroColumn | None = None,
+        registry_column: RegistryColumn | None = None,
     ) -> ColumnCodec:
         """Check the format, schema and time zone together and build the codec.
 
@@ -132,19 +132,22 @@ class ColumnCodec:
         """
         if not isinstance(fmt, ValueFormat):
             fmt = ValueFormat.parse(f"{column}Format", fmt)
-        if (fmt is ValueFormat.AVRO) != (avro is not None):
+        typed = registry_column
+        if (fmt in REGISTRY_FORMATS) != (typed is not None) or (
+            typed is not None and typed.format is not fmt
+        ):
             raise OptionError(
-                f"{column}Format avro needs its schema options ({column}Schema, or "
+                f"{column}Format {fmt.value} needs its schema options ({column}Schema, or "
                 f"schemaRegistryUrl and {column}Subject), and only it takes them"
-                if avro is None
-                else f"an Avro column is given for {column}Format {fmt.value}"
+                if typed is None
+                else f"a {typed.format.value} column is given for {column}Format {fmt.value}"
             )
-        if avro is not None:
+        if typed is not None:
             try:
-                type_to_ddl(spark_type_of(avro.reader))
+                type_to_ddl(typed.spark_type())
             except DDLError as exc:
-                raise OptionError(f"{avro.reader.what}: {exc}") from None
-            return cls(fmt, None, column, time_zone, avro)
+                raise OptionError(f"{typed.reader.what}: {exc}") from None
+            return cls(fmt, None, column, time_zone, typed)
         option = f"{column}Schema"
         if fmt is ValueFormat.JSON and schema is None:
             raise OptionError(
@@ -164,8 +167,8 @@ class ColumnCodec:
     @property
     def spark_type(self) -> DataType:
         """The Spark type of the decoded column."""
-        if self.avro is not None:
-            return spark_type_of(self.avro.reader)
+        if self.registry_column is not None:
+            return self.registry_column.spark_type()
         return self.schema if self.schema is not None else _SPARK_TYPES[self.format]
 
     def ddl_type(self) -> str:
@@ -222,8 +225,8 @@ class ColumnCodec:
             return self._decode_string(values, locate, permissive)
         if self.format is ValueFormat.JSON:
             return self._decode_json(values, locate, permissive)
-        if self.avro is not None:
-            return self.avro.decoder().decode(
+        if self.registry_column is not None:
+            return self.registry_column.decoder().decode(
                 values, locate=locate, permissive=permissive, arrow_type=self.arrow_type
             )
         return self._decode_fixed(values, locate, permissive)
@@ -380,9 +383,10 @@ class ColumnCodec:
             return struct.pack(">d", number)
         if fmt is ValueFormat.JSON:
             raise EncodeError(f"filters on a json {self.column} column are not pushable")
-        if fmt is ValueFormat.AVRO:
+        if fmt in REGISTRY_FORMATS:
             raise EncodeError(
-                f"filters on an avro {self.column} column are not pushable (Spark applies them)"
+                f"filters on a {fmt.value} {self.column} column are not pushable (Spark "
+                "applies them)"
             )
         raise EncodeError(
             f"cannot encode {type(value).__name__} {value!r} for {self.column}Format {fmt.value}"

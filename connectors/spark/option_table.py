@@ -31,6 +31,7 @@ from spark_statestore.integer_spec import INT64_MAX, parse_integer
 __all__ = [
     "KAFKA_PREFIX",
     "OPTIONS",
+    "REGISTRY_FORMATS",
     "SCHEMA_REGISTRY_PREFIX",
     "DecodeMode",
     "Framing",
@@ -134,6 +135,9 @@ class ValueFormat(str, Enum):
         """
         return parse_choice(option_name, text, cls)
 
+
+REGISTRY_FORMATS = (ValueFormat.AVRO,)
+"""The formats whose values are written with a schema (a registry's, or given)."""
 
 E = TypeVar("E", bound=Enum)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_statestore.connectors.spark.avro_column import AvroColumn
+from spark_statestore.connectors.spark.registry_column import RegistryColumn
 from spark_statestore.connectors.spark.avro_keys import avro_lookup_keys
 from spark_statestore.connectors.spark.option_table import Framing
 from spark_statestore.errors import OptionError
@@ -33,9 +33,9 @@ def schema(text: dict[str, Any], schema_id: int | None = None) -> AvroSchema:
     return AvroSchema.parse(json.dumps(text), what=f"schema {schema_id}", schema_id=schema_id)
 
 
-def column(reader: AvroSchema, *writers: AvroSchema) -> AvroColumn:
+def column(reader: AvroSchema, *writers: AvroSchema) -> RegistryColumn:
     framing = Framing.REGISTRY if writers else Framing.NONE
-    return AvroColumn("key", reader, framing, "t-key", None, {w.schema_id: w for w in writers})
+    return RegistryColumn("key", reader, framing, "t-key", None, {w.schema_id: w for w in writers})
 
 
 def test_a_key_is_encoded_under_each_id_whose_bytes_it_fixes() -> None:

@@ -142,10 +142,10 @@ def _keys(text: str, codec: Any) -> tuple[list[bytes], frozenset[int] | None]:
             "and join it in Spark instead"
         )
     fmt = codec.format.value
-    if codec.avro is not None:
+    if codec.registry_column is not None:
         from spark_statestore.connectors.spark.avro_keys import avro_lookup_keys
 
-        return avro_lookup_keys(codec.avro, raw, codec.arrow_type)
+        return avro_lookup_keys(codec.registry_column, raw, codec.arrow_type)
     if fmt == "json":
         raise OptionError(
             "option 'keys' needs keyFormat 'binary', 'string', 'long', 'int' or 'double'; "

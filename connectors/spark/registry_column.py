@@ -1,5 +1,5 @@
-"""The ``avro`` key and value formats: which reader schema a query reads with, fixed when the
-query is planned, and where each value's writer schema comes from.
+"""The registry key and value formats (``avro``): which reader schema a query reads with,
+fixed when the query is planned, and where each value's writer schema comes from.
 
 Where the reader schema comes from (``value*`` options; ``key*`` the same for keys):
 
@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
 __all__ = [
-    "AvroColumn",
     "PicklesWithoutCaches",
-    "avro_column",
+    "RegistryColumn",
     "parse_schema_version",
+    "registry_column",
     "schema_text",
     "spark_type_of",
 ]
@@ -71,9 +71,9 @@ def spark_type_of(schema: AvroSchema) -> DataType:
 
 
 @dataclass(frozen=True)
-class AvroColumn(PicklesWithoutCaches):
-    """How one column (``key`` or ``value``) is read as Avro. Picklable: a plan carries it
-    to the executors, which build their decoder from it."""
+class RegistryColumn(PicklesWithoutCaches):
+    """How one column (``key`` or ``value``) is read in a registry format. Picklable: a
+    plan carries it to the executors, which build their decoder from it."""
 
     column: str
     reader: AvroSchema
@@ -82,7 +82,12 @@ class AvroColumn(PicklesWithoutCaches):
     registry: RegistrySettings | None = None
     writers: Mapping[int, AvroSchema] = field(default_factory=dict)
     """Writer schemas known when the query was planned, by id."""
+    format: ValueFormat = ValueFormat.AVRO
     _decoder: Any = field(default=None, compare=False, repr=False)
+
+    def spark_type(self) -> DataType:
+        """The Spark type of the column: the reader schema's."""
+        return spark_type_of(self.reader)
 
     def decoder(self) -> AvroValueDecoder:
         """This column's decoder (built once per instance)."""
@@ -131,7 +136,7 @@ def schema_text(options: OptionReader, column: str) -> str | None:
         raise OptionError(f"option {column}SchemaFile: cannot read {path!r}: {exc}") from None
 
 
-def avro_column(
+def registry_column(
     options: OptionReader,
     column: str,
     fmt: ValueFormat,
@@ -139,8 +144,8 @@ def avro_column(
     *,
     changelog: str | None,
     planned: Any = None,
-) -> AvroColumn | None:
-    """The :class:`AvroColumn` of ``column`` for format ``fmt`` (None: not avro), reading the
+) -> RegistryColumn | None:
+    """The :class:`RegistryColumn` of ``column`` for format ``fmt`` (None: not avro), reading the
     registry now when it gives the reader schema: with ``planned`` (the Spark type the query
     was planned with) the newest version (up to the one asked for) that reads as it.
 
@@ -177,7 +182,7 @@ def avro_column(
                 f"as option {column}Schema (or {column}SchemaFile)"
             )
         _refuse_with_bare(options, column, registry is not None)
-        return AvroColumn(column, AvroSchema.parse(text, what=what), framing)
+        return RegistryColumn(column, AvroSchema.parse(text, what=what), framing)
     if registry is None:
         for suffix in ("Subject", "SchemaVersion"):
             if options.given(f"{column}{suffix}"):
@@ -192,7 +197,7 @@ def avro_column(
                 f"schema as {column}Schema with its id as {column}SchemaId"
             )
         reader = AvroSchema.parse(text, what=what, schema_id=schema_id)
-        return AvroColumn(column, reader, framing, writers={schema_id: reader})
+        return RegistryColumn(column, reader, framing, writers={schema_id: reader})
     if schema_id is not None:
         raise OptionError(
             f"option {column}SchemaId is for a {column}Schema read without a registry: with "
@@ -226,7 +231,7 @@ def _registered(
     text: str | None,
     what: str,
     planned: Any,
-) -> AvroColumn:
+) -> RegistryColumn:
     registry = registry_for(settings)
     writers: dict[int, AvroSchema] = {}
     chosen = registry.version(subject, version)
@@ -256,7 +261,7 @@ def _registered(
         )
     else:
         reader = writers[chosen.schema_id]
-    return AvroColumn(column, reader, Framing.REGISTRY, subject, settings, writers)
+    return RegistryColumn(column, reader, Framing.REGISTRY, subject, settings, writers)
 
 
 def parse_schema_version(text: str, column: str) -> int | None:
