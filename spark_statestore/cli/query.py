@@ -187,6 +187,11 @@ def _check_lag(
 def _codecs(options: QueryOptions) -> tuple[ColumnCodec, ColumnCodec]:
     from spark_statestore.connectors.spark.formats import ColumnCodec
 
+    if options.formats is not None:
+        from spark_statestore.connectors.spark.format_options import codecs_for
+
+        return codecs_for(options.formats)
+
     schema = None
     if options.value_schema is not None:
         from spark_statestore.connectors.spark.ddl import parse_ddl

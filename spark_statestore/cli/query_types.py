@@ -8,9 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from spark_statestore.cli.keys import key_bytes
+from spark_statestore.cli.query_formats import (
+    REGISTRY_FORMAT_NAMES,
+    registry_formats,
+    registry_key_scan,
+)
 from spark_statestore.discovery.scan import DEFAULT_PAGE_ROWS
 from spark_statestore.errors import InvalidPositionError, OptionError
 from spark_statestore.position import Position, PositionBound
@@ -23,10 +28,12 @@ if TYPE_CHECKING:
 
 __all__ = ["KEY_FORMATS", "VALUE_FORMATS", "Answer", "QueryOptions"]
 
-KEY_FORMATS = ("string", "long", "int", "double", "binary")
-"""How ``--key``/``--range``/``--prefix`` are written and keys shown (binary: hex)."""
+KEY_FORMATS = ("string", "long", "int", "double", "binary", *REGISTRY_FORMAT_NAMES)
+"""How ``--key``/``--range``/``--prefix`` are written and keys shown (binary: hex; a registry
+format: JSON of the key column, ``--key`` only)."""
 VALUE_FORMATS = (*KEY_FORMATS, "json")
-"""How values are shown (binary: hex; json: decoded with ``--value-schema``)."""
+"""How values are shown (binary: hex; json: decoded with ``--value-schema``; a registry
+format: as JSON)."""
 
 Output = Literal["table", "json"]
 _ORDERED_NUMBERS = ("long", "int", "double")
@@ -45,7 +52,10 @@ class QueryOptions:
     key_format, value_format
         How keys and values are decoded (:data:`KEY_FORMATS`, :data:`VALUE_FORMATS`).
     value_schema
-        The DDL schema of ``json`` values.
+        The DDL schema of ``json`` values (or the given schema of a registry format's).
+    formats
+        The reader's format options when a column is in a registry format
+        (:mod:`~spark_statestore.cli.query_formats`), else None.
     output
         ``table`` or ``json`` (one JSON object per row).
     position_bound
@@ -73,6 +83,7 @@ class QueryOptions:
     bootstrap_servers: str | None = None
     kafka_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     page_rows: int = DEFAULT_PAGE_ROWS
+    formats: Any = None
 
     @classmethod
     def from_cli(
@@ -100,6 +111,11 @@ class QueryOptions:
         page_rows: int | None = None,
         tls_client_cert: str | None = None,
         tls_client_key: str | None = None,
+        schema_registry_url: str | None = None,
+        schema_registry: Sequence[str] = (),
+        key_subject: str | None = None,
+        value_subject: str | None = None,
+        format_options: Sequence[str] = (),
     ) -> QueryOptions:
         """Build the options from the command's flags (no key, range or prefix: ``--all``).
 
@@ -139,7 +155,24 @@ class QueryOptions:
             raise OptionError(
                 f"option --value-format: {value_format!r} is not one of {VALUE_FORMATS}"
             )
-        if (value_format == "json") != (value_schema is not None):
+        if key_format in REGISTRY_FORMAT_NAMES and (key_range is not None or prefix is not None):
+            raise OptionError(
+                f"option {'--range' if key_range is not None else '--prefix'}: {key_format} "
+                "keys are not stored in the order of their values; look keys up with --key, "
+                "or read --all"
+            )
+        formats = registry_formats(
+            target=target,
+            key_format=key_format,
+            value_format=value_format,
+            value_schema=value_schema,
+            schema_registry_url=schema_registry_url,
+            schema_registry=schema_registry,
+            key_subject=key_subject,
+            value_subject=value_subject,
+            format_options=format_options,
+        )
+        if formats is None and (value_format == "json") != (value_schema is not None):
             raise OptionError(
                 "option --value-schema gives the DDL schema of --value-format json values, and "
                 "is needed with it only (e.g. --value-format json --value-schema 'id INT')"
@@ -149,7 +182,17 @@ class QueryOptions:
                 raise OptionError(f"option {flag} must be >= 0, got {number}")
         if page_rows is not None and (changelog is None or page_rows < 1):
             raise OptionError(f"option --page-rows must be >= 1, with --changelog: {page_rows}")
-        spec = _scan_spec(keys, key_range, prefix, key_format)
+        if key_format in REGISTRY_FORMAT_NAMES and keys is not None:
+            if changelog is not None:
+                raise OptionError(
+                    f"option --key: {key_format} key lookups through --changelog's replicas "
+                    "are not supported yet (a replica's key query cannot check which schema "
+                    "ids its keys are under); query one replica's store by its path or "
+                    "location, or read --all"
+                )
+            spec = registry_key_scan(formats, keys)
+        else:
+            spec = _scan_spec(keys, key_range, prefix, key_format)
         if limit is not None:
             spec = spec.with_limit(limit)
         if as_of is not None:
@@ -181,6 +224,7 @@ class QueryOptions:
             bootstrap_servers=bootstrap_servers,
             kafka_config=kafka_config,
             page_rows=DEFAULT_PAGE_ROWS if page_rows is None else page_rows,
+            formats=formats,
         )
 
 

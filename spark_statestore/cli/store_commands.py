@@ -153,6 +153,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
         kafka=args.kafka,
         membership_keys=args.membership_keys,
         page_rows=args.page_rows,
+        schema_registry_url=args.schema_registry_url,
+        schema_registry=args.schema_registry or (),
+        key_subject=args.key_subject,
+        value_subject=args.value_subject,
+        format_options=args.format_option or (),
     )
     return run_query(options)
 
@@ -266,15 +271,51 @@ def add_store_commands(sub: Any) -> None:
         "--key-format",
         choices=KEY_FORMATS,
         default="string",
-        help="how keys are written and shown (binary: hex; default string)",
+        help="how keys are written and shown (binary: hex; avro: JSON of the key's fields, "
+        "through a schema registry; default string)",
     )
     query.add_argument(
         "--value-format",
         choices=VALUE_FORMATS,
         default="string",
-        help="how values are shown (binary: hex; json needs --value-schema; default string)",
+        help="how values are shown (binary: hex; json needs --value-schema; avro: as JSON, "
+        "through a schema registry; default string)",
     )
-    query.add_argument("--value-schema", metavar="DDL", help="the DDL schema of json values")
+    query.add_argument(
+        "--value-schema",
+        metavar="SCHEMA",
+        help="the DDL schema of json values, or the schema of avro values read without a "
+        "registry (with --format-option valueSchemaId=N, or valueFraming=none)",
+    )
+    query.add_argument(
+        "--schema-registry-url",
+        metavar="URL",
+        help="avro: the schema registry (its Confluent-compatible API) the keys' and values' "
+        "schema ids are looked up in",
+    )
+    query.add_argument(
+        "--schema-registry",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a registry client setting (repeatable), e.g. basic.auth.user.info=user:secret",
+    )
+    query.add_argument(
+        "--key-subject",
+        metavar="SUBJECT",
+        help="avro keys: the registry subject of the reader schema (default <changelog>-key)",
+    )
+    query.add_argument(
+        "--value-subject",
+        metavar="SUBJECT",
+        help="avro values: the registry subject of the reader schema (default <changelog>-value)",
+    )
+    query.add_argument(
+        "--format-option",
+        action="append",
+        metavar="NAME=VALUE",
+        help="any other format option of the Spark snapshot reader (repeatable), e.g. "
+        "valueSchemaVersion=2, keySchemaFile=key.avsc (docs/schemas.md)",
+    )
     query.add_argument("--json", action="store_true", help="one JSON object per row")
     query.add_argument(
         "--position-bound",

@@ -420,6 +420,11 @@ def test_keys_look_avro_keys_up_under_every_schema_id_they_are_stored_under(
     after are stored under two ids, with other bytes for one logical key. A lookup finds a
     key under either id (both, when the store holds it under both), and a lookup with a
     reader schema that cannot fix a stored id's bytes fails rather than answer "absent"."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
     topic = make_topic(1, suffix="-changelog")
     bootstrap = kafka_broker.bootstrap_servers
     old = serializer(schema_registry.url, KEY_V1, keys=True)
@@ -474,3 +479,26 @@ def test_keys_look_avro_keys_up_under_every_schema_id_they_are_stored_under(
     assert f"encoded under schema id(s) {v1_id} only" in message, message
     with pytest.raises(Exception, match="not a key of the key column"):
         lookup([{"customer": 5}])
+
+    # The CLI's query decodes and encodes keys as the reader does (subjects by the store's
+    # changelog), and prints Avro keys as JSON.
+    def query(*flags: str) -> subprocess.CompletedProcess[str]:
+        command = [
+            sys.executable, "-m", "spark_statestore.cli", "query", str(store), "--json",
+            "--key-format", "avro", "--schema-registry-url", schema_registry.url, *flags,
+        ]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+
+    done = query("--key", json.dumps(b), "--key", json.dumps(c))
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert sorted((json.dumps(r["key"], sort_keys=True), r["value"]) for r in rows) == [
+        (json.dumps(b, sort_keys=True), "2"),
+        (json.dumps(b, sort_keys=True), "3"),
+        (json.dumps(c, sort_keys=True), "4"),
+    ]
+    done = query("--key", '{"customer": "a"}', "--format-option", "keySchemaVersion=1")
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"schema id {v2_id} (e.g. key " in done.stderr, done.stderr
+    done = query("--all")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 4, done.stderr

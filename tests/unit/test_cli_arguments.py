@@ -197,6 +197,21 @@ def test_query_options_turn_keys_into_stored_bytes() -> None:
         ({"value_schema": "id INT"}, "option --value-schema"),
         ({"key_format": "json"}, "option --key-format"),
         ({"kafka": ["bootstrap.servers=x"]}, "set bootstrap.servers with --bootstrap-servers"),
+        ({"schema_registry_url": "http://r"}, "option --schema-registry-url is for --key-format"),
+        ({"value_subject": "s"}, "option --value-subject is for --key-format"),
+        ({"format_options": ["keySubject=s"]}, "option --format-option is for --key-format"),
+        ({"key_format": "avro", "key_range": ["a", "b"]}, "option --range: avro keys are not"),
+        ({"key_format": "avro", "prefix": "a"}, "option --prefix: avro keys are not stored"),
+        ({"key_format": "avro"}, "keyFormat avro reads values framed with a schema id"),
+        (
+            {"key_format": "avro", "format_options": ["keySchemaVersoin=2"]},
+            "unknown option 'keyschemaversoin' for the spark_statestore snapshot reader; "
+            "did you mean 'keySchemaVersion'",
+        ),
+        (
+            {"key_format": "avro", "format_options": ["keySchemaId"]},
+            "option --format-option: expected KEY=VALUE",
+        ),
     ],
 )
 def test_query_options_refuse_bad_arguments_naming_the_flag(
