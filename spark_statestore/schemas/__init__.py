@@ -1,9 +1,11 @@
 """Values as applications write them through a schema registry: the Confluent wire frame,
-Avro (and, next, Protobuf and JSON Schema) decoded to one reader schema.
+and Avro, Protobuf and JSON Schema values decoded to one reader schema.
 
 The engine side of DESIGN §12: no registry client and no Spark here. A registry is reached
-through a :data:`~spark_statestore.schemas.avro.WriterLookup` (the connectors implement it
-with a maintained registry client); the Spark binding maps the Arrow types to Spark's.
+through a writer lookup, one a format (:data:`~spark_statestore.schemas.avro.WriterLookup`,
+:data:`~spark_statestore.schemas.protobuf.ProtobufWriterLookup`,
+:data:`~spark_statestore.schemas.jsonschema.JsonSchemaWriterLookup`; the connectors implement
+them with a maintained registry client); the Spark binding maps the Arrow types to Spark's.
 """
 
 from spark_statestore.schemas.avro import AvroSchema, AvroValueDecoder, WriterLookup
@@ -25,6 +27,16 @@ from spark_statestore.schemas.frame import (
     parse_frame,
     parse_message_indexes,
 )
+from spark_statestore.schemas.jsonschema import (
+    JsonSchema,
+    JsonSchemaValueDecoder,
+    JsonSchemaWriterLookup,
+)
+from spark_statestore.schemas.protobuf import (
+    ProtobufSchema,
+    ProtobufValueDecoder,
+    ProtobufWriterLookup,
+)
 
 __all__ = [
     "AvroEncodeError",
@@ -33,6 +45,12 @@ __all__ = [
     "AvroValueEncoder",
     "Frame",
     "FrameError",
+    "JsonSchema",
+    "JsonSchemaValueDecoder",
+    "JsonSchemaWriterLookup",
+    "ProtobufSchema",
+    "ProtobufValueDecoder",
+    "ProtobufWriterLookup",
     "RegistryError",
     "SchemaDecodeError",
     "SchemaError",

@@ -27,13 +27,14 @@ from fastavro.read import SchemaResolutionError as FastavroResolutionError
 
 from spark_statestore.schemas.avro_resolution import first_mismatch
 from spark_statestore.schemas.avro_types import arrow_type_of, member_branches, named_types
-from spark_statestore.schemas.decoding import ValueDecoder
+from spark_statestore.schemas.decoding import ValueDecoder, WriterCache, writer_named
 from spark_statestore.schemas.errors import (
     SchemaDecodeError,
     SchemaError,
     SchemaResolutionError,
 )
 from spark_statestore.schemas.frame import parse_frame
+from spark_statestore.schemas.schema_text import SchemaText
 
 __all__ = ["AvroSchema", "AvroValueDecoder"]
 
@@ -53,21 +54,16 @@ _DECODE_FAILURES = (
 
 
 @dataclass(frozen=True)
-class AvroSchema:
+class AvroSchema(SchemaText[str]):
     """One Avro schema: its text, and where it came from for messages.
+
+    Its ``references`` are the texts of the schemas it references (a registry's schema
+    references), each before those that use its types.
 
     Build it with :meth:`parse`. Picklable (it holds the text; the parsed form is rebuilt
     where it is used).
     """
 
-    text: str
-    what: str
-    """Where the schema came from, for messages: ``"option valueSchema"``, ``"schema id 7
-    of subject orders-value"``."""
-    schema_id: int | None = None
-    references: tuple[str, ...] = ()
-    """The texts of the schemas it references (a registry's schema references), each before
-    those that use its types."""
     _parsed: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -106,19 +102,6 @@ class AvroSchema:
         except SchemaError as exc:
             raise SchemaError(f"{self.what}: {exc}") from None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "what": self.what,
-            "schema_id": self.schema_id,
-            "references": self.references,
-        }
-
-    def __setstate__(self, state: Mapping[str, Any]) -> None:
-        for name, value in state.items():
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "_parsed", None)
-
 
 WriterLookup = Callable[[int], AvroSchema]
 """The writer schema registered under an id (raises a RegistryError when it cannot)."""
@@ -151,8 +134,7 @@ class AvroValueDecoder(ValueDecoder):
         self.reader = reader
         self.subject = subject
         self.column = column
-        self._writers = writers
-        self._writer_cache: dict[int, Any] = {}
+        self._writers = WriterCache(writers) if writers is not None else None
         self._convert = _converter(reader.parsed, named_types(reader.parsed))
         self.arrow_type = reader.arrow_type()
 
@@ -178,7 +160,7 @@ class AvroValueDecoder(ValueDecoder):
         else:
             frame = parse_frame(raw)
             schema_id, offset = frame.schema_id, frame.payload_offset
-            writer = self._writer(schema_id)
+            writer = self._writers(schema_id).parsed
         stream = io.BytesIO(raw)
         stream.seek(offset)
         try:
@@ -206,21 +188,8 @@ class AvroValueDecoder(ValueDecoder):
             )
         return value
 
-    def _writer(self, schema_id: int) -> Any:
-        parsed = self._writer_cache.get(schema_id)
-        if parsed is None:
-            assert self._writers is not None
-            parsed = self._writers(schema_id).parsed
-            self._writer_cache[schema_id] = parsed
-        return parsed
-
     def _which(self, schema_id: int | None) -> str:
-        if schema_id is None:
-            return f"the schema of {self.reader.what}"
-        subject = f" (subject {self.subject})" if self.subject else ""
-        reader_id = self.reader.schema_id
-        reader = f", reader schema id {reader_id}" if reader_id is not None else ""
-        return f"writer schema id {schema_id}{subject}{reader}"
+        return writer_named(schema_id, self.reader, self.subject)
 
 
 # -- fastavro's values to Arrow's ---------------------------------------------------------

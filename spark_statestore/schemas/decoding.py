@@ -4,14 +4,15 @@ out, the first bad value named (or, permissive, nulled and counted).
 A format implements :meth:`ValueDecoder.decode_one` (one value, as :func:`pyarrow.array`
 takes it) and sets :attr:`~ValueDecoder.arrow_type` (its reader schema's); the batch loop,
 the error messages and the permissive mode are here, the same for Avro, Protobuf and JSON
-Schema.
+Schema. So are a decoder's writer schemas (:class:`WriterCache`) and how messages name the
+schema a value was read with (:func:`writer_named`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -21,8 +22,11 @@ from spark_statestore.schemas.errors import (
     SchemaDecodeError,
     SchemaResolutionError,
 )
+from spark_statestore.schemas.schema_text import SchemaText
 
-__all__ = ["ValueDecoder"]
+__all__ = ["ValueDecoder", "WriterCache", "writer_named"]
+
+SchemaT = TypeVar("SchemaT", bound=SchemaText[Any])
 
 _ARROW_REFUSALS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError)
 
@@ -98,3 +102,37 @@ class ValueDecoder(ABC):
                 bad += 1
                 rows[index] = None
         return pa.array(rows, type=target), bad
+
+
+class WriterCache(Generic[SchemaT]):
+    """The writer schemas of a decoder's values: a registry lookup asked once per schema id
+    (a failure is not remembered, so the id is asked again for the next value)."""
+
+    def __init__(self, lookup: Callable[[int], SchemaT]) -> None:
+        self._lookup = lookup
+        self._found: dict[int, SchemaT] = {}
+
+    def __call__(self, schema_id: int) -> SchemaT:
+        """The writer schema registered under ``schema_id``.
+
+        Raises
+        ------
+        RegistryError
+            The lookup's: the registry cannot be reached, or has no such id.
+        """
+        found = self._found.get(schema_id)
+        if found is None:
+            found = self._found[schema_id] = self._lookup(schema_id)
+        return found
+
+
+def writer_named(schema_id: int | None, reader: SchemaText[Any], subject: str | None) -> str:
+    """The schema a value was read with, as messages name it: ``writer schema id 7 (subject
+    orders-value), reader schema id 9``; for a bare value (``schema_id`` None), ``the schema
+    of`` the reader's ``what``."""
+    if schema_id is None:
+        return f"the schema of {reader.what}"
+    named_subject = f" (subject {subject})" if subject else ""
+    reader_id = reader.schema_id
+    named_reader = f", reader schema id {reader_id}" if reader_id is not None else ""
+    return f"writer schema id {schema_id}{named_subject}{named_reader}"

@@ -9,9 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_statestore.connectors.spark.registry_column import RegistryColumn
 from spark_statestore.connectors.spark.avro_keys import avro_lookup_keys
 from spark_statestore.connectors.spark.option_table import Framing
+from spark_statestore.connectors.spark.registry_column import RegistryColumn
 from spark_statestore.errors import OptionError
 from spark_statestore.schemas import AvroSchema, encode_frame
 from tests.unit.test_schemas_avro import record, write

@@ -15,6 +15,7 @@ runs :data:`SOAK_INPUTS` inputs per parser, over a million in all.
 from __future__ import annotations
 
 import decimal
+import functools
 import json
 import random
 import struct
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pyarrow as pa
 import pytest
 
 from spark_statestore.changelog.errors import ChangelogFormatError
@@ -65,7 +67,12 @@ from spark_statestore.query import (
 from spark_statestore.schemas import (
     AvroSchema,
     AvroValueDecoder,
-    SchemaNotFoundError,
+    JsonSchema,
+    JsonSchemaValueDecoder,
+    ProtobufSchema,
+    ProtobufValueDecoder,
+    SchemaError,
+    ValueDecoder,
     encode_frame,
     parse_frame,
     parse_message_indexes,
@@ -98,6 +105,7 @@ from spark_statestore.store.scan import ScanSpec
 from tests.unit.test_changelog_headers import _fuzz_corpus
 from tests.unit.test_discovery import make_announcement
 from tests.unit.test_position_merger import merge_outcomes
+from tests.unit.test_schemas_avro import lookup_of
 from tests.unit.test_serve_protocol import OWNER_DICT, valid_description
 
 T = TypeVar("T", str, bytes)
@@ -728,16 +736,10 @@ _AVRO_CORPUS = _avro_corpus()
 
 
 def _avro_decoder() -> AvroValueDecoder:
-    writer = AvroSchema.parse(json.dumps(_AVRO_WRITER), what="writer", schema_id=1)
+    text = json.dumps(_AVRO_WRITER)
+    writers = [AvroSchema.parse(text, what="writer", schema_id=n) for n in (1, 2)]
     reader = AvroSchema.parse(json.dumps(_AVRO_READER), what="reader", schema_id=3)
-    known = {1: writer, 2: writer}
-
-    def lookup(schema_id: int) -> AvroSchema:
-        if schema_id not in known:
-            raise SchemaNotFoundError(f"no schema id {schema_id}")
-        return known[schema_id]
-
-    return AvroValueDecoder(reader, lookup, subject="orders-value")
+    return AvroValueDecoder(reader, lookup_of(*writers), subject="orders-value")
 
 
 _AVRO_DECODER = _avro_decoder()
@@ -746,6 +748,175 @@ _AVRO_DECODER = _avro_decoder()
 def _parse_avro(raw: bytes) -> None:
     array, bad = _AVRO_DECODER.decode([raw], locate=lambda i: f"input {i}", permissive=False)
     assert bad == 0 and array.type == _AVRO_DECODER.arrow_type and len(array) == 1
+
+
+_REFUSED = object()
+
+
+def _parse_registry_value(decoders: Sequence[ValueDecoder], raw: bytes) -> None:
+    """``raw`` decoded by each of ``decoders``: a value pyarrow takes for the reader's type,
+    or a :class:`SchemaError` (any other error of ours is a bug too); a value the first
+    decoder takes, the others take alike."""
+    values = []
+    for decoder in decoders:
+        try:
+            value = decoder.decode_one(raw)
+        except SchemaError:
+            values.append(_REFUSED)
+            continue
+        except StateStoreError as exc:
+            raise AssertionError(f"{exc!r} is not a SchemaError") from exc
+        pa.array([value], type=decoder.arrow_type)  # ArrowInvalid, ... fail the input
+        values.append(value)
+    if values[0] is not _REFUSED:
+        assert all(v == values[0] for v in values), f"the decoders disagree: {values}"
+    if all(v is _REFUSED for v in values):
+        raise Refused("refused by every decoder")
+
+
+# Protobuf values: payloads the protobuf library wrote (with the reader's message or an older
+# one), mutated or random, under random message indexes, parsed as the reader's message.
+_PROTOBUF = """
+syntax = "proto3";
+package fuzz;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+enum Color { RED = 0; BLUE = 1; }
+message Order {
+  message Part { float ratio = 1; bool ok = 2; }
+  int64 id = 1; string note = 2; repeated Line lines = 3; map<string, sint64> tags = 4;
+  Color color = 5; google.protobuf.Timestamp at = 6; double price = 7; Part part = 8;
+  oneof pick { uint64 big = 9; bytes raw = 10; Line line = 11; }
+  optional fixed32 code = 12; google.protobuf.Int64Value boxed = 13;
+}
+message Line { string sku = 1; int32 qty = 2; }
+message OrderV1 { int64 id = 1; string note = 2; repeated Line lines = 3; sint32 skipped = 20; }
+"""
+_PROTOBUF_INDEXES = [(0,), (0,), (0,), (2,), (1,), (0, 0), (3,), (), (0, 1), (-1,), (2**31,)]
+
+
+@functools.cache  # built when first fuzzed: protoc compiles the schema
+def _protobuf_decoder() -> ProtobufValueDecoder:
+    writers = [ProtobufSchema.parse(_PROTOBUF, what="writer", schema_id=n) for n in (1, 2)]
+    reader = ProtobufSchema.parse(_PROTOBUF, what="reader", schema_id=3)
+    return ProtobufValueDecoder(reader, lookup_of(*writers), message="fuzz.Order")
+
+
+@functools.cache
+def _protobuf_corpus() -> list[bytes]:
+    from google.protobuf import message_factory
+
+    schema = _protobuf_decoder().reader
+    order = message_factory.GetMessageClass(schema.message("fuzz.Order"))
+    old = message_factory.GetMessageClass(schema.message("fuzz.OrderV1"))
+    values = [
+        order(),
+        order(id=-(2**63), note="é😀", lines=[{"sku": "a", "qty": -1}, {}], tags={"t": -5},
+              color=1, at={"seconds": -62135596800}, price=float("nan"), part={"ratio": 1.5},
+              big=2**64 - 1, code=7, boxed={"value": 2**63 - 1}),
+        order(id=7, raw=b"\xff" * 40, color=5, at={"seconds": 253402300799, "nanos": 999999999}),
+        order(line={"sku": "x" * 300}, tags={"": 0, "k": 2**63 - 1}),
+        old(id=3, note="v1", lines=[{"qty": 2}], skipped=-9),
+    ]  # fmt: skip
+    payloads = [value.SerializeToString() for value in values]
+    return [encode_frame(n % 2 + 1, p, (2,) if n == 4 else (0,)) for n, p in enumerate(payloads)]
+
+
+_PROTOBUF_PIECES = [*_FRAME_PIECES, b"\x08", b"\x12\x7f", b"\x1a\x00", b"\x0a\x80\x80"]
+
+
+def _protobuf_value(rng: random.Random) -> bytes:
+    corpus = _protobuf_corpus()
+    shape = rng.randrange(4)
+    if shape == 0:  # a random payload
+        payload = rng.randbytes(rng.choice((0, 1, 2, 5, rng.randrange(64))))
+    else:  # a written payload, mutated at times
+        written = rng.choice(corpus)
+        payload = written[parse_message_indexes(written).payload_offset :]
+        if shape == 1:
+            payload = mutate(rng, payload, _PROTOBUF_PIECES, corpus)
+    if rng.random() < 0.2:  # indexes at random
+        indexes = tuple(rng.randrange(-2, 5) for _ in range(rng.randrange(4)))
+    else:
+        indexes = rng.choice(_PROTOBUF_INDEXES)
+    raw = encode_frame(rng.choice((1, 1, 2, 9)), payload, indexes)
+    return mutate(rng, raw, _PROTOBUF_PIECES, corpus) if shape == 3 else raw
+
+
+def _parse_protobuf(raw: bytes) -> None:
+    _parse_registry_value([_protobuf_decoder()], raw)
+
+
+# JSON Schema values: JSON texts written, mutated or random, decoded validating (against the
+# writer schema) and not; a value that validates reads the same either way.
+_JSON_SCHEMA_PROPERTIES = {
+    "id": {"type": "integer"},
+    "price": {"type": ["number", "null"]},
+    "at": {"type": "string", "format": "date-time"},
+    "day": {"type": "string", "format": "date"},
+    "lines": {"type": "array", "items": {"$ref": "#/definitions/line"}},
+    "tags": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "color": {"enum": ["RED", "BLUE", None]},
+    "extra": {},
+    "qty": {"type": "integer", "default": 1},
+}
+_JSON_SCHEMA_READER = {
+    "type": "object",
+    "properties": _JSON_SCHEMA_PROPERTIES,
+    "definitions": {"line": {"properties": {"sku": {"type": "string"}, "ok": {"type": "boolean"}}}},
+}
+_JSON_SCHEMA_WRITERS = {1: _JSON_SCHEMA_READER, 2: {"type": "object"}, 3: True}
+_JSON_SCHEMA_CORPUS = [
+    b'{"id": 7, "price": 1.5, "at": "2026-11-28T01:02:03.123456789+05:30", "day": "2024-02-29",'
+    b' "lines": [{"sku": "a", "ok": true}, {}], "tags": {"t": -9223372036854775808},'
+    b' "color": "BLUE", "extra": {"z": [1, "two", null]}}',
+    b'{"id": 2.0, "price": null, "lines": [], "tags": {}, "color": null, "extra": 1e400}',
+    b'{"id": 9223372036854775808, "at": "2016-12-31T23:59:60Z", "day": "2026-02-30"}',
+    b'{"id": "7", "lines": {"sku": 1}, "tags": [1], "extra": "\\ud800"}',
+    b'{"qty": 1, "qty": 2}',
+    b"[]",
+    b"{}",
+]
+
+
+def _json_schema_decoders() -> list[JsonSchemaValueDecoder]:
+    reader = JsonSchema.parse(json.dumps(_JSON_SCHEMA_READER), what="reader", schema_id=1)
+    writers = [
+        JsonSchema.parse(json.dumps(body), what="writer", schema_id=schema_id)
+        for schema_id, body in _JSON_SCHEMA_WRITERS.items()
+    ]
+    return [
+        JsonSchemaValueDecoder(reader, lookup_of(*writers), validate=validate)
+        for validate in (True, False)
+    ]
+
+
+_JSON_SCHEMA_DECODERS = _json_schema_decoders()
+
+
+def _json_leaf(rng: random.Random) -> Any:
+    return rng.choice(
+        [None, True, 0, -1, 2**63, 1.5, "", "x", "2026-11-28", "2026-11-28T01:02:03Z", [], {}]
+    )
+
+
+def _json_schema_value(rng: random.Random) -> bytes:
+    shape = rng.randrange(4)
+    if shape == 0:  # random bytes
+        payload = rng.randbytes(rng.randrange(24))
+    elif shape == 1:  # a random object of the reader's property names
+        names = rng.sample(list(_JSON_SCHEMA_PROPERTIES), rng.randrange(5))
+        value = {name: _json_leaf(rng) for name in names}
+        payload = json.dumps(value).encode()
+    else:
+        payload = rng.choice(_JSON_SCHEMA_CORPUS)
+        if shape == 2:
+            payload = mutate(rng, payload, _JSON_PIECES, _JSON_SCHEMA_CORPUS, (b"[", b"]"))
+    return encode_frame(rng.choice((1, 1, 2, 2, 3, 9)), payload)
+
+
+def _parse_json_schema(raw: bytes) -> None:
+    _parse_registry_value(_JSON_SCHEMA_DECODERS, raw)
 
 
 def _mutated(
@@ -782,6 +953,8 @@ TARGETS = [
     ),
     Target("schema-registry frames", _mutated(_FRAME_CORPUS, _FRAME_PIECES), _parse_frames),
     Target("Avro values", _mutated(_AVRO_CORPUS, _FRAME_PIECES), _parse_avro),
+    Target("Protobuf values", _protobuf_value, _parse_protobuf),
+    Target("JSON Schema values", _json_schema_value, _parse_json_schema),
     Target(
         "replica announcements",
         _mutated(_ANNOUNCEMENT_CORPUS, _ANNOUNCEMENT_PIECES, (b"[", b"]")),

@@ -13,7 +13,8 @@ import io
 import json
 import pickle
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import avro.io
 import avro.schema
@@ -28,10 +29,13 @@ from spark_statestore.schemas import (
     SchemaError,
     SchemaNotFoundError,
     SchemaResolutionError,
+    ValueDecoder,
     encode_frame,
 )
+from spark_statestore.schemas.schema_text import SchemaText
 
 UTC = dt.timezone.utc
+SchemaT = TypeVar("SchemaT", bound=SchemaText[Any])
 
 
 def write(schema: dict[str, Any], datum: Any) -> bytes:
@@ -51,22 +55,28 @@ def schema(body: dict[str, Any] | list[Any] | str, schema_id: int | None = None)
     return AvroSchema.parse(json.dumps(body), what=f"schema {schema_id}", schema_id=schema_id)
 
 
-def decoder(reader: AvroSchema, *writers: AvroSchema) -> AvroValueDecoder:
+def lookup_of(*writers: SchemaT) -> Callable[[int], SchemaT]:
+    """A registry's lookup that knows ``writers``, by their schema ids (every format's)."""
     known = {w.schema_id: w for w in writers}
 
-    def lookup(schema_id: int) -> AvroSchema:
+    def lookup(schema_id: int) -> SchemaT:
         if schema_id not in known:
             raise SchemaNotFoundError(f"schema id {schema_id} is not registered")
         return known[schema_id]
 
-    return AvroValueDecoder(reader, lookup, subject="orders-value")
+    return lookup
 
 
-def decode(dec: AvroValueDecoder, *values: bytes | None, permissive: bool = False) -> Any:
+def decode(dec: ValueDecoder, *values: bytes | None, permissive: bool = False) -> Any:
+    """``(rows, bad)`` of a batch of ``values`` (every format's decoder)."""
     array, bad = dec.decode(
         list(values), locate=lambda i: f"offset {100 + i}", permissive=permissive
     )
     return array.to_pylist(), bad
+
+
+def decoder(reader: AvroSchema, *writers: AvroSchema) -> AvroValueDecoder:
+    return AvroValueDecoder(reader, lookup_of(*writers), subject="orders-value")
 
 
 # -- types --------------------------------------------------------------------------------
