@@ -126,24 +126,25 @@ def format_record(
     key_format: str = "string",
     value_format: str = "string",
     *,
-    avro: Any = None,
+    shown: Any = None,
 ) -> str:
     """One human-readable line: location, operation, key, value, timestamp, position.
 
-    ``key_format`` / ``value_format`` ``avro`` shows registry-framed Avro as JSON with
-    ``avro`` (:class:`~spark_statestore.connectors.schema_registry.show.AvroJson`).
+    ``key_format`` / ``value_format`` ``avro``, ``protobuf`` or ``jsonschema`` show
+    registry-framed values as JSON with ``shown``, a ``{format: RegistryJson}`` mapping
+    (:class:`~spark_statestore.connectors.schema_registry.show.RegistryJson`).
 
     Raises
     ------
     SchemaError
-        An ``avro`` key or value that does not decode, naming the record.
+        A registry-format key or value that does not decode, naming the record.
     """
     position = record.position.to_json() if record.position is not None else "-"
     where = f"topic {record.topic} partition {record.partition} offset {record.offset}"
 
     def show(data: bytes | None, fmt: str, column: str) -> str:
-        if fmt == "avro" and data is not None:
-            return str(avro.show(data, where=where, column=column))
+        if shown is not None and fmt in shown and data is not None:
+            return str(shown[fmt].show(data, where=where, column=column))
         return _show(data, fmt)
 
     return (

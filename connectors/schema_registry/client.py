@@ -31,7 +31,9 @@ from spark_statestore.connectors.schema_registry.errors import (
     SchemaError,
     SchemaNotFoundError,
 )
-from spark_statestore.schemas import AvroSchema
+from spark_statestore.schemas.avro import AvroSchema
+from spark_statestore.schemas.jsonschema import JsonSchema
+from spark_statestore.schemas.protobuf import ProtobufSchema
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -135,8 +137,9 @@ class RegisteredSchema:
     schema_type: str
     """``AVRO``, ``PROTOBUF`` or ``JSON``."""
     text: str
-    references: tuple[str, ...] = ()
-    """The referenced schemas' texts, each before those that use it."""
+    references: tuple[tuple[str, str], ...] = ()
+    """The referenced schemas (the name they are referenced by, their text), each before
+    those that use it."""
     subject: str | None = None
     version: int | None = None
 
@@ -239,29 +242,48 @@ class SchemaRegistry:
         SchemaError
             It is not an Avro schema, or not a valid one.
         """
+        schema = self.parsed(found, "AVRO")
+        assert isinstance(schema, AvroSchema)
+        return schema
+
+    def parsed(self, found: RegisteredSchema, schema_type: str) -> Any:
+        """``found`` as a schema of ``schema_type`` (the registry's name: ``AVRO``,
+        ``PROTOBUF``, ``JSON``): an :class:`AvroSchema`, :class:`ProtobufSchema` or
+        :class:`JsonSchema`.
+
+        Raises
+        ------
+        SchemaError
+            It is a schema of another type, or not a valid one.
+        """
         where = f"schema id {found.schema_id}"
         if found.subject is not None:
             where += f" (subject {found.subject!r} version {found.version})"
         where += f" of the registry at {self.settings.shown_url}"
-        if found.schema_type.upper() != "AVRO":
+        if found.schema_type.upper() != schema_type:
             raise SchemaError(
-                f"{where} is a {found.schema_type} schema, not Avro: read it with the "
-                f"format of its type"
+                f"{where} is a {found.schema_type} schema, not {schema_type}: read it with "
+                "the format of its type"
             )
-        return AvroSchema.parse(
-            found.text, what=where, schema_id=found.schema_id, references=found.references
-        )
+        if schema_type == "AVRO":
+            texts = tuple(text for _, text in found.references)
+            return AvroSchema.parse(
+                found.text, what=where, schema_id=found.schema_id, references=texts
+            )
+        parse = ProtobufSchema.parse if schema_type == "PROTOBUF" else JsonSchema.parse
+        return parse(found.text, what=where, schema_id=found.schema_id, references=found.references)
 
-    def _references(self, schema: Any, what: str) -> tuple[str, ...]:
-        texts: list[str] = []
+    def _references(self, schema: Any, what: str) -> tuple[tuple[str, str], ...]:
+        found_all: dict[str, str] = {}
         for reference in schema.references or ():
             inner = f"{what}'s reference {reference.name!r}"
             found = self._call(
                 inner, lambda r=reference: self._client.get_version(r.subject, r.version)
             )
-            texts.extend(self._references(found.schema, inner))
-            texts.append(str(found.schema.schema_str))
-        return tuple(texts)
+            for name, text in self._references(found.schema, inner):
+                found_all.setdefault(name, text)
+            found_all.setdefault(str(reference.name), str(found.schema.schema_str))
+        return tuple(found_all.items())
 
     def _call(self, what: str, request: Any) -> Any:
         url = self.settings.shown_url

@@ -1,6 +1,6 @@
-"""Registry-framed Avro values as JSON text, each read with its own writer schema: what
-``spark-statestore tail --value-format avro`` prints (what was written, without a reader
-schema's resolution)."""
+"""Registry-framed values (Avro, Protobuf, JSON Schema) as JSON text, each read with its own
+writer schema: what ``spark-statestore tail --value-format avro`` (``protobuf``,
+``jsonschema``) prints (what was written, without a reader schema's resolution)."""
 
 from __future__ import annotations
 
@@ -13,22 +13,28 @@ from typing import Any
 from spark_statestore.connectors.schema_registry.client import RegistrySettings, registry_for
 from spark_statestore.schemas import AvroValueDecoder, SchemaError, parse_frame
 
-__all__ = ["AvroJson"]
+__all__ = ["RegistryJson"]
+
+_SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "jsonschema": "JSON"}
 
 
-class AvroJson:
-    """Shows framed Avro values as compact JSON (binary as base64, as Spark's ``to_json``;
-    timestamps in ISO 8601; decimals as their digits).
+class RegistryJson:
+    """Shows framed values of one registry format as compact JSON (binary as base64, as
+    Spark's ``to_json``; timestamps in ISO 8601; decimals as their digits; Protobuf as the
+    protobuf library's JSON mapping with the fields' proto names).
 
     Parameters
     ----------
     settings
         The registry the frames' ids are looked up in (cached per id).
+    fmt
+        ``avro``, ``protobuf`` or ``jsonschema``.
     """
 
-    def __init__(self, settings: RegistrySettings) -> None:
+    def __init__(self, settings: RegistrySettings, fmt: str = "avro") -> None:
         self._registry = registry_for(settings)
-        self._decoders: dict[int, AvroValueDecoder] = {}
+        self._format = fmt
+        self._decoders: dict[Any, Any] = {}
 
     def show(self, raw: bytes, *, where: str, column: str = "value") -> str:
         """``raw`` as JSON text.
@@ -40,18 +46,47 @@ class AvroJson:
             the message names ``where`` and the schema id.
         """
         try:
-            schema_id = parse_frame(raw).schema_id
-            decoder = self._decoders.get(schema_id)
-            if decoder is None:
-                writer = self._registry.avro(self._registry.by_id(schema_id))
-                decoder = AvroValueDecoder(writer, lambda _id: writer, column=column)
-                self._decoders[schema_id] = decoder
-            value = decoder.read(raw)
+            value = self._read(raw, column)
         except SchemaError as exc:
             raise type(exc)(f"the {column} at {where}: {exc}") from None
         return json.dumps(
             _tagged(value), default=_json_value, ensure_ascii=False, separators=(",", ":")
         )
+
+    def _read(self, raw: bytes, column: str) -> Any:
+        """``raw`` decoded with its writer schema, as JSON-ready Python values."""
+        schema_id = parse_frame(raw).schema_id
+        if self._format == "protobuf":
+            return self._read_protobuf(raw, schema_id, column)
+        decoder = self._decoders.get(schema_id)
+        if decoder is None:
+            found = self._registry.by_id(schema_id)
+            writer = self._registry.parsed(found, _SCHEMA_TYPES[self._format])
+            if self._format == "avro":
+                decoder = AvroValueDecoder(writer, lambda _id: writer, column=column)
+            else:
+                from spark_statestore.schemas.jsonschema import JsonSchemaValueDecoder
+
+                decoder = JsonSchemaValueDecoder(writer, lambda _id: writer, column=column)
+            self._decoders[schema_id] = decoder
+        return decoder.read(raw)
+
+    def _read_protobuf(self, raw: bytes, schema_id: int, column: str) -> Any:
+        from google.protobuf import json_format
+
+        from spark_statestore.schemas import parse_message_indexes
+        from spark_statestore.schemas.protobuf import ProtobufValueDecoder
+
+        indexes = parse_message_indexes(raw).message_indexes or (0,)
+        decoder = self._decoders.get((schema_id, indexes))
+        if decoder is None:
+            writer = self._registry.parsed(self._registry.by_id(schema_id), "PROTOBUF")
+            message = writer.message_for(indexes).full_name
+            decoder = ProtobufValueDecoder(
+                writer, lambda _id: writer, message=message, column=column
+            )
+            self._decoders[(schema_id, indexes)] = decoder
+        return json_format.MessageToDict(decoder.read(raw), preserving_proto_field_name=True)
 
 
 def _tagged(value: Any) -> Any:

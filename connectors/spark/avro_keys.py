@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from spark_statestore.connectors.spark.option_table import Framing
+from spark_statestore.connectors.spark.option_table import Framing, ValueFormat
 from spark_statestore.errors import OptionError
 from spark_statestore.schemas import AvroSchema, AvroValueEncoder, SchemaError
 from spark_statestore.schemas.avro_types import named_types
@@ -49,6 +49,11 @@ def avro_lookup_keys(
     """
     import pyarrow as pa
 
+    if column.format is not ValueFormat.AVRO:
+        raise OptionError(
+            f"option 'keys': {column.format.value} keys cannot be looked up (a value has "
+            "several byte forms: field order, defaults written or not); filter keys in Spark"
+        )
     several = _several_forms(column.reader.parsed, named_types(column.reader.parsed), "key")
     if several is not None:
         raise OptionError(

@@ -87,7 +87,7 @@ def avro_sink_column(
         raise OptionError(
             f"option {column}Format {fmt.value!r} is not a sink format: the sink writes the "
             f"{column} column as it is (binary: a binary or string column) or encodes it "
-            "(avro)"
+            "(avro); protobuf and jsonschema are read formats only, so far"
         )
     avro_only = (
         "Schema", "SchemaFile", "Subject", "SchemaVersion", "SchemaId", "Framing",

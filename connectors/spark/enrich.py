@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.enrich_tasks import Plan, enrich_batches
-from spark_statestore.connectors.spark.option_table import ValueFormat
+from spark_statestore.connectors.spark.option_table import REGISTRY_FORMATS, ValueFormat
 from spark_statestore.connectors.spark.reader.routed import ReplicaRoute
 from spark_statestore.errors import OptionError
 
@@ -80,6 +80,7 @@ def enrich(
     value_subject: str | None = None,
     value_schema_version: str = "latest",
     value_schema_id: int | None = None,
+    value_message_name: str | None = None,
     position_column: str | None = None,
     position_timeout_ms: int = 0,
     lookup_position_column: str | None = None,
@@ -132,13 +133,15 @@ def enrich(
         The new column's name (it must not exist yet).
     key_format, value_format, value_schema
         As the snapshot reader's ``keyFormat`` / ``valueFormat`` / ``valueSchema`` (for
-        ``avro`` values, the reader schema given as Avro JSON: see docs/schemas.md).
+        the registry value formats ``avro``, ``protobuf`` and ``jsonschema``, the reader
+        schema's text: see docs/schemas.md).
     schema_registry_url, schema_registry_config, value_subject, value_schema_version,\
-    value_schema_id
-        ``value_format="avro"``: as the reader's ``schemaRegistryUrl``, ``schemaRegistry.*``,
-        ``valueSubject`` (default with ``changelog``: ``<changelog>-value``),
-        ``valueSchemaVersion`` and ``valueSchemaId``; the reader schema is fixed here, on
-        the driver, and travels in the plan with the subject's writer schemas.
+    value_schema_id, value_message_name
+        A registry ``value_format``: as the reader's ``schemaRegistryUrl``,
+        ``schemaRegistry.*``, ``valueSubject`` (default with ``changelog``:
+        ``<changelog>-value``), ``valueSchemaVersion``, ``valueSchemaId`` and (protobuf)
+        ``valueMessageName``; the reader schema is fixed here, on the driver, and travels in
+        the plan with the subject's writer schemas.
     position_column
         A column of each row's position: ``map<string, map<int, bigint>>`` (the follower
         feed's ``position``, or ``create_map`` of a Kafka source's topic, partition and
@@ -177,13 +180,17 @@ def enrich(
         raise OptionError("enrich: value_column and lookup_position_column must differ")
     if ValueFormat.parse("keyFormat", key_format) is ValueFormat.JSON:
         raise OptionError("enrich: key_format json is not supported; look up binary or string keys")
-    if ValueFormat.parse("keyFormat", key_format) is ValueFormat.AVRO:
+    parsed_key_format = ValueFormat.parse("keyFormat", key_format)
+    if parsed_key_format in REGISTRY_FORMATS:
         raise OptionError(
-            "enrich: key_format avro is not supported yet; look up binary or string keys"
+            f"enrich: key_format {parsed_key_format.value} is not supported yet; look up "
+            "binary or string keys"
         )
     key_codec = ColumnCodec.create(key_format, None, column="key")
-    if ValueFormat.parse("valueFormat", value_format) is ValueFormat.AVRO:
-        value_codec = _avro_value_codec(
+    parsed_value_format = ValueFormat.parse("valueFormat", value_format)
+    if parsed_value_format in REGISTRY_FORMATS:
+        value_codec = _registry_value_codec(
+            parsed_value_format,
             value_schema,
             changelog=changelog,
             registry_url=schema_registry_url,
@@ -191,12 +198,16 @@ def enrich(
             subject=value_subject,
             version=value_schema_version,
             schema_id=value_schema_id,
+            message=value_message_name,
         )
     else:
-        if (schema_registry_url, value_subject, value_schema_id) != (None, None, None):
+        registry_only = (schema_registry_url, value_subject, value_schema_id, value_message_name)
+        if registry_only != (None, None, None, None):
             raise OptionError(
-                "enrich: schema_registry_url, value_subject and value_schema_id are for "
-                "value_format avro"
+                "enrich: schema_registry_url, value_subject, value_schema_id and "
+                "value_message_name are for a registry value_format ("
+                + ", ".join(f.value for f in REGISTRY_FORMATS)
+                + ")"
             )
         schema = None if value_schema is None else parse_ddl(value_schema, option="valueSchema")
         value_codec = ColumnCodec.create(value_format, schema, column="value")
@@ -239,7 +250,8 @@ def enrich(
     return df.mapInArrow(lambda batches: enrich_batches(batches, plan), StructType(fields))
 
 
-def _avro_value_codec(
+def _registry_value_codec(
+    fmt: ValueFormat,
     schema: str | None,
     *,
     changelog: str | None,
@@ -248,9 +260,10 @@ def _avro_value_codec(
     subject: str | None,
     version: str,
     schema_id: int | None,
+    message: str | None,
 ) -> Any:
-    """The ``avro`` value codec, through the snapshot reader's options (their checks and
-    their registry look-ups, once, here on the driver)."""
+    """A registry format's value codec, through the snapshot reader's options (their checks
+    and their registry look-ups, once, here on the driver)."""
     from spark_statestore.connectors.spark.formats import ColumnCodec
     from spark_statestore.connectors.spark.option_table import (
         SCHEMA_REGISTRY_PREFIX,
@@ -261,8 +274,9 @@ def _avro_value_codec(
 
     given = {
         "path": "enrich",
-        "valueFormat": "avro",
+        "valueFormat": fmt.value,
         "valueSchema": schema,
+        "valueMessageName": message,
         "schemaRegistryUrl": registry_url,
         "valueSubject": subject,
         "valueSchemaVersion": version,
@@ -270,8 +284,8 @@ def _avro_value_codec(
         **{SCHEMA_REGISTRY_PREFIX + k: v for k, v in (registry_config or {}).items()},
     }
     options = OptionReader({k: v for k, v in given.items() if v is not None}, Surface.READER)
-    column = registry_column(options, "value", ValueFormat.AVRO, schema, changelog=changelog)
-    return ColumnCodec.create(ValueFormat.AVRO, None, column="value", registry_column=column)
+    column = registry_column(options, "value", fmt, schema, changelog=changelog)
+    return ColumnCodec.create(fmt, None, column="value", registry_column=column)
 
 
 def _route(

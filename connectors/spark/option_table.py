@@ -123,6 +123,8 @@ class ValueFormat(str, Enum):
     DOUBLE = "double"
     JSON = "json"
     AVRO = "avro"
+    PROTOBUF = "protobuf"
+    JSONSCHEMA = "jsonschema"
 
     @classmethod
     def parse(cls, option_name: str, text: str) -> ValueFormat:
@@ -136,7 +138,7 @@ class ValueFormat(str, Enum):
         return parse_choice(option_name, text, cls)
 
 
-REGISTRY_FORMATS = (ValueFormat.AVRO,)
+REGISTRY_FORMATS = (ValueFormat.AVRO, ValueFormat.PROTOBUF, ValueFormat.JSONSCHEMA)
 """The formats whose values are written with a schema (a registry's, or given)."""
 
 E = TypeVar("E", bound=Enum)
@@ -356,27 +358,31 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "keyFormat",
         ValueFormat,
         _ALL,
-        "how keys are decoded (sinks: binary, the column as it is, or avro)",
+        "how keys are decoded (sinks: binary, the column as it is, or avro); registry "
+        "formats: avro, protobuf, jsonschema",
         default="binary",
     ),
     OptionSpec(
         "valueFormat",
         ValueFormat,
         _ALL,
-        "how values are decoded (sinks: binary, the column as it is, or avro)",
+        "how values are decoded (sinks: binary, the column as it is, or avro); registry "
+        "formats: avro, protobuf, jsonschema",
         default="binary",
     ),
     OptionSpec(
         "keySchema",
         str,
         _ALL,
-        "the json key format's DDL ('id INT'), or the avro key format's Avro schema (JSON)",
+        "the json key format's DDL ('id INT'), or a registry key format's schema (Avro JSON, "
+        ".proto text, JSON Schema)",
     ),
     OptionSpec(
         "valueSchema",
         str,
         _ALL,
-        "the json value format's DDL ('id INT'), or the avro value format's Avro schema (JSON)",
+        "the json value format's DDL ('id INT'), or a registry value format's schema (Avro "
+        "JSON, .proto text, JSON Schema)",
     ),
     OptionSpec("keySchemaFile", str, _ALL, "a file holding keySchema's text", names_file=True),
     OptionSpec("valueSchemaFile", str, _ALL, "a file holding valueSchema's text", names_file=True),
@@ -384,7 +390,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "schemaRegistryUrl",
         str,
         _ALL,
-        "the schema registry's Confluent-compatible API (avro keys or values), e.g. "
+        "the schema registry's Confluent-compatible API (registry-format keys or values), e.g. "
         "'http://registry:8081'; its client's settings as schemaRegistry.*",
     ),
     OptionSpec(
@@ -429,15 +435,29 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "keyFraming",
         Framing,
         _ALL,
-        "avro keys: registry (magic byte, schema id, payload) or none (bare Avro)",
+        "registry-format keys: registry (magic byte, schema id, payload) or none (bare)",
         default="registry",
+    ),
+    OptionSpec(
+        "keyMessageName",
+        str,
+        _DECODERS,
+        "protobuf keys: the full name of the message keys are read as (default: the reader "
+        "schema's first message)",
     ),
     OptionSpec(
         "valueFraming",
         Framing,
         _ALL,
-        "avro values: registry (magic byte, schema id, payload) or none (bare Avro)",
+        "registry-format values: registry (magic byte, schema id, payload) or none (bare)",
         default="registry",
+    ),
+    OptionSpec(
+        "valueMessageName",
+        str,
+        _DECODERS,
+        "protobuf values: the full name of the message values are read as (default: the "
+        "reader schema's first message)",
     ),
     OptionSpec(
         "mode",

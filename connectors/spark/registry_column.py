@@ -1,5 +1,6 @@
-"""The registry key and value formats (``avro``): which reader schema a query reads with,
-fixed when the query is planned, and where each value's writer schema comes from.
+"""The registry key and value formats (``avro``, ``protobuf``, ``jsonschema``): which reader
+schema a query reads with, fixed when the query is planned, and where each value's writer
+schema comes from.
 
 Where the reader schema comes from (``value*`` options; ``key*`` the same for keys):
 
@@ -32,7 +33,13 @@ from spark_statestore.connectors.spark.option_table import (
     ValueFormat,
 )
 from spark_statestore.errors import OptionError
-from spark_statestore.schemas import AvroSchema, AvroValueDecoder, SchemaError, SchemaNotFoundError
+from spark_statestore.schemas import (
+    AvroSchema,
+    AvroValueDecoder,
+    SchemaError,
+    SchemaNotFoundError,
+    ValueDecoder,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType
@@ -46,7 +53,7 @@ __all__ = [
     "spark_type_of",
 ]
 
-_AVRO_ONLY = ("Subject", "SchemaVersion", "SchemaId", "Framing")
+_REGISTRY_ONLY = ("Subject", "SchemaVersion", "SchemaId", "Framing")
 
 
 class PicklesWithoutCaches:
@@ -63,11 +70,39 @@ class PicklesWithoutCaches:
             object.__setattr__(self, name, state.get(name))
 
 
-def spark_type_of(schema: AvroSchema) -> DataType:
-    """The Spark type of ``schema``'s values (``from_avro``'s mapping)."""
+def spark_type_of(schema: Any) -> DataType:
+    """The Spark type of ``schema``'s values (an Avro or JSON schema; Avro's is
+    ``from_avro``'s mapping)."""
     from pyspark.sql.pandas.types import from_arrow_type
 
     return from_arrow_type(schema.arrow_type())
+
+
+REGISTRY_TYPES = {
+    ValueFormat.AVRO: "AVRO",
+    ValueFormat.PROTOBUF: "PROTOBUF",
+    ValueFormat.JSONSCHEMA: "JSON",
+}
+"""Each registry format's schema type, as the registry names it (``schemaType``)."""
+
+
+def parse_schema(fmt: ValueFormat, text: str, *, what: str, schema_id: int | None = None) -> Any:
+    """A given schema of format ``fmt``: an AvroSchema, ProtobufSchema or JsonSchema.
+
+    Raises
+    ------
+    SchemaError
+        Not a valid schema of the format.
+    """
+    if fmt is ValueFormat.AVRO:
+        return AvroSchema.parse(text, what=what, schema_id=schema_id)
+    if fmt is ValueFormat.PROTOBUF:
+        from spark_statestore.schemas.protobuf import ProtobufSchema
+
+        return ProtobufSchema.parse(text, what=what, schema_id=schema_id)
+    from spark_statestore.schemas.jsonschema import JsonSchema
+
+    return JsonSchema.parse(text, what=what, schema_id=schema_id)
 
 
 @dataclass(frozen=True)
@@ -76,30 +111,50 @@ class RegistryColumn(PicklesWithoutCaches):
     plan carries it to the executors, which build their decoder from it."""
 
     column: str
-    reader: AvroSchema
+    reader: Any
+    """The reader schema: an AvroSchema, ProtobufSchema or JsonSchema (:attr:`format`)."""
     framing: Framing
     subject: str | None = None
     registry: RegistrySettings | None = None
-    writers: Mapping[int, AvroSchema] = field(default_factory=dict)
+    writers: Mapping[int, Any] = field(default_factory=dict)
     """Writer schemas known when the query was planned, by id."""
     format: ValueFormat = ValueFormat.AVRO
+    message: str | None = None
+    """Protobuf: the full name of the reader message (None: the reader schema's first)."""
     _decoder: Any = field(default=None, compare=False, repr=False)
+
+    def arrow_type(self) -> Any:
+        """The Arrow type of the column: the reader schema's (message's)."""
+        if self.format is ValueFormat.PROTOBUF:
+            return self.reader.arrow_type(self.message)
+        return self.reader.arrow_type()
 
     def spark_type(self) -> DataType:
         """The Spark type of the column: the reader schema's."""
-        return spark_type_of(self.reader)
+        from pyspark.sql.pandas.types import from_arrow_type
 
-    def decoder(self) -> AvroValueDecoder:
+        return from_arrow_type(self.arrow_type())
+
+    def decoder(self) -> ValueDecoder:
         """This column's decoder (built once per instance)."""
         if self._decoder is None:
-            writers = None if self.framing is Framing.NONE else self._writer
-            decoder = AvroValueDecoder(
-                self.reader, writers, subject=self.subject, column=self.column
-            )
-            object.__setattr__(self, "_decoder", decoder)
+            object.__setattr__(self, "_decoder", self._new_decoder())
         return self._decoder  # type: ignore[no-any-return]
 
-    def _writer(self, schema_id: int) -> AvroSchema:
+    def _new_decoder(self) -> ValueDecoder:
+        writers = None if self.framing is Framing.NONE else self._writer
+        common: dict[str, Any] = {"subject": self.subject, "column": self.column}
+        if self.format is ValueFormat.AVRO:
+            return AvroValueDecoder(self.reader, writers, **common)
+        if self.format is ValueFormat.PROTOBUF:
+            from spark_statestore.schemas.protobuf import ProtobufValueDecoder
+
+            return ProtobufValueDecoder(self.reader, writers, message=self.message, **common)
+        from spark_statestore.schemas.jsonschema import JsonSchemaValueDecoder
+
+        return JsonSchemaValueDecoder(self.reader, writers, **common)
+
+    def _writer(self, schema_id: int) -> Any:
         known = self.writers.get(schema_id)
         if known is not None:
             return known
@@ -111,7 +166,8 @@ class RegistryColumn(PicklesWithoutCaches):
                 "read with the schema it was written with"
             )
         registry = registry_for(self.registry)
-        return registry.avro(registry.by_id(schema_id, subject=self.subject))
+        found = registry.by_id(schema_id, subject=self.subject)
+        return registry.parsed(found, REGISTRY_TYPES[self.format])
 
 
 def schema_text(options: OptionReader, column: str) -> str | None:
@@ -145,27 +201,37 @@ def registry_column(
     changelog: str | None,
     planned: Any = None,
 ) -> RegistryColumn | None:
-    """The :class:`RegistryColumn` of ``column`` for format ``fmt`` (None: not avro), reading the
-    registry now when it gives the reader schema: with ``planned`` (the Spark type the query
-    was planned with) the newest version (up to the one asked for) that reads as it.
+    """The :class:`RegistryColumn` of ``column`` for format ``fmt`` (None: not a registry
+    format), reading the registry now when it gives the reader schema: with ``planned``
+    (the Spark type the query was planned with) the newest version (up to the one asked
+    for) that reads as it.
 
     Raises
     ------
     OptionError
-        Avro options with another format, a missing schema, subject or id, or options
+        Registry options with another format, a missing schema, subject or id, or options
         that contradict each other.
     SchemaError
-        The schema given or registered is not a valid Avro schema, or not one a column
-        can hold; the registry cannot be reached or has no such subject or version.
+        The schema given or registered is not a valid schema of the format, or not one a
+        column can hold; the registry cannot be reached or has no such subject or version.
     """
-    given = [f"{column}{suffix}" for suffix in _AVRO_ONLY if options.given(f"{column}{suffix}")]
-    if fmt is not ValueFormat.AVRO:
-        if given:
+    given = [f"{column}{suffix}" for suffix in _REGISTRY_ONLY if options.given(f"{column}{suffix}")]
+    message_option = f"{column}MessageName"
+    message = options.text(message_option)
+    if fmt not in REGISTRY_TYPES:
+        if given or message is not None:
+            formats = ", ".join(f.value for f in REGISTRY_TYPES)
             raise OptionError(
-                f"option {given[0]} is for {column}Format avro, but {column}Format is "
-                f"{fmt.value}: remove it or set {column}Format avro"
+                f"option {given[0] if given else message_option} is for a registry "
+                f"{column}Format ({formats}), but {column}Format is {fmt.value}: remove it or "
+                "set one of those"
             )
         return None
+    if message is not None and fmt is not ValueFormat.PROTOBUF:
+        raise OptionError(
+            f"option {message_option} names a Protobuf message, but {column}Format is "
+            f"{fmt.value}: remove it or set {column}Format protobuf"
+        )
     url = options.text("schemaRegistryUrl")
     framing = options.choice(f"{column}Framing", Framing)
     registry = None
@@ -178,11 +244,12 @@ def registry_column(
     if framing is Framing.NONE:
         if text is None:
             raise OptionError(
-                f"{column}Framing none reads bare Avro written with a known schema: give it "
-                f"as option {column}Schema (or {column}SchemaFile)"
+                f"{column}Framing none reads bare {fmt.value} written with a known schema: "
+                f"give it as option {column}Schema (or {column}SchemaFile)"
             )
         _refuse_with_bare(options, column, registry is not None)
-        return RegistryColumn(column, AvroSchema.parse(text, what=what), framing)
+        bare = parse_schema(fmt, text, what=what)
+        return _checked(RegistryColumn(column, bare, framing, format=fmt, message=message))
     if registry is None:
         for suffix in ("Subject", "SchemaVersion"):
             if options.given(f"{column}{suffix}"):
@@ -192,12 +259,15 @@ def registry_column(
                 )
         if text is None or schema_id is None:
             raise OptionError(
-                f"{column}Format avro reads values framed with a schema id: give "
+                f"{column}Format {fmt.value} reads values framed with a schema id: give "
                 f"schemaRegistryUrl (each value read with its own writer schema), or the "
                 f"schema as {column}Schema with its id as {column}SchemaId"
             )
-        reader = AvroSchema.parse(text, what=what, schema_id=schema_id)
-        return RegistryColumn(column, reader, framing, writers={schema_id: reader})
+        reader = parse_schema(fmt, text, what=what, schema_id=schema_id)
+        given_column = RegistryColumn(
+            column, reader, framing, writers={schema_id: reader}, format=fmt, message=message
+        )
+        return _checked(given_column)
     if schema_id is not None:
         raise OptionError(
             f"option {column}SchemaId is for a {column}Schema read without a registry: with "
@@ -213,10 +283,10 @@ def registry_column(
             f"default TopicNameStrategy, '<changelog topic>-{column}')"
         )
     version = parse_schema_version(version_text, column)
-    found = _registered(column, registry, subject, version, text, what, planned)
-    if planned is not None and spark_type_of(found.reader) != planned:
+    found = _registered(column, fmt, registry, subject, version, text, what, planned, message)
+    if planned is not None and found.spark_type() != planned:
         raise SchemaError(
-            f"{found.reader.what} reads {column}s as {spark_type_of(found.reader).simpleString()}"
+            f"{found.reader.what} reads {column}s as {found.spark_type().simpleString()}"
             f", but the query was planned with {planned.simpleString()}: define the "
             "DataFrame again to read with it"
         )
@@ -225,43 +295,66 @@ def registry_column(
 
 def _registered(
     column: str,
+    fmt: ValueFormat,
     settings: RegistrySettings,
     subject: str,
     version: int | None,
     text: str | None,
     what: str,
     planned: Any,
+    message: str | None,
 ) -> RegistryColumn:
     registry = registry_for(settings)
-    writers: dict[int, AvroSchema] = {}
+    schema_type = REGISTRY_TYPES[fmt]
+    writers: dict[int, Any] = {}
     chosen = registry.version(subject, version)
     found_versions = {}
     for number in registry.versions(subject):
         found = chosen if number == chosen.version else registry.version(subject, number)
         found_versions[number] = found
-        if found.schema_type.upper() == "AVRO":
-            writers[found.schema_id] = registry.avro(found)
+        if found.schema_type.upper() == schema_type:
+            writers[found.schema_id] = registry.parsed(found, schema_type)
     if chosen.schema_id not in writers:
         raise SchemaError(
             f"subject {subject!r} version {chosen.version} (schema id {chosen.schema_id}) is a "
-            f"{chosen.schema_type} schema, not Avro: read it with the format of its type"
+            f"{chosen.schema_type} schema, not {schema_type}: read it with the format of its "
+            "type"
         )
+
+    def of(reader: Any) -> RegistryColumn:
+        return RegistryColumn(
+            column, reader, Framing.REGISTRY, subject, settings, writers, fmt, message
+        )
+
     if text is not None:
-        reader = AvroSchema.parse(text, what=what)
-    elif version is None and planned is not None:
+        return _checked(of(parse_schema(fmt, text, what=what)))
+    if version is None and planned is not None:
         # The newest version that reads as planned: versions registered after the query
         # was defined do not change its columns.
         candidates = [
-            writers[f.schema_id]
+            of(writers[f.schema_id])
             for n, f in sorted(found_versions.items(), reverse=True)
             if n <= (chosen.version or n) and f.schema_id in writers
         ]
-        reader = next(
-            (c for c in candidates if spark_type_of(c) == planned), writers[chosen.schema_id]
-        )
-    else:
-        reader = writers[chosen.schema_id]
-    return RegistryColumn(column, reader, Framing.REGISTRY, subject, settings, writers)
+        for candidate in candidates:
+            try:
+                if candidate.spark_type() == planned:
+                    return candidate
+            except SchemaError:
+                continue  # e.g. an older version without the planned message
+    return _checked(of(writers[chosen.schema_id]))
+
+
+def _checked(column: RegistryColumn) -> RegistryColumn:
+    """``column`` once its reader schema (message) is known to give a column type.
+
+    Raises
+    ------
+    SchemaError
+        No such message, a recursive type, a type no Spark column holds.
+    """
+    column.arrow_type()
+    return column
 
 
 def parse_schema_version(text: str, column: str) -> int | None:

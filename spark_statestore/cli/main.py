@@ -112,19 +112,23 @@ def _cmd_jars(args: argparse.Namespace) -> int:
     return 0
 
 
+_REGISTRY_TAIL_FORMATS = ("avro", "protobuf", "jsonschema")
+
+
 def _cmd_tail(args: argparse.Namespace) -> int:
     from spark_statestore.connectors.kafka.tail import format_record, tail_changelog
 
-    avro = None
-    if "avro" in (args.key_format, args.value_format):
+    typed = {args.key_format, args.value_format} & set(_REGISTRY_TAIL_FORMATS)
+    shown = None
+    if typed:
         if args.schema_registry_url is None:
             raise OptionError(
-                "--key-format/--value-format avro looks each record's schema up by its id: "
-                "give --schema-registry-url"
+                f"--key-format/--value-format {sorted(typed)[0]} looks each record's schema up "
+                "by its id: give --schema-registry-url"
             )
         from spark_statestore.cli.arguments import parse_settings
         from spark_statestore.connectors.schema_registry import RegistrySettings
-        from spark_statestore.connectors.schema_registry.show import AvroJson
+        from spark_statestore.connectors.schema_registry.show import RegistryJson
 
         settings = parse_settings(
             args.schema_registry or [],
@@ -132,11 +136,10 @@ def _cmd_tail(args: argparse.Namespace) -> int:
             what="a schema registry client setting",
             example="basic.auth.user.info=user:secret",
         )
-        avro = AvroJson(
-            RegistrySettings.from_options(
-                args.schema_registry_url, settings, prefix="--schema-registry "
-            )
+        registry = RegistrySettings.from_options(
+            args.schema_registry_url, settings, prefix="--schema-registry "
         )
+        shown = {fmt: RegistryJson(registry, fmt) for fmt in typed}
     count = 0
     for record in tail_changelog(
         args.bootstrap_servers,
@@ -144,7 +147,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         on_missing_position=args.on_missing_position,
     ):
-        print(format_record(record, args.key_format, args.value_format, avro=avro), flush=True)
+        print(format_record(record, args.key_format, args.value_format, shown=shown), flush=True)
         count += 1
     print(f"{count} committed record(s) in {args.changelog}", file=sys.stderr)
     return 0
@@ -266,19 +269,20 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--changelog", required=True, help="changelog topic")
     tail.add_argument(
         "--key-format",
-        choices=["string", "hex", "avro"],
+        choices=["string", "hex", *_REGISTRY_TAIL_FORMATS],
         default="string",
-        help="how to print keys (avro: registry-framed Avro as JSON, each with its own schema)",
+        help="how to print keys (avro, protobuf, jsonschema: registry-framed values as JSON, "
+        "each with its own writer schema)",
     )
     tail.add_argument(
         "--value-format",
-        choices=["string", "hex", "avro"],
+        choices=["string", "hex", *_REGISTRY_TAIL_FORMATS],
         default="string",
-        help="how to print values (avro: as for --key-format)",
+        help="how to print values (avro, protobuf, jsonschema: as for --key-format)",
     )
     tail.add_argument(
         "--schema-registry-url",
-        help="for avro: the schema registry's Confluent-compatible API",
+        help="for avro, protobuf, jsonschema: the schema registry's Confluent-compatible API",
     )
     tail.add_argument(
         "--schema-registry",

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["REGISTRY_FORMAT_NAMES", "registry_formats", "registry_key_scan"]
 
-REGISTRY_FORMAT_NAMES = ("avro",)
+REGISTRY_FORMAT_NAMES = ("avro", "protobuf", "jsonschema")
 """The ``--key-format`` / ``--value-format`` choices read through a schema registry (or a
 given schema)."""
 
