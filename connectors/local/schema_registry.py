@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -133,6 +134,13 @@ class LocalSchemaRegistry(LoggedProcess):
         global compatibility (Apicurio's is NONE).
     start_timeout_s
         How long :meth:`start` and :meth:`restart` wait for the readiness check.
+    tls_cert_file, tls_key_file
+        PEM certificate (chain) and private key: serve HTTPS only (the registry's own
+        TLS, Quarkus'), as a registry behind TLS is deployed; clients then need its CA
+        (``ssl.ca.location``).
+    users
+        ``{user: password}``: every API call needs HTTP basic auth of one of them (Quarkus'
+        embedded users, each with Apicurio's admin role); None: no authentication.
 
     Examples
     --------
@@ -148,7 +156,12 @@ class LocalSchemaRegistry(LoggedProcess):
         heap: str | None = None,
         config: Mapping[str, str] | None = None,
         start_timeout_s: float = 120.0,
+        tls_cert_file: str | Path | None = None,
+        tls_key_file: str | Path | None = None,
+        users: Mapping[str, str] | None = None,
     ) -> None:
+        if (tls_cert_file is None) != (tls_key_file is None):
+            raise LocalRegistryError("give both tls_cert_file and tls_key_file, or neither")
         self.process: subprocess.Popen[bytes] | None = None
         self._host = host
         self._keep = data_dir is not None
@@ -156,6 +169,10 @@ class LocalSchemaRegistry(LoggedProcess):
         self._heap = heap or os.environ.get(ENV_HEAP) or DEFAULT_HEAP
         self._extra = dict(config or {})
         self._start_timeout_s = start_timeout_s
+        self._tls = None
+        if tls_cert_file is not None and tls_key_file is not None:
+            self._tls = (Path(tls_cert_file), Path(tls_key_file))
+        self._users = dict(users or {})
         self._ports: list[int] = []
         self._command: list[str] = []
         self._closed = False
@@ -163,9 +180,10 @@ class LocalSchemaRegistry(LoggedProcess):
     # -- facts ----------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        """``http://host:port`` of the registry's HTTP API."""
+        """``http://host:port`` (``https://`` with TLS) of the registry's HTTP API."""
         self._require_started()
-        return f"http://{self._host}:{self._ports[0]}"
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{self._host}:{self._ports[0]}"
 
     @property
     def url(self) -> str:
@@ -286,6 +304,21 @@ class LocalSchemaRegistry(LoggedProcess):
             # is still there after a SIGKILL (by default H2 flushes about once a second).
             h2_file = self._root / "h2" / "registry"
             settings["apicurio.datasource.url"] = f"jdbc:h2:file:{h2_file};WRITE_DELAY=0"
+        if self._tls is not None:
+            cert, key = self._tls
+            settings["quarkus.http.ssl-port"] = str(self._ports[0])
+            settings["quarkus.http.ssl.certificate.files"] = str(cert)
+            settings["quarkus.http.ssl.certificate.key-files"] = str(key)
+            settings["quarkus.http.insecure-requests"] = "disabled"
+        if self._users:
+            settings["quarkus.http.auth.basic"] = "true"
+            settings["quarkus.security.users.embedded.enabled"] = "true"
+            settings["quarkus.security.users.embedded.plain-text"] = "true"
+            for user, password in self._users.items():
+                settings[f"quarkus.security.users.embedded.users.{user}"] = password
+                settings[f"quarkus.security.users.embedded.roles.{user}"] = "sr-admin"
+            settings["quarkus.http.auth.permission.apis.paths"] = "/apis/*"
+            settings["quarkus.http.auth.permission.apis.policy"] = "authenticated"
         settings.update(self._extra)
         return [
             str(java),
@@ -306,8 +339,10 @@ class LocalSchemaRegistry(LoggedProcess):
         self._wait_until_ready(self._start_timeout_s)
 
     def _wait_until_ready(self, timeout_s: float) -> None:
-        """Poll the readiness check until it answers 200; each probe waits up to a second
-        for its answer, and a registry that exits ends the wait at once with its log."""
+        """Poll the readiness check until it answers 200 and the API's port takes
+        connections (the management port can answer first); each probe waits up to a
+        second for its answer, and a registry that exits ends the wait at once with its
+        log."""
         assert self.process is not None
         ready_url = f"http://{self._host}:{self._ports[1]}/health/ready"  # management port
         # Loopback is never reached through a proxy, whatever http_proxy says.
@@ -319,9 +354,9 @@ class LocalSchemaRegistry(LoggedProcess):
                 raise self._start_error()
             try:
                 with direct.open(ready_url, timeout=1.0) as answer:
-                    if answer.status == 200:
+                    if answer.status == 200 and self._api_listens():
                         return
-                    last = f"HTTP {answer.status}"
+                    last = f"HTTP {answer.status}, API port {self._ports[0]} not listening"
             except urllib.error.HTTPError as exc:  # 503 while a check is DOWN
                 last = f"HTTP {exc.code}"
             except OSError as exc:  # refused while the JVM starts
@@ -333,6 +368,13 @@ class LocalSchemaRegistry(LoggedProcess):
                     f"{ready_url}); {self.log_path} ends with:\n{self.log_tail()}"
                 )
             threading.Event().wait(0.1)
+
+    def _api_listens(self) -> bool:
+        try:
+            with socket.create_connection((self._host, self._ports[0]), timeout=1.0):
+                return True
+        except OSError:
+            return False
 
     def _start_error(self) -> LocalRegistryStartError:
         tail = self.log_tail()

@@ -255,3 +255,59 @@ def test_protobuf_values_read_by_field_through_a_schema_change(
     message = str(caught.value)
     assert f"topic {topic} partition 0 offset 2" in message, message
     assert f"writer schema id {clash_id}" in message or f"schema id {clash_id}" in message, message
+
+
+def test_a_registry_behind_tls_and_basic_auth_is_read_with_the_clients_settings(
+    spark: Any, kafka_broker: Any, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """The registry serves HTTPS only (a self-signed certificate) and asks every call for
+    basic auth: the follower reads with ``schemaRegistry.ssl.ca.location`` and
+    ``schemaRegistry.basic.auth.user.info``; a wrong password and a missing CA stop the
+    query naming what to check."""
+    from spark_statestore.connectors.local import LocalSchemaRegistry
+    from spark_statestore.serve.certificates import self_signed_certificate
+    from tests.integration.test_spark_avro import V1
+
+    cert, key = self_signed_certificate(["127.0.0.1"], common_name="registry")
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    topic = make_topic(1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    secured = LocalSchemaRegistry(
+        tls_cert_file=tmp_path / "cert.pem", tls_key_file=tmp_path / "key.pem",
+        users={"alice": "s3cret"},
+    )  # fmt: skip
+    with secured as registry:
+        assert registry.url.startswith("https://")
+        settings = {
+            "schemaRegistry.ssl.ca.location": str(tmp_path / "cert.pem"),
+            "schemaRegistry.basic.auth.user.info": "alice:s3cret",
+        }
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        client = SchemaRegistryClient(
+            {"url": registry.url, **{k.split(".", 1)[1]: v for k, v in settings.items()}}
+        )
+        serialize = AvroSerializer(client, json.dumps(V1), conf={"auto.register.schemas": True})
+        value = serialize({"id": 1, "note": "x"}, SerializationContext(topic, MessageField.VALUE))
+        produce(bootstrap, topic, [(b"a", value)])
+
+        def read(name: str, **options: str) -> list[Any]:
+            feed = follow(
+                spark, bootstrap, topic, tmp_path / name, keyFormat="string",
+                valueFormat="avro", schemaRegistryUrl=registry.url, **options,
+            )  # fmt: skip
+            return run_available_now(feed, tmp_path / f"{name}-checkpoint")
+
+        rows = read("store", **settings)
+        assert [(r["key"], r["value"].asDict()) for r in rows] == [("a", {"id": 1, "note": "x"})]
+        wrong = {**settings, "schemaRegistry.basic.auth.user.info": "alice:wrong"}
+        with pytest.raises(Exception, match="refused the credentials"):
+            read("wrong", **wrong)
+        no_ca = {"schemaRegistry.basic.auth.user.info": "alice:s3cret"}
+        with pytest.raises(Exception, match="cannot reach the schema registry") as caught:
+            read("no-ca", **no_ca)
+        assert "schemaRegistry.ssl" in str(caught.value)
+        assert "s3cret" not in str(caught.value)
