@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from spark_statestore.connectors.spark.registry_column import RegistryColumn
 
-__all__ = ["avro_lookup_keys"]
+__all__ = ["avro_key_forms", "avro_lookup_keys"]
 
 _SEVERAL_FORMS = {"map": "map", "float": "float", "double": "double"}
 
@@ -47,17 +47,33 @@ def avro_lookup_keys(
         A key that is not a value of the key column, or a key schema with maps or
         floating-point numbers.
     """
+    forms, ids = avro_key_forms(column, values, arrow_type, what="option 'keys'")
+    return [raw for key_forms in forms for raw in key_forms], ids
+
+
+def avro_key_forms(
+    column: RegistryColumn, values: Sequence[Any], arrow_type: pa.DataType, *, what: str
+) -> tuple[list[list[bytes]], frozenset[int] | None]:
+    """Every stored byte form of each logical key of ``values`` (none for a None key), and
+    the schema ids they are encoded under (None for bare Avro, which has no ids).
+
+    Raises
+    ------
+    OptionError
+        Naming ``what``: a key that is not a value of the key column, or a key schema with
+        maps or floating-point numbers.
+    """
     import pyarrow as pa
 
     if column.format is not ValueFormat.AVRO:
         raise OptionError(
-            f"option 'keys': {column.format.value} keys cannot be looked up (a value has "
-            "several byte forms: field order, defaults written or not); filter keys in Spark"
+            f"{what}: {column.format.value} keys cannot be looked up (a value has several "
+            "byte forms: field order, defaults written or not); filter keys in Spark"
         )
     several = _several_forms(column.reader.parsed, named_types(column.reader.parsed), "key")
     if several is not None:
         raise OptionError(
-            f"option 'keys': the key schema ({column.reader.what}) has a {several}, which has "
+            f"{what}: the key schema ({column.reader.what}) has a {several}, which has "
             "several byte forms for one value: filter keys in Spark instead"
         )
     logical: list[Any] = []
@@ -66,31 +82,38 @@ def avro_lookup_keys(
             logical.append(pa.array([value], type=arrow_type).to_pylist()[0])
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
             raise OptionError(
-                f"option 'keys': {_shown(value)} is not a key of the key column "
+                f"{what}: {_shown(value)} is not a key of the key column "
                 f"({arrow_type}): {exc}. Give each key as JSON of the key's fields"
             ) from None
+    forms: list[list[bytes]] = [[] for _ in logical]
     if column.framing is Framing.NONE:
         encoder = AvroValueEncoder(column.reader, framed=False, column="key")
-        return [raw for raw in _encoded(encoder, logical) if raw is not None], None
+        for key_forms, raw in zip(forms, _encoded(encoder, logical, what), strict=True):
+            if raw is not None:
+                key_forms.append(raw)
+        return forms, None
     decoder = column.decoder()
-    keys: list[bytes] = []
     ids: set[int] = set()
     for schema_id, writer in sorted(column.writers.items()):
         if _uncovered_field(writer, column.reader) is not None:
             continue  # a key under this id has bytes the logical key does not fix
         ids.add(schema_id)
         encoder = AvroValueEncoder(writer, framed=True, column="key")
-        for key, raw in zip(logical, _encoded(encoder, logical, strict=False), strict=True):
+        encoded = _encoded(encoder, logical, what, strict=False)
+        for key_forms, key, raw in zip(forms, logical, encoded, strict=True):
             if raw is not None and _reads_back(decoder, raw, key, arrow_type):
-                keys.append(raw)
-    return keys, frozenset(ids)
+                key_forms.append(raw)
+    return forms, frozenset(ids)
 
 
 def _encoded(
-    encoder: AvroValueEncoder, logical: Sequence[Any], *, strict: bool = True
+    encoder: AvroValueEncoder, logical: Sequence[Any], what: str, *, strict: bool = True
 ) -> list[bytes | None]:
     out: list[bytes | None] = []
     for key in logical:
+        if key is None:
+            out.append(None)
+            continue
         shown = f"key {_shown(key)}"
 
         def locate(_: int, shown: str = shown) -> str:
@@ -100,7 +123,7 @@ def _encoded(
             out.extend(encoder.encode([key], locate=locate))
         except SchemaError as exc:
             if strict:
-                raise OptionError(f"option 'keys': {exc}") from None
+                raise OptionError(f"{what}: {exc}") from None
             out.append(None)  # not a value of this version: no key of it is stored there
     return out
 

@@ -81,6 +81,10 @@ def enrich(
     value_schema_version: str = "latest",
     value_schema_id: int | None = None,
     value_message_name: str | None = None,
+    key_schema: str | None = None,
+    key_subject: str | None = None,
+    key_schema_version: str = "latest",
+    key_schema_id: int | None = None,
     position_column: str | None = None,
     position_timeout_ms: int = 0,
     lookup_position_column: str | None = None,
@@ -142,6 +146,12 @@ def enrich(
         ``<changelog>-value``), ``valueSchemaVersion``, ``valueSchemaId`` and (protobuf)
         ``valueMessageName``; the reader schema is fixed here, on the driver, and travels in
         the plan with the subject's writer schemas.
+    key_schema, key_subject, key_schema_version, key_schema_id
+        ``key_format="avro"`` (with ``path``): as the reader's ``keySchema``,
+        ``keySubject``, ``keySchemaVersion`` and ``keySchemaId``. Each row's key (a struct
+        of the key schema's fields) is looked up under every schema id of the subject that
+        can hold it, in a snapshot checked to hold no key under another id; a key stored
+        under two ids fails the task naming both (see docs/schemas.md, "Avro keys").
     position_column
         A column of each row's position: ``map<string, map<int, bigint>>`` (the follower
         feed's ``position``, or ``create_map`` of a Kafka source's topic, partition and
@@ -182,27 +192,54 @@ def enrich(
         raise OptionError("enrich: key_format json is not supported; look up binary or string keys")
     parsed_key_format = ValueFormat.parse("keyFormat", key_format)
     if parsed_key_format in REGISTRY_FORMATS:
-        raise OptionError(
-            f"enrich: key_format {parsed_key_format.value} is not supported yet; look up "
-            "binary or string keys"
+        if parsed_key_format is not ValueFormat.AVRO:
+            raise OptionError(
+                f"enrich: key_format {parsed_key_format.value} keys cannot be looked up (a "
+                "value has several byte forms); read the store with Spark and join instead"
+            )
+        if changelog is not None:
+            raise OptionError(
+                f"enrich: key_format {parsed_key_format.value} looks keys up in a store's "
+                "snapshot checked for the schema ids its keys are under; a replica's key "
+                "query cannot check that: give path, not changelog"
+            )
+        key_codec = _registry_codec(
+            "key",
+            parsed_key_format,
+            key_schema,
+            changelog=changelog,
+            subject=key_subject,
+            version=key_schema_version,
+            schema_id=key_schema_id,
+            message=None,
+            registry_url=schema_registry_url,
+            registry_config=schema_registry_config,
         )
-    key_codec = ColumnCodec.create(key_format, None, column="key")
+    else:
+        if (key_schema, key_subject, key_schema_id) != (None, None, None):
+            raise OptionError(
+                "enrich: key_schema, key_subject and key_schema_id are for key_format avro"
+            )
+        key_codec = ColumnCodec.create(key_format, None, column="key")
     parsed_value_format = ValueFormat.parse("valueFormat", value_format)
     if parsed_value_format in REGISTRY_FORMATS:
-        value_codec = _registry_value_codec(
+        value_codec = _registry_codec(
+            "value",
             parsed_value_format,
             value_schema,
             changelog=changelog,
-            registry_url=schema_registry_url,
-            registry_config=schema_registry_config,
             subject=value_subject,
             version=value_schema_version,
             schema_id=value_schema_id,
             message=value_message_name,
+            registry_url=schema_registry_url,
+            registry_config=schema_registry_config,
         )
     else:
-        registry_only = (schema_registry_url, value_subject, value_schema_id, value_message_name)
-        if registry_only != (None, None, None, None):
+        registry_only = (value_subject, value_schema_id, value_message_name)
+        if registry_only != (None, None, None) or (
+            schema_registry_url is not None and parsed_key_format not in REGISTRY_FORMATS
+        ):
             raise OptionError(
                 "enrich: schema_registry_url, value_subject, value_schema_id and "
                 "value_message_name are for a registry value_format ("
@@ -250,7 +287,8 @@ def enrich(
     return df.mapInArrow(lambda batches: enrich_batches(batches, plan), StructType(fields))
 
 
-def _registry_value_codec(
+def _registry_codec(
+    column: str,
     fmt: ValueFormat,
     schema: str | None,
     *,
@@ -262,8 +300,8 @@ def _registry_value_codec(
     schema_id: int | None,
     message: str | None,
 ) -> Any:
-    """A registry format's value codec, through the snapshot reader's options (their checks
-    and their registry look-ups, once, here on the driver)."""
+    """A registry format's key or value codec, through the snapshot reader's options (their
+    checks and their registry look-ups, once, here on the driver)."""
     from spark_statestore.connectors.spark.formats import ColumnCodec
     from spark_statestore.connectors.spark.option_table import (
         SCHEMA_REGISTRY_PREFIX,
@@ -274,18 +312,18 @@ def _registry_value_codec(
 
     given = {
         "path": "enrich",
-        "valueFormat": fmt.value,
-        "valueSchema": schema,
-        "valueMessageName": message,
+        f"{column}Format": fmt.value,
+        f"{column}Schema": schema,
+        f"{column}MessageName": message,
         "schemaRegistryUrl": registry_url,
-        "valueSubject": subject,
-        "valueSchemaVersion": version,
-        "valueSchemaId": None if schema_id is None else str(schema_id),
+        f"{column}Subject": subject,
+        f"{column}SchemaVersion": version,
+        f"{column}SchemaId": None if schema_id is None else str(schema_id),
         **{SCHEMA_REGISTRY_PREFIX + k: v for k, v in (registry_config or {}).items()},
     }
     options = OptionReader({k: v for k, v in given.items() if v is not None}, Surface.READER)
-    column = registry_column(options, "value", fmt, schema, changelog=changelog)
-    return ColumnCodec.create(fmt, None, column="value", registry_column=column)
+    typed = registry_column(options, column, fmt, schema, changelog=changelog)
+    return ColumnCodec.create(fmt, None, column=column, registry_column=typed)
 
 
 def _route(

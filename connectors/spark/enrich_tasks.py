@@ -72,7 +72,10 @@ class Plan:
 
 Found = tuple["pa.Array", "pa.Array", Position]
 """The keys found, their values (binary arrays, row for row) and the snapshot's position."""
-Lookup = Callable[[Plan, "pa.Array", PositionBound], Found]
+Lookup = Callable[[Plan, "pa.Array", PositionBound, "frozenset[int] | None"], Found]
+"""``(plan, keys, bound, framed_ids)``: the keys found in one snapshot; with ``framed_ids``
+(registry-framed keys encoded under those schema ids) after checking the snapshot holds no
+key framed with another id."""
 
 
 def enrich_batches(batches: Iterator[pa.RecordBatch], plan: Plan) -> Iterator[pa.RecordBatch]:
@@ -82,9 +85,13 @@ def enrich_batches(batches: Iterator[pa.RecordBatch], plan: Plan) -> Iterator[pa
 
         # One client per task: every batch's keys go to the store host in one exchange.
         with StoreHostClient(plan.host) as host:
-            yield from enrich_with(
-                batches, plan, lambda plan, keys, bound: lookup_on_host(host, plan, keys, bound)
-            )
+
+            def on_host(
+                plan: Plan, keys: pa.Array, bound: PositionBound, ids: frozenset[int] | None
+            ) -> Found:
+                return lookup_on_host(host, plan, keys, bound, ids)
+
+            yield from enrich_with(batches, plan, on_host)
         return
     if plan.route is None:
         yield from enrich_with(batches, plan, lookup_here)
@@ -94,7 +101,10 @@ def enrich_batches(batches: Iterator[pa.RecordBatch], plan: Plan) -> Iterator[pa
     # One router per task: the announcements are read once, the replicas' clients kept.
     with routed_key_lookup(plan.route) as lookup:
 
-        def routed(plan: Plan, keys: pa.Array, bound: PositionBound) -> Found:
+        def routed(
+            plan: Plan, keys: pa.Array, bound: PositionBound, ids: frozenset[int] | None
+        ) -> Found:
+            assert ids is None, "registry-framed keys are refused for replicas when planned"
             found, position = lookup(sorted(keys.to_pylist()), bound, plan.wait_s)
             return found_arrays(found.keys(), found.values(), position)
 
@@ -112,12 +122,15 @@ def enrich_with(
 
     for batch in batches:
         column = batch.column(plan.key_index)
-        encoded = encoded_keys(plan, column)
         bound = _bound(batch, plan)
-        wanted = pc.unique(encoded.drop_null()) if encoded.null_count else pc.unique(encoded)
-        found_keys, found_values, position = lookup(plan, wanted, bound)
-        # Row i's value: the found value of its key; null for a null or absent key.
-        values = found_values.take(pc.index_in(encoded, value_set=found_keys))
+        if plan.key_codec.registry_column is not None:
+            values, position = _framed_values(plan, column, bound, lookup)
+        else:
+            encoded = encoded_keys(plan, column)
+            wanted = pc.unique(encoded.drop_null()) if encoded.null_count else pc.unique(encoded)
+            found_keys, found_values, position = lookup(plan, wanted, bound, None)
+            # Row i's value: the found value of its key; null for a null or absent key.
+            values = found_values.take(pc.index_in(encoded, value_set=found_keys))
         array, _ = plan.value_codec.decode_array(
             values, locate=_locator(plan.store, column), permissive=False
         )
@@ -125,6 +138,39 @@ def enrich_with(
         if len(plan.names) > len(arrays):  # the lookup position column
             arrays.append(pa.array([position.to_json()] * batch.num_rows, pa.string()))
         yield pa.RecordBatch.from_arrays(arrays, names=list(plan.names))
+
+
+def _framed_values(
+    plan: Plan, column: pa.Array, bound: PositionBound, lookup: Lookup
+) -> tuple[pa.Array, Position]:
+    """Each row's value for a registry-framed (Avro) key: every byte form of the key looked
+    up in one snapshot that holds no key under another schema id; a key found under two
+    ids (two entries for one logical key) fails, naming both."""
+    import pyarrow as pa
+
+    from spark_statestore.connectors.spark.avro_keys import avro_key_forms
+
+    typed = plan.key_codec.registry_column
+    assert typed is not None
+    forms, ids = avro_key_forms(
+        typed, column.to_pylist(), plan.key_codec.arrow_type, what=f"enrich ({plan.store})"
+    )
+    wanted = pa.array(sorted({raw for key_forms in forms for raw in key_forms}), pa.binary())
+    found_keys, found_values, position = lookup(plan, wanted, bound, ids)
+    found = dict(zip(found_keys.to_pylist(), found_values.to_pylist(), strict=True))
+    values: list[bytes | None] = []
+    for index, key_forms in enumerate(forms):
+        hits = [raw for raw in key_forms if raw in found]
+        if len(hits) > 1:
+            framed = ", ".join(str(int.from_bytes(raw[1:5], "big", signed=True)) for raw in hits)
+            raise SparkSourceError(
+                f"enrich: row {index} of a batch has key {column[index].as_py()!r}, which "
+                f"{plan.store} holds under schema ids {framed}: two entries for one key "
+                "(written before and after a key schema change); the lookup cannot choose "
+                "one. Read the store with Spark and join instead"
+            )
+        values.append(found[hits[0]] if hits else None)
+    return pa.array(values, pa.binary()), position
 
 
 def encoded_keys(plan: Plan, column: pa.Array) -> pa.Array:
@@ -205,17 +251,23 @@ def _as_map(raw: Any) -> dict[str, dict[int, int]]:
 
 
 def lookup_on_host(
-    host: StoreHostClient, plan: Plan, keys: pa.Array, bound: PositionBound
+    host: StoreHostClient,
+    plan: Plan,
+    keys: pa.Array,
+    bound: PositionBound,
+    framed_ids: frozenset[int] | None = None,
 ) -> Found:
     """The ``keys`` present in one snapshot of the store, read on its host (through its
     live owner, pinned, or a private checkpoint), their values and its position."""
     deadline = time.monotonic() + plan.wait_s
-    table, position = host.lookup(plan.local_path, keys, bound, plan.wait_s)
+    table, position = host.lookup(plan.local_path, keys, bound, plan.wait_s, framed_ids)
     _check(plan, bound, position, deadline)
     return _columns(table, position)
 
 
-def lookup_here(plan: Plan, keys: pa.Array, bound: PositionBound) -> Found:
+def lookup_here(
+    plan: Plan, keys: pa.Array, bound: PositionBound, framed_ids: frozenset[int] | None = None
+) -> Found:
     """:func:`lookup_on_host` in this process (no Spark driver planned it: the task runs on
     the store's host)."""
     from spark_statestore.connectors.spark.host.reads import lookup_current
@@ -223,7 +275,12 @@ def lookup_here(plan: Plan, keys: pa.Array, bound: PositionBound) -> Found:
     deadline = time.monotonic() + plan.wait_s
     purpose = "Spark enrichment lookup"
     table, position = lookup_current(
-        plan.local_path, keys, purpose=purpose, bound=bound, wait_s=plan.wait_s
+        plan.local_path,
+        keys,
+        purpose=purpose,
+        bound=bound,
+        wait_s=plan.wait_s,
+        framed_ids=framed_ids,
     )
     _check(plan, bound, position, deadline)
     return _columns(table, position)

@@ -480,6 +480,33 @@ def test_keys_look_avro_keys_up_under_every_schema_id_they_are_stored_under(
     with pytest.raises(Exception, match="not a key of the key column"):
         lookup([{"customer": 5}])
 
+    # enrich looks each row's Avro key up the same way (a key under two ids fails the task).
+    import spark_statestore
+
+    key_type = "STRUCT<customer: STRING, region: STRING>"
+    orders = spark.createDataFrame([(a,), (c,), (d,), (None,)], f"k {key_type}")
+    enriched = spark_statestore.enrich(
+        orders, str(store), key_column="k", key_format="avro", value_format="string",
+        schema_registry_url=schema_registry.url, key_subject=f"{topic}-key",
+    )  # fmt: skip
+    found = sorted((json.dumps(r["k"] and r["k"].asDict()), r["value"]) for r in enriched.collect())
+    assert found == sorted(
+        [(json.dumps(a), "1"), (json.dumps(c), "4"), (json.dumps(d), None), ("null", None)]
+    )
+    both = spark_statestore.enrich(
+        spark.createDataFrame([(b,)], f"k {key_type}"), str(store), key_column="k",
+        key_format="avro", schema_registry_url=schema_registry.url, key_subject=f"{topic}-key",
+    )  # fmt: skip
+    with pytest.raises(Exception, match=f"holds under schema ids {v1_id}, {v2_id}: two entries"):
+        both.collect()
+    pinned = spark_statestore.enrich(
+        spark.createDataFrame([({"customer": "a"},)], "k STRUCT<customer: STRING>"),
+        str(store), key_column="k", key_format="avro", schema_registry_url=schema_registry.url,
+        key_subject=f"{topic}-key", key_schema_version="1",
+    )  # fmt: skip
+    with pytest.raises(Exception, match=f"schema id {v2_id} \\(e.g. key "):
+        pinned.collect()
+
     # The CLI's query decodes and encodes keys as the reader does (subjects by the store's
     # changelog), and prints Avro keys as JSON.
     def query(*flags: str) -> subprocess.CompletedProcess[str]:

@@ -33,7 +33,8 @@ def plan(key_format: str, value_format: str = "binary") -> Any:
 def run(the_plan: Any, column: pa.Array, store: dict[bytes, bytes]) -> tuple[list[Any], list[Any]]:
     asked: list[list[bytes]] = []
 
-    def lookup(_: Any, keys: pa.Array, bound: PositionBound) -> Any:
+    def lookup(_: Any, keys: pa.Array, bound: PositionBound, ids: Any) -> Any:
+        assert ids is None  # keys of the plain formats are not framed
         wanted = keys.to_pylist()
         asked.append(wanted)
         present = [k for k in wanted if k in store]

@@ -162,13 +162,18 @@ class StoreHostClient:
         keys: list[bytes] | pa.Array,
         bound: PositionBound,
         wait_s: float = 0.0,
+        framed_ids: frozenset[int] | None = None,
     ) -> tuple[pa.Table, Position]:
         """The rows of ``keys`` (bytes, or an Arrow binary array) present in one snapshot of
-        ``store`` on the host, and its position (check it against ``bound``)."""
+        ``store`` on the host, and its position (check it against ``bound``); with
+        ``framed_ids``, after checking that snapshot holds no key framed with another schema
+        id (:attr:`~spark_statestore.store.scan.ScanSpec.framed_ids`)."""
         import pyarrow as pa
         import pyarrow.flight as flight
 
-        command = {"store": store, "bound": bound.to_dict(), "wait_s": wait_s}
+        command: dict[str, Any] = {"store": store, "bound": bound.to_dict(), "wait_s": wait_s}
+        if framed_ids is not None:
+            command["framed_ids"] = sorted(framed_ids)
         descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
         schema = pa.schema([pa.field("key", pa.binary(), nullable=False)])
         try:

@@ -75,12 +75,20 @@ class CurrentSnapshot:
 
 
 def lookup_current(
-    path: str, keys: pa.Array, *, purpose: str, bound: PositionBound, wait_s: float
+    path: str,
+    keys: pa.Array,
+    *,
+    purpose: str,
+    bound: PositionBound,
+    wait_s: float,
+    framed_ids: frozenset[int] | None = None,
 ) -> tuple[pa.Table, Position]:
     """The rows of ``keys`` (an Arrow binary array without nulls) in one snapshot of the
     store at ``path`` as it is now, and that snapshot's position (check it against
     ``bound``): through its live owner in one call (no pin), or, as
-    :func:`current_snapshot` reads, a private checkpoint.
+    :func:`current_snapshot` reads, a private checkpoint. With ``framed_ids`` the keys are
+    read as a key scan of one snapshot that first checks the store holds no key framed
+    with another schema id (:attr:`~spark_statestore.store.scan.ScanSpec.framed_ids`).
 
     Raises
     ------
@@ -91,6 +99,12 @@ def lookup_current(
     """
     from spark_statestore.serve import connect_to_owner
 
+    if framed_ids is not None:
+        from spark_statestore.store.scan import ScanSpec
+
+        spec = ScanSpec(keys=tuple(keys.to_pylist()), framed_ids=framed_ids)
+        with current_snapshot(path, purpose=purpose, bound=bound, wait_s=wait_s) as now:
+            return now.table(spec), now.position
     client = connect_to_owner(path)
     if client is not None:
         with client:

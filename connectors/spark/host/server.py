@@ -130,7 +130,20 @@ class StoreHostServer:
 
         store, bound, wait_s = self._read_request(request, "lookup")
         purpose = f"spark_statestore store host lookup (pid {os.getpid()})"
-        return lookup_current(store, keys, purpose=purpose, bound=bound, wait_s=wait_s)
+        framed_ids = request.get("framed_ids")
+        if framed_ids is not None and (
+            not isinstance(framed_ids, list)
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in framed_ids)
+        ):
+            raise _bad(f"lookup: framed_ids must be a list of schema ids, got {framed_ids!r}")
+        return lookup_current(
+            store,
+            keys,
+            purpose=purpose,
+            bound=bound,
+            wait_s=wait_s,
+            framed_ids=None if framed_ids is None else frozenset(framed_ids),
+        )
 
     def _read_request(self, request: Mapping[str, Any], what: str) -> tuple[str, Any, float]:
         """The store, bound and wait (capped at 600 s) of a scan or lookup request."""
