@@ -529,3 +529,50 @@ def test_keys_look_avro_keys_up_under_every_schema_id_they_are_stored_under(
     assert f"schema id {v2_id} (e.g. key " in done.stderr, done.stderr
     done = query("--all")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 4, done.stderr
+
+
+def test_a_window_store_keeps_its_window_columns_with_avro_user_keys_and_values(
+    spark: Any,
+    kafka_broker: Any,
+    schema_registry: Any,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """Only the user key and the value change: the window store's stored key is the Avro
+    user key (its frame included) followed by the window start and sequence number."""
+    from spark_statestore.changelog import encode_window_key
+
+    topic = make_topic(1, suffix="-changelog")
+    bootstrap = kafka_broker.bootstrap_servers
+    key = serializer(schema_registry.url, KEY_V1, keys=True)
+    value = serializer(schema_registry.url, V2)
+    produce(
+        bootstrap,
+        topic,
+        [
+            (encode_window_key(key(topic, {"customer": "a"}), 60_000), value(topic, {"id": 1})),
+            (encode_window_key(key(topic, {"customer": "a"}), 120_000), value(topic, {"id": 2})),
+            (encode_window_key(key(topic, {"customer": "b"}), 60_000), value(topic, {"id": 3})),
+        ],
+    )
+    options = {
+        "keyFormat": "avro", "valueFormat": "avro", "storeType": "window",
+        "windowSizeMs": "60000", "schemaRegistryUrl": schema_registry.url,
+    }  # fmt: skip
+    store = tmp_path / "store"
+    rows = run_available_now(follow(spark, bootstrap, topic, store, **options), tmp_path / "cp")
+    seen = sorted(
+        (r["key"]["customer"], r["window_start"].timestamp(), r["value"]["id"]) for r in rows
+    )
+    assert seen == [("a", 60.0, 1), ("a", 120.0, 2), ("b", 60.0, 3)]
+    wait_for_owner_exit(store)
+    table = (
+        spark.read.format(FORMAT)
+        .options(**options, keySubject=f"{topic}-key", valueSubject=f"{topic}-value")
+        .load(str(store))
+    )
+    found = table.where("key.customer = 'a'").select("window_end", "value.qty").collect()
+    assert sorted((r["window_end"].timestamp(), r["qty"]) for r in found) == [
+        (120.0, 1),
+        (180.0, 1),
+    ]
