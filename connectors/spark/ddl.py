@@ -10,8 +10,9 @@ not have, so this module parses the subset of the grammar the decoders support:
 - ``BOOLEAN``, ``TINYINT``/``BYTE``, ``SMALLINT``/``SHORT``, ``INT``/``INTEGER``,
   ``BIGINT``/``LONG``, ``FLOAT``/``REAL``, ``DOUBLE``, ``DECIMAL``/``DEC``/``NUMERIC``
   ``[(p[, s])]``, ``STRING``, ``VARCHAR(n)``/``CHAR(n)`` (read as ``STRING``), ``BINARY``,
-  ``DATE``, ``TIMESTAMP``/``TIMESTAMP_LTZ``, ``TIMESTAMP_NTZ``, ``ARRAY<T>``, ``MAP<K, V>``,
-  ``STRUCT<name: T, name T, ...>``;
+  ``DATE``, ``TIMESTAMP``/``TIMESTAMP_LTZ``, ``TIMESTAMP_NTZ``, ``INTERVAL DAY TO SECOND``
+  (and the other day-time intervals: a Protobuf Duration's type), ``ARRAY<T>``,
+  ``MAP<K, V>``, ``STRUCT<name: T, name T, ...>``;
 - case-insensitive keywords, backquoted names (a doubled backquote escapes one), string
   literals in single or double quotes with Spark's backslash escapes.
 
@@ -32,6 +33,7 @@ from pyspark.sql.types import (
     ByteType,
     DataType,
     DateType,
+    DayTimeIntervalType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -84,7 +86,9 @@ _SIMPLE_TYPES: dict[str, Callable[[], DataType]] = {
 _CHAR_TYPES = ("char", "character", "varchar")
 _DECIMAL_TYPES = ("decimal", "dec", "numeric")
 _COMPLEX_TYPES = ("array", "map", "struct")
-_TYPE_NAMES = (*_SIMPLE_TYPES, *_CHAR_TYPES, *_DECIMAL_TYPES, *_COMPLEX_TYPES)
+_INTERVAL_FIELDS = ("day", "hour", "minute", "second")
+"""DayTimeIntervalType's fields, by their number (its startField and endField)."""
+_TYPE_NAMES = (*_SIMPLE_TYPES, *_CHAR_TYPES, *_DECIMAL_TYPES, *_COMPLEX_TYPES, "interval")
 
 _WORD = re.compile(r"\w+")
 _SPACE = re.compile(r"\s+")
@@ -171,6 +175,10 @@ def type_to_ddl(data_type: DataType) -> str:
         return f"MAP<{type_to_ddl(data_type.keyType)}, {type_to_ddl(data_type.valueType)}>"
     if isinstance(data_type, DecimalType):
         return f"DECIMAL({data_type.precision},{data_type.scale})"
+    if isinstance(data_type, DayTimeIntervalType):
+        start = _INTERVAL_FIELDS[data_type.startField].upper()
+        end = _INTERVAL_FIELDS[data_type.endField].upper()
+        return f"INTERVAL {start}" if start == end else f"INTERVAL {start} TO {end}"
     if isinstance(data_type, StringType) and data_type.collation != "UTF8_BINARY":
         raise DDLError(
             f"cannot render {data_type.simpleString()} as DDL: collated strings are not "
@@ -376,7 +384,30 @@ class _Parser:
                 self._depth -= 1
         if name in _SIMPLE_TYPES or name in _CHAR_TYPES or name in _DECIMAL_TYPES:
             return self._simple_type(token)
+        if name == "interval":
+            return self._interval_type()
         raise self._error(token.pos, f"unknown type {token.value!r}{self._suggest(name)}")
+
+    def _interval_type(self) -> DataType:
+        """``INTERVAL start [TO end]`` of DAY, HOUR, MINUTE, SECOND (a day-time interval)."""
+        fields = []
+        for part in ("start", "end"):
+            token = self._peek()
+            if token.kind != "word" or token.value.lower() not in _INTERVAL_FIELDS:
+                raise self._unexpected(
+                    "DAY, HOUR, MINUTE or SECOND, like INTERVAL DAY TO SECOND"
+                    if part == "start"
+                    else "the end field after TO"
+                )
+            fields.append(_INTERVAL_FIELDS.index(self._next().value.lower()))
+            after = self._peek()
+            if part == "end" or after.kind != "word" or after.value.lower() != "to":
+                break
+            self._next()
+        start, end = fields[0], fields[-1]
+        if end < start:
+            raise self._unexpected("an end field after the start field")
+        return DayTimeIntervalType(start, end)
 
     def _complex_type(self, name: str) -> DataType:
         if name == "array":

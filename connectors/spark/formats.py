@@ -44,6 +44,7 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     DataType,
+    DayTimeIntervalType,
     DoubleType,
     IntegerType,
     LongType,
@@ -422,6 +423,11 @@ def _check_json_schema(schema: StructType, option: str) -> None:
             "parse_ddl"
         )
     for inner in _walk(schema):
+        if isinstance(inner, DayTimeIntervalType):
+            raise OptionError(
+                f"option {option}: {type_to_ddl(inner)} is not read from JSON values; read the "
+                "field as STRING or BIGINT (e.g. microseconds) and convert it in Spark"
+            )
         if isinstance(inner, MapType) and not isinstance(inner.keyType, StringType):
             raise OptionError(
                 f"option {option}: {type_to_ddl(inner)} cannot be read from JSON, whose "

@@ -12,6 +12,7 @@ from pyspark.sql.types import (
     ByteType,
     DataType,
     DateType,
+    DayTimeIntervalType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -231,6 +232,9 @@ _ATOMIC = st.one_of(
             DateType(),
             TimestampType(),
             TimestampNTZType(),
+            DayTimeIntervalType(),  # DAY TO SECOND: a Protobuf Duration
+            DayTimeIntervalType(1, 2),
+            DayTimeIntervalType(3, 3),
         ]
     ),
     st.integers(1, 38).flatmap(lambda p: st.integers(0, p).map(lambda s: DecimalType(p, s))),
@@ -270,3 +274,16 @@ _TYPES = st.recursive(
 def test_to_ddl_then_parse_is_the_identity(schema: StructType) -> None:
     assert parse_ddl(to_ddl(schema)) == schema
     assert parse_ddl(type_to_ddl(schema)) == schema
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("d INTERVAL", "DAY, HOUR, MINUTE or SECOND"),
+        ("d INTERVAL SECOND TO DAY", "an end field after the start field"),
+        ("d INTERVAL DAY TO", "the end field after TO"),
+    ],
+)
+def test_malformed_intervals_are_refused(text: str, match: str) -> None:
+    with pytest.raises(DDLError, match=match):
+        parse_ddl(text)

@@ -65,7 +65,11 @@ REGISTRY_APP = "io.sparkstatestore.interop.RegistryApp"
 each customer's orders as an Avro ``CustomerOrders`` record, and ``avro-keyed``, keyed by an
 Avro ``CustomerKey`` record (customer, amount modulo 4) with Long sums; both serialized by
 Apicurio Registry's Avro serde in the Confluent frame (magic byte, 4-byte schema id),
-registering their schemas as ``<application id>-<store>-changelog-value`` / ``-key``. Its
+registering their schemas as ``<application id>-<store>-changelog-value`` / ``-key``; and
+``orders-proto``, the same fold as a Protobuf ``sparkstatestore.interop.CustomerOrders``
+message (well-known Timestamp, Duration and StringValue, a map, an enum, a nested message, a
+proto3 ``optional`` and a oneof) through Apicurio's Protobuf serde (the frame with message
+indexes), its schema registered as the ``.proto`` source. Its
 ``settings``: ``schema-registry-url``, Apicurio Registry's own API
 (``<LocalSchemaRegistry.base_url>/apis/registry/v3``; required), and ``schema-version``
 (``1``, or ``2``: ``note`` dropped, ``region`` added with a default). Its query ``records``
@@ -366,7 +370,13 @@ class StreamsFollower(StreamsApp):
         8 bytes big-endian) or ``"avro"`` (Avro records in the registry serializers' frame,
         read by Apicurio Registry's Avro serde, which looks the frame's id up as a content id,
         the id Apicurio's Confluent-compatible API gives out: each record answers the fields
-        of its own writer schema, as a JSON object). A null value deletes the key.
+        of its own writer schema, as a JSON object) or ``"protobuf"`` (Protobuf messages in
+        the Confluent frame with message indexes, read by Apicurio Registry's Protobuf serde
+        as ``DynamicMessage`` with the writer's schema, the message type the indexes name;
+        each value answers as a JSON object keyed by proto field names: every field of the
+        writer's message, Timestamp and Duration as microseconds, wrappers as their value,
+        unset ``optional``, message and oneof fields as null, enums by name, bytes as
+        base64, maps as objects). A null value deletes the key.
     kind
         ``"readonly"``: ``Topology#addReadOnlyStateStore`` (KIP-813; the topic is the store's
         changelog, Kafka Streams creates none), queried with IQv2. ``"global"``:
@@ -380,7 +390,7 @@ class StreamsFollower(StreamsApp):
     log_path
         Where the JVM's stderr goes.
     schema_registry_url
-        For ``"avro"`` stores: Apicurio Registry's own API,
+        For ``"avro"`` and ``"protobuf"`` stores: Apicurio Registry's own API,
         ``<LocalSchemaRegistry.base_url>/apis/registry/v3``.
 
     Its queries are :meth:`range` and :meth:`all`; the orders app's ops of :meth:`query` are
@@ -402,13 +412,15 @@ class StreamsFollower(StreamsApp):
         if kind not in ("readonly", "global"):
             raise StreamsAppError(f"kind must be 'readonly' or 'global', got {kind!r}")
         for store, (topic, value_format) in follow.items():
-            if value_format not in ("string", "long", "avro"):
+            if value_format not in ("string", "long", "avro", "protobuf"):
                 raise StreamsAppError(
                     f"store {store!r} (topic {topic!r}): value format must be 'string', "
-                    f"'long' or 'avro', got {value_format!r}"
+                    f"'long', 'avro' or 'protobuf', got {value_format!r}"
                 )
-            if value_format == "avro" and schema_registry_url is None:
-                raise StreamsAppError(f"store {store!r} reads avro: give schema_registry_url")
+            if value_format in ("avro", "protobuf") and schema_registry_url is None:
+                raise StreamsAppError(
+                    f"store {store!r} reads {value_format}: give schema_registry_url"
+                )
         self.kind = kind
         self.follow = dict(follow)
         super().__init__(

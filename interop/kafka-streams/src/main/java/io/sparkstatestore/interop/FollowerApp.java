@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 
+import com.google.protobuf.DynamicMessage;
 import io.apicurio.registry.serde.avro.AvroKafkaDeserializer;
 import io.apicurio.registry.serde.avro.AvroKafkaSerializer;
 import io.apicurio.registry.serde.config.IdOption;
@@ -33,8 +34,9 @@ import org.apache.kafka.streams.state.Stores;
  *
  * <p>{@code --follow store=topic:format[,store=topic:format...]} names the stores, the topic
  * each one follows and its value format ({@code string}: {@code Serdes.String()}, {@code long}:
- * {@code Serdes.Long()}, {@code avro}: see below); keys are UTF-8 strings. An item without
- * {@code :format} takes {@code --value-format}'s. {@code --kind} says how:
+ * {@code Serdes.Long()}, {@code avro} and {@code protobuf}: see below); keys are UTF-8
+ * strings. An item without {@code :format} takes {@code --value-format}'s. {@code --kind} says
+ * how:
  *
  * <ul>
  *   <li>{@code readonly}: {@code Topology#addReadOnlyStateStore} (KIP-813), a persistent
@@ -50,6 +52,13 @@ import org.apache.kafka.streams.state.Stores;
  * {@code avro}). A value is the Confluent frame (magic byte 0, a 4-byte big-endian schema id,
  * Avro binary), as a Confluent-compatible serializer writes it; see {@link #avroValues}.
  *
+ * <p>{@code protobuf} values are Apicurio Registry's Kafka serde for Protobuf, reading messages
+ * of no generated class ({@code DynamicMessage}), against the same {@code
+ * --schema-registry-url} (required with {@code protobuf}). A value is the Confluent frame with
+ * message indexes (magic byte 0, a 4-byte big-endian schema id, the indexes, the message), the
+ * message read with the writer's schema, the type its indexes name; it answers as {@link
+ * ProtoJson} writes it. See {@link #protobufValues}.
+ *
  * <p>A topology may register a topic once only (as a source, a read-only store or a global
  * store), so one instance follows each topic one way; run the app twice to have both.
  *
@@ -63,7 +72,10 @@ public final class FollowerApp {
   private FollowerApp() {}
 
   /** The value formats of {@code --follow} and {@code --value-format}. */
-  static final Set<String> FORMATS = Set.of("string", "long", "avro");
+  static final Set<String> FORMATS = Set.of("string", "long", "avro", "protobuf");
+
+  /** The value formats read through the registry (they need {@code --schema-registry-url}). */
+  static final Set<String> REGISTRY_FORMATS = Set.of("avro", "protobuf");
 
   /** One followed topic: the store that follows it and the format of its values. */
   record Followed(String store, String topic, String format) {
@@ -74,11 +86,13 @@ public final class FollowerApp {
       }
     }
 
-    /** The serde of its values; {@code registryUrl} is Apicurio's API for {@code avro}. */
+    /** The serde of its values; {@code registryUrl} is Apicurio's API for {@code avro} and
+     * {@code protobuf}. */
     Serde<?> valueSerde(String registryUrl) {
       return switch (format) {
         case "string" -> Serdes.String();
         case "long" -> Serdes.Long();
+        case "protobuf" -> protobufValues(registryUrl);
         default -> avroValues(registryUrl);
       };
     }
@@ -121,8 +135,29 @@ public final class FollowerApp {
     return Serdes.serdeFrom(serializer, deserializer);
   }
 
+  /**
+   * Apicurio's Protobuf serde of messages of no generated class ({@code DynamicMessage}), as
+   * {@link ProtobufSerdes#dynamic} configures it, against {@code registryUrl} (Apicurio's own
+   * API, as for {@code avro}).
+   *
+   * <p>Reading: the Confluent frame (magic byte 0, a 4-byte big-endian schema id, the message
+   * indexes, the message), the id looked up as a content id as for {@code avro}; the message
+   * is read with the writer's schema, the message type the frame's indexes name: each value
+   * answers the fields of the schema it was written with.
+   *
+   * <p>Writing (the store keeps a value as the serializer writes it): the same frame, with the
+   * id and schema the value was read with; nothing is registered or searched.
+   */
+  static Serde<DynamicMessage> protobufValues(String registryUrl) {
+    if (registryUrl == null) {
+      throw new IllegalArgumentException(
+          "the protobuf value format needs --schema-registry-url");
+    }
+    return ProtobufSerdes.dynamic(registryUrl);
+  }
+
   /** The value serde of each followed store, by store name (to be closed after the run: an
-   * Avro serde holds a registry client). */
+   * Avro or Protobuf serde holds a registry client). */
   static Map<String, Serde<?>> valueSerdes(Options options) {
     Map<String, Serde<?>> serdes = new LinkedHashMap<>();
     for (Followed f : options.followed) {
@@ -252,9 +287,11 @@ public final class FollowerApp {
         // Followed refuses an unknown format now, not at the first record.
         options.followed.add(new Followed(storeAndRest[0], topicAndFormat[0], format));
       }
-      if (options.registryUrl == null
-          && options.followed.stream().anyMatch(f -> f.format().equals("avro"))) {
-        throw new IllegalArgumentException("the avro value format needs --schema-registry-url");
+      for (Followed f : options.followed) {
+        if (options.registryUrl == null && REGISTRY_FORMATS.contains(f.format())) {
+          throw new IllegalArgumentException(
+              "the " + f.format() + " value format needs --schema-registry-url");
+        }
       }
       return options;
     }

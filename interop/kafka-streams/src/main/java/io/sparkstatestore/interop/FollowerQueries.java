@@ -194,8 +194,9 @@ final class FollowerQueries {
   }
 
   /** A value as JSON: a string or a number as {@link Json} writes it, an Avro record as an
-   * object of its fields ({@link AvroJson}, by the record's own schema). */
+   * object of its fields ({@link AvroJson}, by the record's own schema), a Protobuf message
+   * likewise ({@link ProtoJson}); see {@link StoreJson}. */
   private static String row(String key, Object value) {
-    return "{\"key\":" + Json.string(key) + ",\"value\":" + AvroJson.of(value) + "}";
+    return "{\"key\":" + Json.string(key) + ",\"value\":" + StoreJson.of(value) + "}";
   }
 }

@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 
+import com.google.protobuf.Message;
 import io.apicurio.registry.serde.avro.AvroSerde;
 import io.apicurio.registry.serde.config.SerdeConfig;
 import org.apache.avro.Conversions;
@@ -31,11 +32,11 @@ import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.Stores;
 
 /**
- * Stores whose keys or values are Avro records written through a schema registry, for the
- * interop tests of registry-framed changelogs (issue 37).
+ * Stores whose keys or values are Avro records or Protobuf messages written through a schema
+ * registry, for the interop tests of registry-framed changelogs (issue 37).
  *
  * <p>It reads the orders topic (as {@link InteropApp}: String keys = customer, Long values =
- * amount, null cancels) and keeps two key-value stores, logged to their changelogs:
+ * amount, null cancels) and keeps three key-value stores, logged to their changelogs:
  *
  * <ul>
  *   <li>{@code orders-avro}: per customer, a {@code io.sparkstatestore.interop.CustomerOrders}
@@ -53,6 +54,27 @@ import org.apache.kafka.streams.state.Stores;
  *       ({@code customer}, {@code bucket}: the amount modulo 4), the sum of the customer's
  *       amounts in that bucket (a Long); a cancellation deletes the bucket of the customer's
  *       last amount.
+ *   <li>{@code orders-proto}: per customer, a Protobuf {@code
+ *       sparkstatestore.interop.CustomerOrders} (proto3; {@code src/main/proto}, one file per
+ *       schema version, the same full name in both): {@code customer}, {@code total} (int64)
+ *       and {@code count} (int32) of the orders, {@code last_amount} (sint64), {@code updated}
+ *       (a {@code google.protobuf.Timestamp}: the last record's timestamp), {@code amounts}
+ *       (repeated int64: the last three), {@code tags} ({@code map<string, int64>}: orders per
+ *       size, as above), {@code status} (enum {@code Status}: {@code OPEN}, {@code CLOSED}
+ *       after a cancellation), {@code stats} (a nested {@code Stats}: {@code mean}, a double,
+ *       total / count; {@code max_amount}, a uint32, the largest amount; {@code digest}, bytes,
+ *       the count as 4 big-endian bytes), {@code since_first} (a {@code
+ *       google.protobuf.Duration}: {@code updated} minus the first order's timestamp), {@code
+ *       channel} (proto3 {@code optional string}: {@code "web"} after an even amount, unset
+ *       after an odd one), the oneof {@code last} ({@code last_positive}, int64 = 20: the
+ *       amount after an order; {@code last_cancel_reason}, string = 21: {@code "cancel"} after
+ *       a cancellation), and in schema version 1 {@code note} (a {@code
+ *       google.protobuf.StringValue} = 9, set as {@code orders-avro}'s {@code note}, unset
+ *       where that is null); schema version 2 reserves 9 and {@code "note"} and adds {@code
+ *       region} (string = 13: {@code "even"} or {@code "odd"}, the parity of the last amount).
+ *       A cancellation keeps the other fields ({@code stats}, {@code channel}, {@code
+ *       region}, ...) and sets {@code updated}, {@code since_first}, {@code status}, {@code
+ *       note} and {@code last}; a cancellation of a CLOSED customer deletes it.
  * </ul>
  *
  * <p>The Avro serde is Apicurio Registry's ({@code AvroSerde}) with its defaults: the
@@ -62,21 +84,37 @@ import org.apache.kafka.streams.state.Stores;
  * as {@code <application id>-orders-avro-changelog-value} and {@code <application
  * id>-avro-keyed-changelog-key}, the subjects the registry's Confluent-compatible API lists.
  *
+ * <p>The Protobuf serde is Apicurio Registry's too ({@link ProtobufSerdes#forClass}), in the
+ * Confluent frame with message indexes: magic byte 0, the 4-byte big-endian content id, the
+ * indexes ({@code [0]}, written by Apicurio as the bytes {@code 02 00}), the message; no
+ * type-ref prefix, no headers. It registers {@code <application id>-orders-proto-changelog-value}
+ * as the {@code .proto} text the version's class was compiled from, referencing the
+ * well-known types it imports, which it registers as {@code google/protobuf/timestamp.proto},
+ * {@code google/protobuf/duration.proto} and (version 1) {@code
+ * google/protobuf/wrappers.proto}.
+ *
  * <p>It takes {@link InteropApp}'s command line and properties (exactly-once v2), plus
  * {@code --schema-registry-url}, Apicurio Registry's own API ({@code .../apis/registry/v3};
  * required), and {@code --schema-version} ({@code 1}, the default, or {@code 2}): the value
- * schema it writes, registered on first use. Records already in the store written with the
- * other version are read with their own schema and rewritten with this one when updated.
+ * schema it writes, registered on first use. Avro records already in the store written with
+ * the other version are read with their own schema and rewritten with this one when updated.
+ * Protobuf values are read as this version's class whichever version wrote them (Protobuf's
+ * rule: a version 1 message read by version 2 has {@code region} {@code ""} and {@code note}
+ * as an unknown field, which an update drops; a version 2 message read by version 1 has
+ * {@code note} unset).
  *
  * <p>On stdin, {@code <id> records <store>} answers every entry of a store through IQv2
  * ({@code RangeQuery.withNoBounds()}): {@code {"id", "ok": true, "rows": [{"key", "value"}],
  * "position"}}, an Avro key or value as a JSON object of its fields ({@link AvroJson}:
- * timestamps in epoch milliseconds, decimals as strings, enums as their symbols); {@code stop}
- * closes it.
+ * timestamps in epoch milliseconds, decimals as strings, enums as their symbols), a Protobuf
+ * value likewise ({@link ProtoJson}: proto field names, every field of the message, Timestamp
+ * and Duration in microseconds, unset optional, message and oneof fields null, bytes base64);
+ * {@code stop} closes it.
  */
 public final class RegistryApp {
   static final String ORDERS_AVRO = "orders-avro";
   static final String AVRO_KEYED = "avro-keyed";
+  static final String ORDERS_PROTO = "orders-proto";
   static final int BUCKETS = 4;
   static final int LAST_AMOUNTS = 3;
 
@@ -136,6 +174,16 @@ public final class RegistryApp {
     };
   }
 
+  /** The default instance of the Protobuf value class of {@code version} (1 or 2). */
+  static Message protoPrototype(int version) {
+    return switch (version) {
+      case 1 -> io.sparkstatestore.interop.proto.v1.CustomerOrders.getDefaultInstance();
+      case 2 -> io.sparkstatestore.interop.proto.v2.CustomerOrders.getDefaultInstance();
+      default -> throw new IllegalArgumentException(
+          "--schema-version must be 1 or 2, got " + version);
+    };
+  }
+
   /** Apicurio's Avro serde in the Confluent frame, registering the schemas it writes. */
   static Serde<GenericRecord> avroSerde(String registryUrl, boolean isKey) {
     Map<String, Object> config = new HashMap<>();
@@ -147,7 +195,10 @@ public final class RegistryApp {
   }
 
   static Topology topology(
-      Options options, Serde<GenericRecord> keys, Serde<GenericRecord> values) {
+      Options options,
+      Serde<GenericRecord> keys,
+      Serde<GenericRecord> values,
+      Serde<Message> protos) {
     Topology topology = new Topology();
     topology.addSource(
         "orders",
@@ -164,6 +215,13 @@ public final class RegistryApp {
         Stores.keyValueStoreBuilder(
             Stores.persistentKeyValueStore(AVRO_KEYED), keys, Serdes.Long()),
         "customer-orders");
+    Message prototype = protoPrototype(options.schemaVersion);
+    topology.addProcessor(
+        "customer-orders-proto", () -> new ProtoOrders(prototype), "orders");
+    topology.addStateStore(
+        Stores.keyValueStoreBuilder(
+            Stores.persistentKeyValueStore(ORDERS_PROTO), Serdes.String(), protos),
+        "customer-orders-proto");
     return topology;
   }
 
@@ -314,8 +372,8 @@ public final class RegistryApp {
         try (KeyValueIterator<Object, Object> all = answer.getResult()) {
           while (all.hasNext()) {
             KeyValue<Object, Object> next = all.next();
-            rows.add("{\"key\":" + AvroJson.of(next.key) + ",\"value\":"
-                + AvroJson.of(next.value) + "}");
+            rows.add("{\"key\":" + StoreJson.of(next.key) + ",\"value\":"
+                + StoreJson.of(next.value) + "}");
           }
         }
       }
@@ -351,14 +409,17 @@ public final class RegistryApp {
     Options options = Options.parse(args);
     Serde<GenericRecord> keys = avroSerde(options.registryUrl, true);
     Serde<GenericRecord> values = avroSerde(options.registryUrl, false);
+    Serde<Message> protos =
+        ProtobufSerdes.forClass(options.registryUrl, protoPrototype(options.schemaVersion));
     try {
       Console.run(
-          topology(options, keys, values),
+          topology(options, keys, values, protos),
           InteropApp.properties(options.app),
           streams -> line -> answer(streams, line));
     } finally {
       keys.close(); // their registry clients' threads
       values.close();
+      protos.close();
     }
   }
 }
