@@ -175,11 +175,12 @@ class SinkOptions:
     """The options as given (the sink's store server parses them again)."""
     checkpoint: QueryCheckpoint | None = None
     """The streaming sink: ``checkpointLocation`` parsed, with its filesystem's options."""
-    key_avro: Any = None
-    """``keyFormat avro``: the :class:`~spark_statestore.connectors.spark.avro_sink.AvroSinkColumn`
-    the keys are encoded with (its writer schema and id fixed when the options were parsed)."""
-    value_avro: Any = None
-    """As ``key_avro``, for values."""
+    key_registry_column: Any = None
+    """A registry ``keyFormat``: the
+    :class:`~spark_statestore.connectors.spark.registry_sink.RegistrySinkColumn` the keys are
+    encoded with (its writer schema and id fixed when the options were parsed)."""
+    value_registry_column: Any = None
+    """As ``key_registry_column``, for values."""
 
 
 SINK_SERVER_OPTIONS = ("serveLivenessTimeoutMs", "serveIdleTimeoutMs")
@@ -432,15 +433,16 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
     liveness_ms = options.integer("serveLivenessTimeoutMs")
     idle_ms = options.integer("serveIdleTimeoutMs")
     assert liveness_ms is not None and idle_ms is not None  # they have defaults
-    from spark_statestore.connectors.spark.avro_sink import avro_sink_column
+    from spark_statestore.connectors.spark.registry_sink import registry_sink_column
 
-    key_avro = avro_sink_column(options, "key", changelog=changelog)
-    value_avro = avro_sink_column(options, "value", changelog=changelog)
-    if key_avro is None and value_avro is None:
+    key_typed = registry_sink_column(options, "key", changelog=changelog)
+    value_typed = registry_sink_column(options, "value", changelog=changelog)
+    if key_typed is None and value_typed is None:
         given = [n for n in ("schemaRegistryUrl", "autoRegisterSchemas") if options.given(n)]
         if given:
             raise OptionError(
-                f"option {given[0]} is for keyFormat or valueFormat avro: set one, or remove it"
+                f"option {given[0]} is for a registry keyFormat or valueFormat: set one, or "
+                "remove it"
             )
     return SinkOptions(
         path=path,
@@ -458,8 +460,8 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         serve_idle_timeout_ms=idle_ms,
         raw={str(name): str(value) for name, value in raw.items()},
         checkpoint=_query_checkpoint(checkpoint, options) if streaming else None,
-        key_avro=key_avro,
-        value_avro=value_avro,
+        key_registry_column=key_typed,
+        value_registry_column=value_typed,
     )
 
 

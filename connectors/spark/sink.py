@@ -67,11 +67,11 @@ class StagedMessage(WriterCommitMessage):
     staged: StagedFile | None
 
 
-def check_input_schema(schema: StructType, avro: Mapping[str, Any] | None = None) -> None:
+def check_input_schema(schema: StructType, encoded: Mapping[str, Any] | None = None) -> None:
     """Refuse input the sink cannot write, naming the column and the expected types.
 
-    ``avro``: ``{"key" / "value": AvroSinkColumn}`` for the columns encoded as Avro, which
-    must have the Spark type of their writer schema.
+    ``encoded``: ``{"key" / "value": RegistrySinkColumn}`` for the columns encoded in a
+    registry format, which must have the Spark type of their writer schema.
 
     Raises
     ------
@@ -103,10 +103,10 @@ def check_input_schema(schema: StructType, avro: Mapping[str, Any] | None = None
                 f"the spark_statestore sink needs a {required!r} column; got columns {names}. "
                 f"Expected: {expected_text}"
             )
-    encoded = dict(avro or {})
+    typed = dict(encoded or {})
     for field in schema.fields:
-        if field.name in encoded:
-            _check_avro_column(field, encoded[field.name])
+        if field.name in typed:
+            _check_encoded_column(field, typed[field.name])
             continue
         kinds = expected.get(field.name)
         if kinds is None:
@@ -121,13 +121,13 @@ def check_input_schema(schema: StructType, avro: Mapping[str, Any] | None = None
             )
 
 
-def _check_avro_column(field: Any, avro: Any) -> None:
-    wanted = avro.spark_type()
+def _check_encoded_column(field: Any, typed: Any) -> None:
+    wanted = typed.spark_type()
     if _without_nullability(field.dataType) != _without_nullability(wanted):
         raise SinkError(
             f"column {field.name!r} has type {field.dataType.simpleString()}, but its writer "
-            f"schema ({avro.writer.what}) writes {wanted.simpleString()}: select or cast the "
-            f"column to that type (from_avro's mapping, see docs/schemas.md)"
+            f"schema ({typed.writer.what}) writes {wanted.simpleString()}: select or cast the "
+            f"column to that type (the {typed.format.value} type mapping, see docs/schemas.md)"
         )
 
 
@@ -169,10 +169,10 @@ def check_changelog_owner(options: SinkOptions) -> None:
 
 
 def _normalize(
-    batch: pa.RecordBatch, avro: Mapping[str, Any] | None = None, first_row: int = 0
+    batch: pa.RecordBatch, typed: Mapping[str, Any] | None = None, first_row: int = 0
 ) -> pa.RecordBatch:
     """One input batch in the staged schema (binary key/value, ms timestamps); the columns
-    in ``avro`` encoded with their writer schema (``first_row``: this batch's first row's
+    in ``typed`` encoded with their writer schema (``first_row``: this batch's first row's
     number in the task, for messages)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -182,7 +182,7 @@ def _normalize(
     schema = staged_schema()
     count = batch.num_rows
     names = batch.schema.names
-    encoded = dict(avro or {})
+    encoded = dict(typed or {})
 
     def column(name: str, kind: pa.DataType) -> pa.Array:
         if name not in names:
@@ -276,12 +276,9 @@ class _Writer:
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         from spark_statestore.connectors.spark.host import ensure_store_host
 
-        self._avro = {
-            name: column
-            for name, column in (("key", options.key_avro), ("value", options.value_avro))
-            if column is not None
-        }
-        check_input_schema(schema, self._avro)
+        pairs = (("key", options.key_registry_column), ("value", options.value_registry_column))
+        self._encoded = {name: column for name, column in pairs if column is not None}
+        check_input_schema(schema, self._encoded)
         check_changelog_owner(options)
         self._options = options
         self._store = os.path.abspath(options.path)
@@ -309,7 +306,7 @@ class _Writer:
     def _normalized(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         first = 0
         for batch in batches:
-            yield _normalize(batch, self._avro, first)
+            yield _normalize(batch, self._encoded, first)
             first += batch.num_rows
 
     def _commit(
