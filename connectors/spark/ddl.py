@@ -10,9 +10,8 @@ not have, so this module parses the subset of the grammar the decoders support:
 - ``BOOLEAN``, ``TINYINT``/``BYTE``, ``SMALLINT``/``SHORT``, ``INT``/``INTEGER``,
   ``BIGINT``/``LONG``, ``FLOAT``/``REAL``, ``DOUBLE``, ``DECIMAL``/``DEC``/``NUMERIC``
   ``[(p[, s])]``, ``STRING``, ``VARCHAR(n)``/``CHAR(n)`` (read as ``STRING``), ``BINARY``,
-  ``DATE``, ``TIMESTAMP``/``TIMESTAMP_LTZ``, ``TIMESTAMP_NTZ``, ``INTERVAL DAY TO SECOND``
-  (and the other day-time intervals: a Protobuf Duration's type), ``ARRAY<T>``,
-  ``MAP<K, V>``, ``STRUCT<name: T, name T, ...>``;
+  ``DATE``, ``TIMESTAMP``/``TIMESTAMP_LTZ``, ``TIMESTAMP_NTZ``, day-time ``INTERVAL``\ s
+  (a Protobuf Duration), ``ARRAY<T>``, ``MAP<K, V>``, ``STRUCT<name: T, name T, ...>``;
 - case-insensitive keywords, backquoted names (a doubled backquote escapes one), string
   literals in single or double quotes with Spark's backslash escapes.
 
@@ -86,8 +85,7 @@ _SIMPLE_TYPES: dict[str, Callable[[], DataType]] = {
 _CHAR_TYPES = ("char", "character", "varchar")
 _DECIMAL_TYPES = ("decimal", "dec", "numeric")
 _COMPLEX_TYPES = ("array", "map", "struct")
-_INTERVAL_FIELDS = ("day", "hour", "minute", "second")
-"""DayTimeIntervalType's fields, by their number (its startField and endField)."""
+_INTERVAL_FIELDS = ("day", "hour", "minute", "second")  # DayTimeIntervalType's, by number
 _TYPE_NAMES = (*_SIMPLE_TYPES, *_CHAR_TYPES, *_DECIMAL_TYPES, *_COMPLEX_TYPES, "interval")
 
 _WORD = re.compile(r"\w+")
@@ -390,24 +388,21 @@ class _Parser:
 
     def _interval_type(self) -> DataType:
         """``INTERVAL start [TO end]`` of DAY, HOUR, MINUTE, SECOND (a day-time interval)."""
-        fields = []
-        for part in ("start", "end"):
-            token = self._peek()
-            if token.kind != "word" or token.value.lower() not in _INTERVAL_FIELDS:
-                raise self._unexpected(
-                    "DAY, HOUR, MINUTE or SECOND, like INTERVAL DAY TO SECOND"
-                    if part == "start"
-                    else "the end field after TO"
-                )
-            fields.append(_INTERVAL_FIELDS.index(self._next().value.lower()))
-            after = self._peek()
-            if part == "end" or after.kind != "word" or after.value.lower() != "to":
-                break
+        fields = [self._interval_field("DAY, HOUR, MINUTE or SECOND, like INTERVAL DAY")]
+        after = self._peek()
+        if after.kind == "word" and after.value.lower() == "to":
             self._next()
+            fields.append(self._interval_field("the end field after TO"))
         start, end = fields[0], fields[-1]
         if end < start:
             raise self._unexpected("an end field after the start field")
         return DayTimeIntervalType(start, end)
+
+    def _interval_field(self, expected: str) -> int:
+        token = self._peek()
+        if token.kind != "word" or token.value.lower() not in _INTERVAL_FIELDS:
+            raise self._unexpected(expected)
+        return _INTERVAL_FIELDS.index(self._next().value.lower())
 
     def _complex_type(self, name: str) -> DataType:
         if name == "array":
