@@ -10,8 +10,8 @@ not have, so this module parses the subset of the grammar the decoders support:
 - ``BOOLEAN``, ``TINYINT``/``BYTE``, ``SMALLINT``/``SHORT``, ``INT``/``INTEGER``,
   ``BIGINT``/``LONG``, ``FLOAT``/``REAL``, ``DOUBLE``, ``DECIMAL``/``DEC``/``NUMERIC``
   ``[(p[, s])]``, ``STRING``, ``VARCHAR(n)``/``CHAR(n)`` (read as ``STRING``), ``BINARY``,
-  ``DATE``, ``TIMESTAMP``/``TIMESTAMP_LTZ``, ``TIMESTAMP_NTZ``, day-time ``INTERVAL``\ s
-  (a Protobuf Duration), ``ARRAY<T>``, ``MAP<K, V>``, ``STRUCT<name: T, name T, ...>``;
+  ``DATE``, ``TIMESTAMP``/``TIMESTAMP_LTZ``, ``TIMESTAMP_NTZ``, ``INTERVAL DAY TO SECOND``
+  (day-time intervals: a Protobuf Duration), ``ARRAY<T>``, ``MAP<K, V>``, ``STRUCT<...>``;
 - case-insensitive keywords, backquoted names (a doubled backquote escapes one), string
   literals in single or double quotes with Spark's backslash escapes.
 
