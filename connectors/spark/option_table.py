@@ -441,9 +441,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "keyMessageName",
         str,
-        _DECODERS,
-        "protobuf keys: the full name of the message keys are read as (default: the reader "
-        "schema's first message)",
+        _ALL,
+        "protobuf keys: the full name of the message keys are read (sinks: written) as "
+        "(default: the schema's first message)",
     ),
     OptionSpec(
         "valueFraming",
@@ -455,9 +455,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "valueMessageName",
         str,
-        _DECODERS,
-        "protobuf values: the full name of the message values are read as (default: the "
-        "reader schema's first message)",
+        _ALL,
+        "protobuf values: the full name of the message values are read (sinks: written) as "
+        "(default: the schema's first message)",
     ),
     OptionSpec(
         "mode",

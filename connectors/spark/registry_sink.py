@@ -45,7 +45,7 @@ from spark_statestore.schemas import AvroValueEncoder
 
 __all__ = ["RegistrySinkColumn", "registry_sink_column"]
 
-SINK_FORMATS = (ValueFormat.AVRO,)
+SINK_FORMATS = (ValueFormat.AVRO, ValueFormat.PROTOBUF, ValueFormat.JSONSCHEMA)
 """The registry formats the sink encodes."""
 
 
@@ -60,19 +60,35 @@ class RegistrySinkColumn(PicklesWithoutCaches):
     framing: Framing
     subject: str | None = None
     format: ValueFormat = ValueFormat.AVRO
+    message: str | None = None
+    """Protobuf: the full name of the message written (None: the schema's first)."""
     _encoder: Any = field(default=None, compare=False, repr=False)
 
     def encoder(self) -> Any:
         """This column's encoder (built once per instance): ``encode(values, locate=...)``."""
         if self._encoder is None:
-            framed = self.framing is Framing.REGISTRY
-            encoder = AvroValueEncoder(self.writer, framed=framed, column=self.column)
-            object.__setattr__(self, "_encoder", encoder)
+            object.__setattr__(self, "_encoder", self._new_encoder())
         return self._encoder
+
+    def _new_encoder(self) -> Any:
+        framed = self.framing is Framing.REGISTRY
+        if self.format is ValueFormat.AVRO:
+            return AvroValueEncoder(self.writer, framed=framed, column=self.column)
+        if self.format is ValueFormat.PROTOBUF:
+            from spark_statestore.schemas.protobuf_encode import ProtobufValueEncoder
+
+            return ProtobufValueEncoder(
+                self.writer, message=self.message, framed=framed, column=self.column
+            )
+        from spark_statestore.schemas.jsonschema_encode import JsonSchemaValueEncoder
+
+        return JsonSchemaValueEncoder(self.writer, framed=framed, column=self.column)
 
     def spark_type(self) -> Any:
         """The Spark type the column must have: the writer schema's, as the readers map it."""
-        reading = RegistryColumn(self.column, self.writer, self.framing, format=self.format)
+        reading = RegistryColumn(
+            self.column, self.writer, self.framing, format=self.format, message=self.message
+        )
         return reading.spark_type()
 
 
@@ -101,7 +117,7 @@ def registry_sink_column(
         )
     registry_only = (
         "Schema", "SchemaFile", "Subject", "SchemaVersion", "SchemaId", "Framing",
-        "SubjectNameStrategy",
+        "SubjectNameStrategy", "MessageName",
     )  # fmt: skip
     if fmt is ValueFormat.BINARY:
         named = [f"{column}{name}" for name in registry_only if options.given(f"{column}{name}")]
@@ -111,6 +127,12 @@ def registry_sink_column(
             )
         return None
     text = schema_text(options, column)
+    message = options.text(f"{column}MessageName")
+    if message is not None and fmt is not ValueFormat.PROTOBUF:
+        raise OptionError(
+            f"option {column}MessageName names a Protobuf message, but {column}Format is "
+            f"{fmt.value}: remove it or set {column}Format protobuf"
+        )
     what = f"option {column}Schema{'File' if options.given(f'{column}SchemaFile') else ''}"
     framing = options.choice(f"{column}Framing", Framing)
     url = options.text("schemaRegistryUrl")
@@ -123,7 +145,7 @@ def registry_sink_column(
                 + (f" with its id as {column}SchemaId" if framing is Framing.REGISTRY else "")
             )
         writer = parse_schema(fmt, text, what=what, schema_id=schema_id)
-        return RegistrySinkColumn(column, writer, framing, format=fmt)
+        return _checked(RegistrySinkColumn(column, writer, framing, None, fmt, message))
     if schema_id is not None:
         raise OptionError(
             f"option {column}SchemaId is for a {column}Schema written without a registry: "
@@ -140,7 +162,7 @@ def registry_sink_column(
         version = parse_schema_version(options.required(f"{column}SchemaVersion"), column)
         found = registry.version(subject, version)
         writer = registry.parsed(found, schema_type)
-        return RegistrySinkColumn(column, writer, framing, subject, fmt)
+        return _checked(RegistrySinkColumn(column, writer, framing, subject, fmt, message))
     found_id = registry.lookup(subject, given.text, schema_type)
     if found_id is None:
         if not options.boolean("autoRegisterSchemas"):
@@ -152,10 +174,16 @@ def registry_sink_column(
         found_id = registry.register(subject, given.text, schema_type)
     registered = f"{what} (schema id {found_id} of subject {subject!r})"
     writer = parse_schema(fmt, given.text, what=registered, schema_id=found_id)
-    return RegistrySinkColumn(column, writer, framing, subject, fmt)
+    return _checked(RegistrySinkColumn(column, writer, framing, subject, fmt, message))
 
 
-def _record_name(given: Any, fmt: ValueFormat) -> str | None:
+def _checked(column: RegistrySinkColumn) -> RegistrySinkColumn:
+    """``column`` once its encoder builds (the message exists and can be framed)."""
+    column.encoder()
+    return column
+
+
+def _record_name(given: Any, fmt: ValueFormat, message: str | None) -> str | None:
     """The name the serializers' record strategies name a subject after: Avro's record's
     full name, Protobuf's (first) message's, JSON Schema's ``title``."""
     if given is None:
@@ -164,7 +192,7 @@ def _record_name(given: Any, fmt: ValueFormat) -> str | None:
         parsed = given.parsed
         return str(parsed["name"]) if isinstance(parsed, dict) and "name" in parsed else None
     if fmt is ValueFormat.PROTOBUF:
-        return str(given.message().full_name)
+        return str(given.message(message).full_name)
     body = given.body
     title = body.get("title") if isinstance(body, dict) else None
     return None if title is None else str(title)
@@ -179,7 +207,7 @@ def _subject(
     strategy = options.choice(f"{column}SubjectNameStrategy", SubjectNameStrategy)
     record = None
     if strategy is not SubjectNameStrategy.TOPIC:
-        record = _record_name(given, fmt)
+        record = _record_name(given, fmt, options.text(f"{column}MessageName"))
         if record is None:
             raise OptionError(
                 f"{column}SubjectNameStrategy {strategy.value} names the subject after the "

@@ -20,6 +20,7 @@ from spark_statestore.schemas.errors import (
     SchemaError,
     SchemaNotFoundError,
     SchemaResolutionError,
+    ValueEncodeError,
 )
 from spark_statestore.schemas.frame import (
     Frame,
@@ -32,11 +33,13 @@ from spark_statestore.schemas.jsonschema import (
     JsonSchemaValueDecoder,
     JsonSchemaWriterLookup,
 )
+from spark_statestore.schemas.jsonschema_encode import JsonSchemaValueEncoder
 from spark_statestore.schemas.protobuf import (
     ProtobufSchema,
     ProtobufValueDecoder,
     ProtobufWriterLookup,
 )
+from spark_statestore.schemas.protobuf_encode import ProtobufValueEncoder
 
 __all__ = [
     "AvroEncodeError",
@@ -47,9 +50,11 @@ __all__ = [
     "FrameError",
     "JsonSchema",
     "JsonSchemaValueDecoder",
+    "JsonSchemaValueEncoder",
     "JsonSchemaWriterLookup",
     "ProtobufSchema",
     "ProtobufValueDecoder",
+    "ProtobufValueEncoder",
     "ProtobufWriterLookup",
     "RegistryError",
     "SchemaDecodeError",
@@ -57,6 +62,7 @@ __all__ = [
     "SchemaNotFoundError",
     "SchemaResolutionError",
     "ValueDecoder",
+    "ValueEncodeError",
     "WriterLookup",
     "arrow_type_of",
     "encode_frame",

@@ -16,6 +16,7 @@ __all__ = [
     "SchemaError",
     "SchemaNotFoundError",
     "SchemaResolutionError",
+    "ValueEncodeError",
 ]
 
 
@@ -45,3 +46,9 @@ class SchemaNotFoundError(RegistryError, LookupError):
 
 class AvroEncodeError(SchemaError, ValueError):
     """A row does not fit the writer schema."""
+
+
+class ValueEncodeError(SchemaError, ValueError):
+    """A value does not fit the writer schema it is encoded with (Protobuf, JSON Schema):
+    a wrong Python type, a number out of range, an unknown field, a value the schema's
+    validation refuses."""
