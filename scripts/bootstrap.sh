@@ -5,7 +5,7 @@
 #   2. A virtualenv in .venv/ with the project (editable), its dev and Spark Connect
 #      (grpcio, ...) dependencies and the versions pinned in constraints.txt.
 #   3. The compiled extension (native/: Rust, built from source with maturin) and what it
-#      builds against: Rust 1.74+ (Debian's rustc-web/cargo-web when missing and we are
+#      builds against: Rust 1.88+ (Debian's rustc-web/cargo-web when missing and we are
 #      root), LevelDB's headers (libleveldb-dev), OpenSSL's (libssl-dev), a C toolchain.
 #      SPARK_STATESTORE_NATIVE=0 skips it: everything then runs on the pure-Python paths.
 #   4. The jars of Apache Kafka and of Spark's Kafka connector, resolved from Maven Central
@@ -112,7 +112,7 @@ rust_ok() {
     "$PYTHON" - "$version" <<'PY'
 import re, sys
 m = re.search(r"(\d+)\.(\d+)", sys.argv[1])
-sys.exit(0 if m and (int(m[1]), int(m[2])) >= (1, 74) else 1)
+sys.exit(0 if m and (int(m[1]), int(m[2])) >= (1, 88) else 1)
 PY
 }
 find_cargo() {
@@ -137,10 +137,10 @@ else
             apt_install "${missing_debs[@]}"
             CARGO="$(find_cargo || true)"
         else
-            die "the compiled extension (native/) needs: ${missing_debs[*]} (Debian package names; Rust 1.74 or newer, e.g. from rustup). Install them, or set SPARK_STATESTORE_NATIVE=0 to run on the pure-Python paths."
+            die "the compiled extension (native/) needs: ${missing_debs[*]} (Debian package names; Rust 1.88 or newer, e.g. from rustup). Install them, or set SPARK_STATESTORE_NATIVE=0 to run on the pure-Python paths."
         fi
     fi
-    [ -n "$CARGO" ] || die "Rust 1.74 or newer is needed to build native/ (found: $(rustc --version 2>/dev/null || echo none)); install it (rustup), or set SPARK_STATESTORE_NATIVE=0"
+    [ -n "$CARGO" ] || die "Rust 1.88 or newer is needed to build native/ (found: $(rustc --version 2>/dev/null || echo none)); install it (rustup), or set SPARK_STATESTORE_NATIVE=0"
     native_stamp="$VENV/.spark-statestore-native"
     native_want="$( (cd "$ROOT/native" && cat Cargo.toml Cargo.lock pyproject.toml build.rs src/*.rs) | sha256sum | cut -d' ' -f1)"
     if [ ! -f "$native_stamp" ] || [ "$(cat "$native_stamp")" != "$native_want" ] \

@@ -54,6 +54,7 @@ from pyspark.sql.types import (
 )
 
 from spark_statestore.errors import OptionError
+from spark_statestore.schemas import AvroValueDecoder
 
 from .ddl import parse_ddl, type_to_ddl
 from .errors import DDLError, DecodeError, EncodeError
@@ -236,7 +237,8 @@ class ColumnCodec:
         self, values: pa.Array, *, locate: Callable[[int], str], permissive: bool
     ) -> tuple[pa.Array, int]:
         """:meth:`decode` of an Arrow binary array: binary and string values stay in Arrow
-        (no Python object per value); the other formats decode as :meth:`decode` does."""
+        (no Python object per value), Avro values decode in bulk when the compiled path
+        answers; the other formats decode as :meth:`decode` does."""
         if self.format is ValueFormat.BINARY:
             return values.cast(pa.binary()), 0
         if self.format is ValueFormat.STRING:
@@ -244,6 +246,12 @@ class ColumnCodec:
                 return values.cast(pa.string()), 0
             except pa.ArrowInvalid:
                 pass  # some value is not UTF-8: decode() names it (or nulls it)
+        if self.registry_column is not None:
+            decoder = self.registry_column.decoder()
+            if isinstance(decoder, AvroValueDecoder):  # decodes an Arrow array in bulk
+                return decoder.decode_array(
+                    values, locate=locate, permissive=permissive, arrow_type=self.arrow_type
+                )
         return self.decode(values.to_pylist(), locate=locate, permissive=permissive)
 
     def _decode_string(

@@ -1,8 +1,11 @@
 //! spark-statestore's compiled hot loops (see docs/native.md): a LevelDB database with
 //! plyvel's interface plus column operations, and a Kafka reader that hands out records as
-//! Arrow columns, and a Kafka producer that produces a chunk of rows per call. The pure-Python paths stay the reference; both must give equal stores.
+//! Arrow columns, a Kafka producer that produces a chunk of rows per call, and Avro values decoded
+//! into Arrow columns. The pure-Python paths stay the reference; both must give equal stores.
 
 mod arrow;
+mod avro;
+mod avro_columns;
 mod batch;
 mod db;
 mod envelopes;
@@ -25,6 +28,9 @@ fn spark_statestore_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batch::WriteBatch>()?;
     m.add_class::<kafka::ColumnReader>()?;
     m.add_class::<producer::Producer>()?;
+    m.add_class::<avro::AvroColumnDecoder>()?;
+    m.add_class::<avro::ArrowArrayExport>()?;
+    m.add("AvroFastPathRefused", py.get_type::<avro::AvroFastPathRefused>())?;
     m.add("KafkaCallError", py.get_type::<producer::KafkaCallError>())?;
     m.add_function(wrap_pyfunction!(decode_position_entries, m)?)?;
     m.add_function(wrap_pyfunction!(partitioner::partitions_for_keys, m)?)?;

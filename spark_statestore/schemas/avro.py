@@ -4,7 +4,10 @@ Decoding is fastavro's (the maintained C-accelerated Avro implementation for Pyt
 value is read with its own writer schema (found by the frame's schema id) and resolved to
 the reader schema by Avro's rules (fields added with defaults, fields dropped, promotions,
 enum symbols, union branches). The values then become Arrow arrays of
-:func:`~spark_statestore.schemas.avro_types.arrow_type_of` the reader schema.
+:func:`~spark_statestore.schemas.avro_types.arrow_type_of` the reader schema. A batch that
+arrives as an Arrow array (:meth:`AvroValueDecoder.decode_array`: the feed, the snapshot
+reader) is decoded in bulk by the compiled path when it answers
+(:mod:`~spark_statestore.schemas.avro_native`), which gives only answers equal to these.
 
 A value is never decoded loosely: a payload that ends before its schema does, or has bytes
 left after it, is an error, since reading bytes with the wrong writer schema otherwise
@@ -25,6 +28,7 @@ import fastavro
 import pyarrow as pa
 from fastavro.read import SchemaResolutionError as FastavroResolutionError
 
+from spark_statestore.schemas.avro_native import NativeAvroColumn
 from spark_statestore.schemas.avro_resolution import first_mismatch
 from spark_statestore.schemas.avro_types import arrow_type_of, member_branches, named_types
 from spark_statestore.schemas.decoding import ValueDecoder, WriterCache, writer_named
@@ -137,6 +141,36 @@ class AvroValueDecoder(ValueDecoder):
         self._writers = WriterCache(writers) if writers is not None else None
         self._convert = _converter(reader.parsed, named_types(reader.parsed))
         self.arrow_type = reader.arrow_type()
+        self._native = (
+            NativeAvroColumn(reader.parsed, framed=writers is not None, branch_index=_branch_index)
+            if NativeAvroColumn.available()
+            else None
+        )
+
+    def decode_array(
+        self,
+        values: pa.Array,
+        *,
+        locate: Callable[[int], str],
+        permissive: bool,
+        arrow_type: pa.DataType | None = None,
+    ) -> tuple[pa.Array, int]:
+        """:meth:`decode` of an Arrow binary array: decoded in bulk by the compiled path
+        (:mod:`~spark_statestore.schemas.avro_native`, no Python object per value) when it
+        answers for the batch, else value by value as :meth:`decode` does (which names a bad
+        value, or nulls and counts it)."""
+        if self._native is not None:
+            writers = self._writers
+            found = self._native.decode(
+                values,
+                arrow_type or self.arrow_type,
+                None if writers is None else (lambda schema_id: writers(schema_id).parsed),
+            )
+            if found is not None:
+                return found, 0
+        return self.decode(
+            values.to_pylist(), locate=locate, permissive=permissive, arrow_type=arrow_type
+        )
 
     def decode_one(self, raw: bytes) -> Any:
         """One value, as :func:`pyarrow.array` takes it.
