@@ -1,6 +1,6 @@
-"""Avro values on a cluster: the feed's ranges and the snapshot's scan are decoded by executors
-on other hosts, with the writer schemas the driver planned with and, for an id the plan does
-not know, the schema registry, which they reach on the cluster's bridge."""
+"""Avro and Protobuf values on a cluster: the feed's ranges and the snapshot's scan are decoded
+by executors on other hosts, with the writer schemas the driver planned with and, for an id
+the plan does not know, the schema registry, which they reach on the cluster's bridge."""
 
 from __future__ import annotations
 
@@ -83,3 +83,50 @@ def test_the_feed_and_sql_decode_avro_on_executors_of_other_hosts(
     assert json.loads(
         spark.sql("SELECT to_json(value) FROM cluster_avro WHERE key = 'c'").first()[0]
     ) == {"id": 9, "qty": 1}
+
+
+def test_the_feed_and_sql_decode_protobuf_on_executors_of_other_hosts(
+    spark: Any, kafka_broker: Any, registry: Any, make_topic: Any, tmp_path: Path
+) -> None:
+    """Executors compile the registry's ``.proto`` text themselves (protoc from
+    grpcio-tools) and read both versions' values as the planned reader message."""
+    from google.protobuf import message_factory
+
+    from spark_statestore.connectors.schema_registry import RegistrySettings, registry_for
+    from spark_statestore.schemas import encode_frame
+    from spark_statestore.schemas.protobuf import ProtobufSchema
+    from tests.integration.test_spark_registry_formats import ORDER_PROTO_V1, ORDER_PROTO_V2
+
+    topic = make_topic(2, suffix="-changelog")
+    client = registry_for(RegistrySettings(registry.url))
+    framed = []
+    for text, fields in ((ORDER_PROTO_V1, {"id": 1}), (ORDER_PROTO_V2, {"id": 2, "channel": "x"})):
+        schema_id = client.register(f"{topic}-value", text, "PROTOBUF")
+        compiled = ProtobufSchema.parse(text, what="test", schema_id=schema_id)
+        message = message_factory.GetMessageClass(compiled.message())(**fields)
+        framed.append(encode_frame(schema_id, message.SerializeToString(), (0,)))
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    for number, value in enumerate(framed):
+        producer.produce(topic, key=f"k{number}".encode(), value=value, partition=number % 2)
+    assert producer.flush(30) == 0
+    path = tmp_path / "store"
+    feed = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+        .option("changelog", topic)
+        .options(keyFormat="string", valueFormat="protobuf", schemaRegistryUrl=registry.url)
+        .load(str(path))
+    )
+    rows = run_available_now(feed, tmp_path / "checkpoint")
+    assert sorted((r["key"], r["value"]["id"], r["value"]["channel"]) for r in rows) == [
+        ("k0", 1, ""),
+        ("k1", 2, "x"),
+    ]
+    wait_for_owner_exit(path)
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW cluster_proto USING {FORMAT} OPTIONS (path '{path}', "
+        f"keyFormat 'string', valueFormat 'protobuf', schemaRegistryUrl '{registry.url}', "
+        f"valueSubject '{topic}-value', valueSchemaVersion '1')"
+    )
+    found = spark.sql("SELECT key, value.id, value.note FROM cluster_proto ORDER BY key").collect()
+    assert [tuple(r) for r in found] == [("k0", 1, None), ("k1", 2, None)]
