@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from spark_statestore.errors import OptionError
 from spark_statestore.integer_spec import ascii_integer
 
-__all__ = ["integer", "parse_settings", "seconds"]
+__all__ = ["integer", "parse_settings", "port", "seconds"]
 
 
 def integer(text: str) -> int:
@@ -18,6 +18,14 @@ def integer(text: str) -> int:
     number = ascii_integer(text)
     if number is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer written in ASCII digits 0-9")
+    return number
+
+
+def port(text: str) -> int:
+    """The argparse type of port flags: an integer 0-65535 (0: a free port)."""
+    number = integer(text)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
     return number
 
 

@@ -81,6 +81,11 @@ class FollowOptions:
     leader_upstream_topics
         The internal topics between the leader's input topics and the store
         (``--leader-upstream-topics``).
+    metrics_port
+        Serve the follower's metrics (Prometheus' text format) on this port of
+        ``metrics_host`` (``--metrics-port``; 0: a free port, printed); None: no endpoint.
+    metrics_host
+        The metrics endpoint's address (loopback only so far).
     """
 
     bootstrap_servers: str
@@ -94,6 +99,8 @@ class FollowOptions:
     leader_application_id: str | None = None
     leader_topology: str | None = None
     leader_upstream_topics: tuple[str, ...] | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     @classmethod
     def from_cli(
@@ -262,11 +269,28 @@ def run_follow(
     if stop is None:
         with _stop_on_signals() as own_stop:
             return run_follow(options, stderr=err, stop=own_stop, clock=clock)
-    with _open_follower(options) as follower:
+    with _open_follower(options) as follower, _metrics(follower, options, err):
         return _follow(follower, options, stop, err, clock)
 
 
 # -- the steps --------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _metrics(follower: Follower, options: FollowOptions, err: TextIO) -> Iterator[None]:
+    """The follower's metrics endpoint while it runs (``--metrics-port``)."""
+    if options.metrics_port is None:
+        yield
+        return
+    from prometheus_client.registry import CollectorRegistry
+
+    from spark_statestore.metrics import FollowerMetrics, MetricsServer
+
+    registry = CollectorRegistry()
+    FollowerMetrics(follower, registry)
+    with MetricsServer(registry, host=options.metrics_host, port=options.metrics_port) as server:
+        _say(err, f"metrics at {server.url}")
+        yield
+
+
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[threading.Event]:
     stop = threading.Event()

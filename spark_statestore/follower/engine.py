@@ -146,6 +146,8 @@ class Follower:
         self.records_expired = 0
         self.records_without_position = 0
         self.error: BaseException | None = None
+        self.commit_observers: list[Callable[[float, int], None]] = []
+        """Called after each store commit with its seconds and records (metrics)."""
         self._applied = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -289,6 +291,7 @@ class Follower:
                 renumbered = {old: new for new, old in enumerate(selected)}
                 headers = {renumbered[i]: h for i, h in headers.items() if i in renumbered}
         kept = len(rows)
+        began = time.monotonic()
         with self.store.begin() as txn:
             if self.store.manifest.versioned:
                 kept = txn.put_versions(rows.to_rows() if isinstance(rows, RecordColumns) else rows)
@@ -305,6 +308,9 @@ class Follower:
             for partition, next_offset in moved.items():
                 txn.set_changelog_offset(partition, next_offset)
             metadata = txn.commit()
+        seconds = time.monotonic() - began
+        for observe in self.commit_observers:
+            observe(seconds, len(rows))
         with self._applied:
             self.records_applied += len(rows)
             self.records_skipped += len(polled.rows) - len(rows)

@@ -475,3 +475,98 @@ def _children() -> list[str]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
             found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
     return found
+
+
+# -- metrics ---------------------------------------------------------------------------------
+def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """``{sample name: {labels: value}}`` of one scrape, parsed by the Prometheus client's
+    own parser."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with direct.open(url, timeout=30) as answer:
+        text = answer.read().decode()
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = tuple(sorted(sample.labels.items()))
+            samples.setdefault(sample.name, {})[labels] = sample.value
+    return samples
+
+
+def test_the_metrics_endpoint_reports_applied_records_lag_and_state_as_kafka_has_them(
+    kafka_broker: Any,
+    writer: ChangelogWriter,
+    tmp_path: Path,
+    following: Callable[[list[str]], FollowProcess],
+) -> None:
+    """Against ground truth: applied = records produced, lag 0 in every partition once the
+    store's offsets are the changelog's end offsets (read from Kafka), state RUNNING once
+    caught up, one commit observation per store commit; and applied follows new changes."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.kafka_util import poll_until
+
+    rng = random.Random(38)
+    for _ in range(4):
+        writer.transaction(random_changes(rng, 25))
+    path = tmp_path / "store"
+    bootstrap = kafka_broker.bootstrap_servers
+    process = following(
+        follow_command(
+            bootstrap, writer.topic, path, "--no-progress", "--chunk-records", "10",
+            "--metrics-port", "0",
+        )
+    )  # fmt: skip
+    url = process.wait_for("metrics at ").split("metrics at ")[1].strip()
+    process.wait_for("caught up")
+    labels = (("store", str(path)), ("topic", writer.topic))
+
+    def lag_free() -> dict[str, dict[tuple[tuple[str, str], ...], float]] | None:
+        samples = scrape(url)
+        lags = samples.get("spark_statestore_follower_records_lag", {})
+        return samples if len(lags) == PARTITIONS and not any(lags.values()) else None
+
+    samples = poll_until(lag_free, timeout_s=60, interval_s=0.2, failure=lambda: scrape(url))
+    assert samples["spark_statestore_follower_records_applied_total"][labels] == 100
+    assert set(samples["spark_statestore_follower_records_lag"]) == {
+        (("partition", str(p)), *labels) for p in range(PARTITIONS)
+    }
+    state = samples["spark_statestore_follower_state"]
+    assert state[(("state", "running"), *labels)] == 1.0
+    assert state[(("state", "restoring"), *labels)] == 0.0
+    assert samples["spark_statestore_follower_restore_remaining_records"][labels] == 0
+    assert samples["spark_statestore_follower_commit_seconds_count"][labels] >= 100 / 10
+
+    writer.transaction(random_changes(rng, 20))
+
+    def applied_all() -> float | None:
+        value = scrape(url)["spark_statestore_follower_records_applied_total"][labels]
+        return value if value == 120 else None
+
+    poll_until(applied_all, timeout_s=60, interval_s=0.2, failure=lambda: scrape(url))
+    assert process.stop(signal.SIGTERM) == 0
+    # Lag 0 meant this: the store's offsets are the changelog's end offsets.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "metrics-check"})
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(writer.topic, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+    assert store_content(path)[1] == ends
+
+
+def test_a_metrics_host_beyond_loopback_is_refused(
+    kafka_broker: Any, writer: ChangelogWriter, tmp_path: Path
+) -> None:
+    writer.transaction(random_changes(random.Random(1), 3))
+    done = follow(
+        kafka_broker.bootstrap_servers, writer.topic, tmp_path / "store",
+        "--metrics-port", "0", "--metrics-host", "0.0.0.0",
+    )  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert "metrics host '0.0.0.0' is beyond loopback" in done.stderr

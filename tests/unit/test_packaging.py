@@ -113,7 +113,12 @@ _ENGINE_LAYERS = (
     ),
     ("spark_statestore.changelog",),
     ("spark_statestore.store",),
-    ("spark_statestore.follower", "spark_statestore.sink", "spark_statestore.serve"),
+    (
+        "spark_statestore.follower",
+        "spark_statestore.sink",
+        "spark_statestore.serve",
+        "spark_statestore.metrics",
+    ),
     ("spark_statestore.discovery",),
 )
 """The engine's layers, lowest first (DESIGN §2): value types < changelog < store < follower,

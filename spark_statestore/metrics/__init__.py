@@ -1,0 +1,13 @@
+"""Metrics of the long-running pieces, in Prometheus' text format through the standard Python
+client (``prometheus_client``): collectors that read a piece's own counters when scraped (no
+cost per record), and an opt-in HTTP endpoint per process.
+
+Names follow Kafka Streams' metrics where they measure the same thing (``records-lag``,
+``restore-remaining-records-total``, ``commit-latency``), in Prometheus' spelling under the
+``spark_statestore_`` prefix. See docs/operations.md for the list.
+"""
+
+from spark_statestore.metrics.follower import FollowerMetrics
+from spark_statestore.metrics.server import MetricsServer
+
+__all__ = ["FollowerMetrics", "MetricsServer"]
