@@ -337,6 +337,21 @@ OPTIONS: tuple[OptionSpec, ...] = (
         default="true",
     ),
     OptionSpec(
+        "metricsPort",
+        int,
+        _SOURCE,
+        "serve the follower's metrics (Prometheus' text format) at http://metricsHost:PORT"
+        "/metrics from the query's driver process (0: a free port, logged)",
+        maximum=65535,
+    ),
+    OptionSpec(
+        "metricsHost",
+        str,
+        _SOURCE,
+        "the metrics endpoint's address (loopback only so far)",
+        default="127.0.0.1",
+    ),
+    OptionSpec(
         "announceIntervalMs",
         int,
         _SERVERS,

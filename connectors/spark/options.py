@@ -119,6 +119,10 @@ class SourceOptions:
     """The announcement's heartbeat interval (it is stale after three)."""
     announce_key_file: str | None = None
     """The membership key announcements are signed with (None: this user's default)."""
+    metrics_port: int | None = None
+    """Serve the follower's metrics on this port (None: no endpoint; 0: a free one)."""
+    metrics_host: str = "127.0.0.1"
+    """The metrics endpoint's address."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +263,25 @@ def parse_source_options(raw: Mapping[str, Any], planned: Any = None) -> SourceO
         announce=serve.announce,
         announce_interval_ms=serve.announce_interval_ms,
         announce_key_file=serve.announce_key_file,
+        metrics_port=_metrics_port(options),
+        metrics_host=options.required("metricsHost"),
     )
+
+
+def _metrics_port(options: OptionReader) -> int | None:
+    from spark_statestore.serve.auth import is_loopback
+
+    port = options.integer("metricsPort")
+    if port is not None and port < 0:
+        raise OptionError(f"option 'metricsPort' must be a port 0-65535, got {port}")
+    host = options.required("metricsHost")
+    if not is_loopback(host):
+        raise OptionError(
+            f"option 'metricsHost' {host!r} is beyond loopback: the metrics endpoint serves "
+            "loopback only for now (TLS beyond loopback is not built yet); scrape it through "
+            "a local agent, or drop the option"
+        )
+    return port
 
 
 def parse_as_of(text: str) -> int:

@@ -8,13 +8,13 @@ built yet, so another address is refused.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 from prometheus_client import start_http_server
 from prometheus_client.registry import CollectorRegistry
 
 from spark_statestore.errors import OptionError
+from spark_statestore.serve.auth import is_loopback
 
 __all__ = ["MetricsServer"]
 
@@ -38,7 +38,7 @@ class MetricsServer:
     """
 
     def __init__(self, registry: CollectorRegistry, *, host: str = "127.0.0.1", port: int = 0):
-        if not _is_loopback(host):
+        if not is_loopback(host):
             raise OptionError(
                 f"metrics host {host!r} is beyond loopback: the metrics endpoint serves "
                 "loopback only for now (TLS beyond loopback is not built yet); scrape it "
@@ -71,12 +71,3 @@ class MetricsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -24,6 +24,7 @@ from spark_statestore.connectors.spark.serve_options import serving_endpoint
 from spark_statestore.errors import FollowerError, OptionError
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.follower.versioned import history_retention_of
+from spark_statestore.metrics import FollowerMetrics, MetricsServer
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.serve.auth import read_token_file
@@ -116,6 +117,9 @@ class FollowerRuntime:
             closers.insert(0, self.server.close)
             self.store.update_owner(flight_location=location)
             self.follower.start()
+            self.metrics = self._metrics()
+            if self.metrics is not None:
+                closers.insert(0, self.metrics.close)
             self.announcer = self._announcer(location) if options.announce else None
             if self.announcer is not None:
                 closers.insert(0, self.announcer.close)
@@ -139,6 +143,20 @@ class FollowerRuntime:
     def _lags(self) -> Mapping[int, LagInfo]:
         self.follower.refresh_end_offsets()
         return self.follower.lags()
+
+    def _metrics(self) -> MetricsServer | None:
+        """The follower's metrics endpoint (option ``metricsPort``), or None."""
+        if self.options.metrics_port is None:
+            return None
+        from prometheus_client.registry import CollectorRegistry
+
+        registry = CollectorRegistry()
+        FollowerMetrics(self.follower, registry)
+        server = MetricsServer(
+            registry, host=self.options.metrics_host, port=self.options.metrics_port
+        )
+        _log.info("metrics of the follower of %s at %s", self.options.changelog, server.url)
+        return server
 
     def _announcer(self, location: str) -> ReplicaAnnouncer | None:
         """Announce the replica on ``<changelog>-replicas`` (None: Kafka refused)."""
@@ -170,6 +188,8 @@ class FollowerRuntime:
         (idempotent)."""
         if self.announcer is not None:
             self.announcer.close()
+        if self.metrics is not None:
+            self.metrics.close()
         self.server.close()
         self.follower.stop()
         if self.leader is not None:
