@@ -9,5 +9,6 @@ Names follow Kafka Streams' metrics where they measure the same thing (``records
 
 from spark_statestore.metrics.follower import FollowerMetrics
 from spark_statestore.metrics.server import MetricsServer
+from spark_statestore.metrics.server_metrics import ServerMetrics
 
-__all__ = ["FollowerMetrics", "MetricsServer"]
+__all__ = ["FollowerMetrics", "MetricsServer", "ServerMetrics"]

@@ -460,13 +460,9 @@ class StoreServer:
         if name == ACTION_DESCRIBE:
             return self._describe()
         if name == ACTION_STATS:
-            with self._lock:
-                return {
-                    "rows_examined": self._rows_examined,
-                    "rows_returned": self._rows_returned,
-                    "requests": self._requests,
-                    "waiting": self._waiting,
-                }
+            counters = self.counters()
+            del counters["pins"]
+            return counters
         extra = self._extra_actions.get(name)
         if extra is not None:
             return extra[1](decode_object(body, f"body of action {name!r}"), client)
@@ -474,6 +470,21 @@ class StoreServer:
             f"store server {self._location} has no action {name!r}; valid actions: "
             f"{', '.join([*ACTIONS, *self._extra_actions])}"
         )
+
+    def counters(self) -> dict[str, int]:
+        """What the server has done so far: ``requests`` (scans and multi-key lookups
+        served), ``rows_examined``
+        and ``rows_returned`` (by its scans and lookups), ``waiting`` (calls waiting for a
+        position bound now) and ``pins`` (snapshots pinned now)."""
+        with self._lock:
+            counters = {
+                "rows_examined": self._rows_examined,
+                "rows_returned": self._rows_returned,
+                "requests": self._requests,
+                "waiting": self._waiting,
+            }
+        counters["pins"] = len(self._pins)
+        return counters
 
     def _pin(
         self, bound: PositionBound | None = None, wait_s: float = 0.0, *, client: str = ""

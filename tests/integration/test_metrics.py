@@ -64,6 +64,15 @@ def test_a_follower_query_serves_its_metrics_while_it_runs(
         state = samples["spark_statestore_follower_state"]
         assert state[(("state", "running"), *labels)] == 1.0
         assert len(samples["spark_statestore_follower_records_lag"]) == PARTITIONS
+        # A snapshot read of the live store goes through the follower's Flight server.
+        store = (("store", str(path)),)
+        before = scrape(url)["spark_statestore_server_rows_returned_total"][store]
+        rows = spark.read.format("spark_statestore").load(str(path)).count()
+        assert rows == len(writer.model) > 0
+        served = scrape(url)
+        assert served["spark_statestore_server_rows_returned_total"][store] == before + rows
+        assert served["spark_statestore_server_requests_total"][store] >= 1  # the scan
+        assert served["spark_statestore_server_pins"][store] == 0  # released after the read
         writer.transaction(random_changes(rng, 15))
         poll_until(applied(75), timeout_s=60, interval_s=0.2, failure=lambda: "75 not applied")
     finally:

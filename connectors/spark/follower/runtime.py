@@ -24,7 +24,7 @@ from spark_statestore.connectors.spark.serve_options import serving_endpoint
 from spark_statestore.errors import FollowerError, OptionError
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.follower.versioned import history_retention_of
-from spark_statestore.metrics import FollowerMetrics, MetricsServer
+from spark_statestore.metrics import FollowerMetrics, MetricsServer, ServerMetrics
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.serve.auth import read_token_file
@@ -152,6 +152,7 @@ class FollowerRuntime:
 
         registry = CollectorRegistry()
         FollowerMetrics(self.follower, registry)
+        ServerMetrics(self.server, registry)
         server = MetricsServer(
             registry, host=self.options.metrics_host, port=self.options.metrics_port
         )
