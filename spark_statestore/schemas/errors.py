@@ -6,6 +6,8 @@ knows them), the schema ids and the subject involved, and what to do.
 
 from __future__ import annotations
 
+from typing import Any
+
 from spark_statestore.errors import StateStoreError
 
 __all__ = [
@@ -17,6 +19,8 @@ __all__ = [
     "SchemaNotFoundError",
     "SchemaResolutionError",
     "ValueEncodeError",
+    "describe",
+    "shorten",
 ]
 
 
@@ -52,3 +56,17 @@ class ValueEncodeError(SchemaError, ValueError):
     """A value does not fit the writer schema it is encoded with (Protobuf, JSON Schema):
     a wrong Python type, a number out of range, an unknown field, a value the schema's
     validation refuses."""
+
+
+MAX_MESSAGE = 200
+"""Characters of a library's own message quoted in ours."""
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut), for messages."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe(value: Any) -> str:
+    """A Python value's type and (the start of) its repr, for messages."""
+    return f"{type(value).__name__} {value!r:.60}"

@@ -42,6 +42,7 @@ from spark_statestore.schemas.errors import (
     SchemaDecodeError,
     SchemaError,
     SchemaResolutionError,
+    shorten,
 )
 from spark_statestore.schemas.frame import parse_frame
 from spark_statestore.schemas.jsonschema_types import ColumnType, column_type_of
@@ -51,10 +52,9 @@ from spark_statestore.schemas.schema_text import SchemaText
 if TYPE_CHECKING:  # referencing exports its Resolver for type hints only from there
     from referencing._core import Resolver
 
-__all__ = ["JsonSchema", "JsonSchemaValueDecoder", "JsonSchemaWriterLookup"]
+__all__ = ["STRICT_JSON", "JsonSchema", "JsonSchemaValueDecoder", "JsonSchemaWriterLookup"]
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_MAX_MESSAGE = 200
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ class JsonSchemaValueDecoder(ValueDecoder):
             ) from None
         raise SchemaDecodeError(
             f"the value does not validate against {self._which(schema_id)} at "
-            f"{error.json_path}: {_shorten(error.message)}. Its producer wrote a value its own "
+            f"{error.json_path}: {shorten(error.message)}. Its producer wrote a value its own "
             "schema refuses (a serializer with validation off?): fix the producer, or decode "
             "without validation to read it as far as the reader schema's types allow"
         )
@@ -263,7 +263,9 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
-_JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_object)
+STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_object)
+"""JSON as the registry serializers write it: no NaN or Infinity, no key twice in an object
+(either raises a ValueError naming it)."""
 
 
 def _load(raw: bytes, offset: int, which: str) -> Any:
@@ -275,7 +277,7 @@ def _load(raw: bytes, offset: int, which: str) -> Any:
         reason = f"{exc.reason} at payload byte {exc.start}"
     else:
         try:
-            value = _JSON_DECODER.decode(text)
+            value = STRICT_JSON.decode(text)
             if _SURROGATE_ESCAPE.search(text):  # a lone \ud800 is no Unicode text (nor Arrow's)
                 json.dumps(value, ensure_ascii=False).encode("utf-8")
             return value
@@ -284,16 +286,12 @@ def _load(raw: bytes, offset: int, which: str) -> Any:
         except RecursionError:
             reason = "nested too deeply"
         except ValueError as exc:  # JSONDecodeError, _NotJson, too many digits
-            reason = _shorten(str(exc))
+            reason = shorten(str(exc))
     raise SchemaDecodeError(
         f"the {size}-byte payload read with {which} is not one JSON value in UTF-8: {reason}. "
         "JSON Schema serializers write one JSON value (no NaN or Infinity, no duplicate "
         "keys); read the value with format binary to see what wrote it"
     )
-
-
-def _shorten(text: str, limit: int = _MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # -- schemas ------------------------------------------------------------------------------
@@ -341,7 +339,7 @@ def _load_schema(text: str, what: str) -> tuple[Any, type[Validator], Specificat
     """The document of a schema text, its draft's validator class and specification, the
     document checked against the draft's meta-schema."""
     try:
-        body = _JSON_DECODER.decode(text)
+        body = STRICT_JSON.decode(text)
     except ValueError as exc:
         raise SchemaError(f"{what} is not a JSON Schema: not JSON ({exc})") from None
     if isinstance(body, bool):
@@ -369,7 +367,7 @@ def _load_schema(text: str, what: str) -> tuple[Any, type[Validator], Specificat
     except JsonSchemaError as exc:
         raise SchemaError(
             f"{what} is not a valid JSON Schema ({specification.name}) at {exc.json_path}: "
-            f"{_shorten(exc.message)}"
+            f"{shorten(exc.message)}"
         ) from None
     return body, validator_class, specification
 

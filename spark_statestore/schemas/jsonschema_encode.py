@@ -36,9 +36,9 @@ from typing import Any
 from jsonschema.exceptions import ValidationError, best_match
 
 from spark_statestore.errors import closest_hint
-from spark_statestore.schemas.errors import SchemaError, ValueEncodeError
+from spark_statestore.schemas.errors import SchemaError, ValueEncodeError, describe, shorten
 from spark_statestore.schemas.frame import encode_frame
-from spark_statestore.schemas.jsonschema import JsonSchema
+from spark_statestore.schemas.jsonschema import STRICT_JSON, JsonSchema
 from spark_statestore.schemas.jsonschema_types import ColumnType, Kind, path_segment
 from spark_statestore.schemas.jsonschema_values import Misfit
 
@@ -52,7 +52,6 @@ the None properties it writes to the set."""
 
 _UTC = dt.timezone.utc
 _INT64 = range(-(2**63), 2**63)
-_MAX_MESSAGE = 200
 
 
 class JsonSchemaValueEncoder:
@@ -122,7 +121,7 @@ class JsonSchemaValueEncoder:
             except ValidationError as invalid:
                 raise ValueEncodeError(
                     f"{where} does not validate against {self.writer.what} at "
-                    f"{invalid.json_path}: {_shorten(invalid.message)}. Give a value the schema "
+                    f"{invalid.json_path}: {shorten(invalid.message)}. Give a value the schema "
                     "accepts, or encode without validation"
                 ) from None
             except RecursionError:
@@ -209,7 +208,7 @@ def _struct_encoder(column: ColumnType) -> _Encode:
         if value is None:
             return None
         if not isinstance(value, Mapping):
-            raise Misfit(f"{_describe(value)} where the schema has an object (a dict)")
+            raise Misfit(f"{describe(value)} where the schema has an object (a dict)")
         for key in value:
             if key not in known:
                 hint = closest_hint(str(key), names, noun="properties")
@@ -236,7 +235,7 @@ def _list_encoder(encode: _Encode) -> _Encode:
         if value is None:
             return None
         if not isinstance(value, (list, tuple)):
-            raise Misfit(f"{_describe(value)} where the schema has an array (a list)")
+            raise Misfit(f"{describe(value)} where the schema has an array (a list)")
         items = []
         for index, item in enumerate(value):
             try:
@@ -255,14 +254,14 @@ def _map_encoder(encode: _Encode) -> _Encode:
             return None
         pairs = value.items() if isinstance(value, Mapping) else value
         if not isinstance(value, (Mapping, list, tuple)):
-            raise Misfit(f"{_describe(value)} where the schema has a map (key, value pairs)")
+            raise Misfit(f"{describe(value)} where the schema has a map (key, value pairs)")
         out: dict[str, Any] = {}
         for pair in pairs:
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise Misfit(f"a map takes (key, value) pairs, not {_describe(pair)}")
+                raise Misfit(f"a map takes (key, value) pairs, not {describe(pair)}")
             key, item = pair
             if not isinstance(key, str):
-                raise Misfit(f"a map's key is a str (a JSON object's name), not {_describe(key)}")
+                raise Misfit(f"a map's key is a str (a JSON object's name), not {describe(key)}")
             if key in out:
                 raise Misfit(f"the key {key!r:.60} is given twice: a JSON object holds it once")
             try:
@@ -278,7 +277,7 @@ def _map_encoder(encode: _Encode) -> _Encode:
 def _string(value: Any) -> Any:
     if not isinstance(value, str):
         # JSON has no bytes: only a JSON-text column takes them (as the UTF-8 of its text)
-        raise Misfit(f"{_describe(value)} where the schema has a string (a str)")
+        raise Misfit(f"{describe(value)} where the schema has a string (a str)")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -288,7 +287,7 @@ def _string(value: Any) -> Any:
 
 def _boolean(value: Any) -> Any:
     if not isinstance(value, bool):
-        raise Misfit(f"{_describe(value)} where the schema has a boolean (a bool)")
+        raise Misfit(f"{describe(value)} where the schema has a boolean (a bool)")
     return value
 
 
@@ -296,7 +295,7 @@ def _integer(value: Any) -> Any:
     if isinstance(value, decimal.Decimal) and _integral(value):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise Misfit(f"{_describe(value)} where the schema has an integer (an int)")
+        raise Misfit(f"{describe(value)} where the schema has an integer (an int)")
     if value not in _INT64:
         raise Misfit(f"{value} is beyond int64's range, which its column holds")
     return value
@@ -310,7 +309,7 @@ def _number(value: Any) -> Any:
     if isinstance(value, decimal.Decimal) and value.is_finite():
         value = int(value) if _integral(value) else float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Misfit(f"{_describe(value)} where the schema has a number (a float)")
+        raise Misfit(f"{describe(value)} where the schema has a number (a float)")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an int beyond float64
@@ -322,13 +321,13 @@ def _number(value: Any) -> Any:
 
 def _date(value: Any) -> Any:
     if not isinstance(value, dt.date) or isinstance(value, dt.datetime):
-        raise Misfit(f"{_describe(value)} where the schema has a date (a datetime.date)")
+        raise Misfit(f"{describe(value)} where the schema has a date (a datetime.date)")
     return value.isoformat()
 
 
 def _timestamp(value: Any) -> Any:
     if not isinstance(value, dt.datetime):
-        raise Misfit(f"{_describe(value)} where the schema has a date-time (a datetime)")
+        raise Misfit(f"{describe(value)} where the schema has a date-time (a datetime)")
     if value.tzinfo is not None:
         try:
             value = value.astimezone(_UTC).replace(tzinfo=None)
@@ -344,25 +343,12 @@ def _json_text(value: Any) -> Any:
         except UnicodeDecodeError as exc:
             raise Misfit(f"the JSON text is not UTF-8 ({exc.reason} at {exc.start})") from None
     if not isinstance(value, str):
-        raise Misfit(f"{_describe(value)} where the schema's column is JSON text (a str)")
+        raise Misfit(f"{describe(value)} where the schema's column is JSON text (a str)")
     try:
-        return _STRICT_JSON.decode(value)
+        return STRICT_JSON.decode(value)
     except ValueError as exc:
-        raise Misfit(f"{value!r:.60} is not JSON text: {_shorten(str(exc))}") from None
+        raise Misfit(f"{value!r:.60} is not JSON text: {shorten(str(exc))}") from None
 
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        raise ValueError("a key appears twice in an object")
-    return value
-
-
-_STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
 
 _SCALARS: Mapping[Kind, Callable[[Any], Any]] = {
     Kind.STRING: _string,
@@ -373,11 +359,3 @@ _SCALARS: Mapping[Kind, Callable[[Any], Any]] = {
     Kind.TIMESTAMP: _timestamp,
     Kind.JSON: _json_text,
 }
-
-
-def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r:.60}"
-
-
-def _shorten(text: str, limit: int = _MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -41,10 +41,10 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 from google.protobuf.message import EncodeError, Message
 
 from spark_statestore.errors import closest_hint
-from spark_statestore.schemas.errors import SchemaError, ValueEncodeError
+from spark_statestore.schemas.errors import SchemaError, ValueEncodeError, describe
 from spark_statestore.schemas.frame import encode_frame
 from spark_statestore.schemas.protobuf import ProtobufSchema
-from spark_statestore.schemas.protobuf_types import SCALAR_NAMES, WELL_KNOWN_TYPES
+from spark_statestore.schemas.protobuf_types import SCALAR_NAMES, WELL_KNOWN_TYPES, message_of
 
 __all__ = ["ProtobufValueEncoder", "ValueEncodeError", "message_indexes"]
 
@@ -215,7 +215,7 @@ def _message_filler(message: Descriptor) -> _Fill:
 
     def fill(target: Message, row: Any) -> None:
         if not isinstance(row, Mapping):
-            raise _Misfit(f"message {name} takes a dict of its fields, not {_describe(row)}")
+            raise _Misfit(f"message {name} takes a dict of its fields, not {describe(row)}")
         for key in row:
             if key not in known:
                 hint = closest_hint(str(key), names, noun="fields")
@@ -243,10 +243,10 @@ def _message_filler(message: Descriptor) -> _Fill:
 
 def _field_setter(field: FieldDescriptor) -> Callable[[Message, Any], None]:
     name = field.name
-    if field.type == _F.TYPE_MESSAGE and _message_of(field).GetOptions().map_entry:
+    if field.type == _F.TYPE_MESSAGE and message_of(field).GetOptions().map_entry:
         return _map_setter(field)
     if field.type in _MESSAGES:
-        fill = _message_filler(_message_of(field))
+        fill = _message_filler(message_of(field))
         if field.is_repeated:
             return _repeated_setter(name, lambda items, item: fill(items.add(), item))
 
@@ -265,7 +265,7 @@ def _field_setter(field: FieldDescriptor) -> Callable[[Message, Any], None]:
 def _repeated_setter(name: str, add: Callable[[Any, Any], None]) -> Callable[[Message, Any], None]:
     def set_items(target: Message, value: Any) -> None:
         if not isinstance(value, (list, tuple)):
-            raise _Misfit(f"a repeated field takes a list, not {_describe(value)}")
+            raise _Misfit(f"a repeated field takes a list, not {describe(value)}")
         items = getattr(target, name)
         for index, item in enumerate(value):
             try:
@@ -278,12 +278,12 @@ def _repeated_setter(name: str, add: Callable[[Any, Any], None]) -> Callable[[Me
 
 def _map_setter(field: FieldDescriptor) -> Callable[[Message, Any], None]:
     name = field.name
-    entry = _message_of(field)
+    entry = message_of(field)
     key_field, value_field = entry.fields_by_number[1], entry.fields_by_number[2]
     convert_key = _scalar_converter(key_field)
     put: Callable[[Any, Any, Any], None]
     if value_field.type in _MESSAGES:
-        fill = _message_filler(_message_of(value_field))
+        fill = _message_filler(message_of(value_field))
 
         def put(container: Any, key: Any, value: Any) -> None:
             fill(container[key], value)  # the library adds the entry's message
@@ -314,9 +314,9 @@ def _pairs(value: Any) -> Iterable[tuple[Any, Any]]:
     if isinstance(value, (list, tuple)):
         for pair in value:
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise _Misfit(f"a map takes (key, value) pairs, not {_describe(pair)}")
+                raise _Misfit(f"a map takes (key, value) pairs, not {describe(pair)}")
         return value
-    raise _Misfit(f"a map takes a list of (key, value) pairs or a dict, not {_describe(value)}")
+    raise _Misfit(f"a map takes a list of (key, value) pairs or a dict, not {describe(value)}")
 
 
 def _not_null(value: Any, what: str) -> Any:
@@ -345,7 +345,7 @@ def _integer_converter(kind: str, valid: range) -> _Convert:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             takes = "an int (or an integral Decimal)" if unsigned_64 else "an int"
-            raise _Misfit(f"{kind} takes {takes}, not {_describe(value)}")
+            raise _Misfit(f"{kind} takes {takes}, not {describe(value)}")
         if value not in valid:
             raise _Misfit(f"{value} is beyond {kind}'s range [{valid.start}, {valid.stop - 1}]")
         return value
@@ -359,7 +359,7 @@ def _integral(value: decimal.Decimal) -> bool:
 
 def _double(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Misfit(f"a floating-point field takes a float (or an int), not {_describe(value)}")
+        raise _Misfit(f"a floating-point field takes a float (or an int), not {describe(value)}")
     try:
         return float(value)
     except OverflowError:
@@ -377,19 +377,19 @@ def _float(value: Any) -> float:
 
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise _Misfit(f"bool takes a bool, not {_describe(value)}")
+        raise _Misfit(f"bool takes a bool, not {describe(value)}")
     return value
 
 
 def _string(value: Any) -> str:
     if not isinstance(value, str):
-        raise _Misfit(f"string takes a str, not {_describe(value)}")
+        raise _Misfit(f"string takes a str, not {describe(value)}")
     return value  # the library refuses a lone surrogate: a ValueError
 
 
 def _bytes(value: Any) -> bytes:
     if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise _Misfit(f"bytes takes bytes, not {_describe(value)}")
+        raise _Misfit(f"bytes takes bytes, not {describe(value)}")
     return bytes(value)
 
 
@@ -419,14 +419,10 @@ def _enum_converter(enum: EnumDescriptor) -> _Convert:
         number = " or the decimal text of a number" if is_open else ""
         raise _Misfit(
             f"enum {enum.full_name} takes the name of one of its values{number}, not "
-            f"{_describe(value)}{hint}"
+            f"{describe(value)}{hint}"
         )
 
     return convert
-
-
-def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r:.60}"
 
 
 # -- well-known types ---------------------------------------------------------------------
@@ -438,7 +434,7 @@ def _wrapper(message: Descriptor) -> _Fill:
 def _timestamp(message: Descriptor) -> _Fill:
     def fill(target: Any, value: Any) -> None:  # a message of the schema's own pool
         if not isinstance(value, dt.datetime):
-            raise _Misfit(f"{message.full_name} takes a datetime, not {_describe(value)}")
+            raise _Misfit(f"{message.full_name} takes a datetime, not {describe(value)}")
         if value.tzinfo is None:
             value = value.replace(tzinfo=_UTC)  # as pyarrow takes a naive datetime
         seconds, micros = divmod((value - _EPOCH) // _MICROSECOND, 1_000_000)
@@ -450,7 +446,7 @@ def _timestamp(message: Descriptor) -> _Fill:
 def _duration(message: Descriptor) -> _Fill:
     def fill(target: Any, value: Any) -> None:
         if not isinstance(value, dt.timedelta):
-            raise _Misfit(f"{message.full_name} takes a timedelta, not {_describe(value)}")
+            raise _Misfit(f"{message.full_name} takes a timedelta, not {describe(value)}")
         total = value // _MICROSECOND
         seconds, micros = divmod(abs(total), 1_000_000)
         if seconds > _MAX_DURATION_SECONDS:
@@ -467,7 +463,7 @@ def _duration(message: Descriptor) -> _Fill:
 def _json_value(message: Descriptor) -> _Fill:
     def fill(target: Message, value: Any) -> None:
         if not isinstance(value, str):
-            raise _Misfit(f"{message.full_name} takes its JSON text, not {_describe(value)}")
+            raise _Misfit(f"{message.full_name} takes its JSON text, not {describe(value)}")
         try:
             parsed = json.loads(value, parse_constant=_refuse_constant)
         except (ValueError, RecursionError) as exc:
@@ -491,9 +487,3 @@ _WELL_KNOWN: Mapping[str, Callable[[Descriptor], _Fill]] = {
 }
 """The fillers of :data:`~spark_statestore.schemas.protobuf_types.WELL_KNOWN_TYPES` but the
 wrappers'. ``Any`` and ``Empty`` are plain messages."""
-
-
-def _message_of(field: FieldDescriptor) -> Descriptor:
-    message = field.message_type
-    assert message is not None, field.full_name
-    return message

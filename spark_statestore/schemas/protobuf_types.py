@@ -70,6 +70,7 @@ __all__ = [
     "arrow_type_of",
     "field_type_name",
     "first_incompatibility",
+    "message_of",
     "row_converter",
 ]
 
@@ -187,13 +188,13 @@ def field_type_name(field: FieldDescriptor) -> str:
     """``"int64"``, ``"enum shop.Color"``, ``"message shop.Line"``, ``"repeated string"``,
     ``"map<string, int32>"``: a field's type as a .proto file writes it, for messages."""
     if _is_map(field):
-        entry = _message_of(field)
+        entry = message_of(field)
         key, value = entry.fields_by_number[1], entry.fields_by_number[2]
         return f"map<{field_type_name(key)}, {field_type_name(value)}>"
     prefix = "repeated " if field.is_repeated else ""
     if field.type in _MESSAGES:
         kind = "group" if field.type == _F.TYPE_GROUP else "message"
-        return f"{prefix}{kind} {_message_of(field).full_name}"
+        return f"{prefix}{kind} {message_of(field).full_name}"
     if field.type == _F.TYPE_ENUM:
         return f"{prefix}enum {_enum_of(field).full_name}"
     return prefix + SCALAR_NAMES[field.type]
@@ -230,7 +231,7 @@ def _message_type(message: Descriptor, seen: tuple[str, ...]) -> pa.DataType:
 
 def _field_type(field: FieldDescriptor, seen: tuple[str, ...]) -> pa.DataType:
     if _is_map(field):
-        entry = _message_of(field)
+        entry = message_of(field)
         key, value = entry.fields_by_number[1], entry.fields_by_number[2]
         return pa.map_(
             _single_type(key, seen, f"{field.name}{{key}}"),
@@ -243,7 +244,7 @@ def _field_type(field: FieldDescriptor, seen: tuple[str, ...]) -> pa.DataType:
 def _single_type(field: FieldDescriptor, seen: tuple[str, ...], label: str) -> pa.DataType:
     """``label`` names the field in paths: its name, ``tags{}`` for a map's values."""
     if field.type in _MESSAGES:
-        return _message_type(_message_of(field), (*seen, label))
+        return _message_type(message_of(field), (*seen, label))
     if field.type == _F.TYPE_ENUM:
         return pa.string()
     return _SCALARS[field.type]
@@ -317,7 +318,7 @@ def _field_problem(
     if reader.type not in _MESSAGES:
         return None
     if _is_map(writer) and _is_map(reader):
-        w_entry, r_entry = _message_of(writer), _message_of(reader)
+        w_entry, r_entry = message_of(writer), message_of(reader)
         for key, where in ((1, f"{path}{{key}}"), (2, f"{path}{{}}")):
             found = _field_problem(
                 w_entry.fields_by_number[key],
@@ -330,7 +331,7 @@ def _field_problem(
                 return found
         return None
     inner = f"{path}[]" if reader.is_repeated else path
-    return _message_problem(_message_of(writer), _message_of(reader), inner, seen)
+    return _message_problem(message_of(writer), message_of(reader), inner, seen)
 
 
 def _wire_group(field: FieldDescriptor) -> int:
@@ -364,7 +365,7 @@ def _message_converter(message: Descriptor, seen: tuple[str, ...]) -> RowConvert
 def _field_getter(field: FieldDescriptor, seen: tuple[str, ...]) -> _Get:
     name = field.name
     if _is_map(field):
-        entry = _message_of(field)
+        entry = message_of(field)
         key = _single_converter(entry.fields_by_number[1], seen, f"{name}{{key}}")
         value = _single_converter(entry.fields_by_number[2], seen, f"{name}{{}}")
         return lambda message: [(key(k), value(v)) for k, v in getattr(message, name).items()]
@@ -382,7 +383,7 @@ def _field_getter(field: FieldDescriptor, seen: tuple[str, ...]) -> _Get:
 
 def _single_converter(field: FieldDescriptor, seen: tuple[str, ...], label: str) -> _Convert:
     if field.type in _MESSAGES:
-        return _message_converter(_message_of(field), (*seen, label))
+        return _message_converter(message_of(field), (*seen, label))
     if field.type == _F.TYPE_ENUM:
         names = {value.number: value.name for value in _enum_of(field).values}
         return lambda number: names.get(number) or str(number)
@@ -395,11 +396,12 @@ def _is_map(field: FieldDescriptor) -> bool:
     return bool(
         field.is_repeated
         and field.type == _F.TYPE_MESSAGE
-        and _message_of(field).GetOptions().map_entry
+        and message_of(field).GetOptions().map_entry
     )
 
 
-def _message_of(field: FieldDescriptor) -> Descriptor:
+def message_of(field: FieldDescriptor) -> Descriptor:
+    """The message type of a message field."""
     message = field.message_type
     assert message is not None, field.full_name  # protoc gives every message field its type
     return message
