@@ -37,12 +37,16 @@ from spark_statestore.schemas.protobuf import ProtobufSchema
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "SCHEMA_TYPES",
     "RegisteredSchema",
     "RegistrySettings",
     "SchemaRegistry",
     "registry_for",
 ]
 
+SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "jsonschema": "JSON"}
+"""Each registry format (``keyFormat``/``valueFormat``) by the schema type the registry
+names it (``schemaType``)."""
 _NOT_FOUND = {40401: "subject", 40402: "version", 40403: "schema"}
 _AUTH_STATUSES = (401, 403)
 DEFAULT_TIMEOUT_S = 30

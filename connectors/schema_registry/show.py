@@ -10,12 +10,14 @@ import decimal
 import json
 from typing import Any
 
-from spark_statestore.connectors.schema_registry.client import RegistrySettings, registry_for
+from spark_statestore.connectors.schema_registry.client import (
+    SCHEMA_TYPES,
+    RegistrySettings,
+    registry_for,
+)
 from spark_statestore.schemas import AvroValueDecoder, SchemaError, parse_frame
 
 __all__ = ["RegistryJson"]
-
-_SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "jsonschema": "JSON"}
 
 
 class RegistryJson:
@@ -61,7 +63,7 @@ class RegistryJson:
         decoder = self._decoders.get(schema_id)
         if decoder is None:
             found = self._registry.by_id(schema_id)
-            writer = self._registry.parsed(found, _SCHEMA_TYPES[self._format])
+            writer = self._registry.parsed(found, SCHEMA_TYPES[self._format])
             if self._format == "avro":
                 decoder = AvroValueDecoder(writer, lambda _id: writer, column=column)
             else:

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.schema_registry import RegistrySettings, registry_for
+from spark_statestore.connectors.schema_registry.client import SCHEMA_TYPES
 from spark_statestore.connectors.spark.option_table import (
+    REGISTRY_FORMATS,
     SCHEMA_REGISTRY_PREFIX,
     Framing,
     OptionReader,
@@ -50,7 +52,6 @@ __all__ = [
     "parse_schema_version",
     "registry_column",
     "schema_text",
-    "spark_type_of",
 ]
 
 _REGISTRY_ONLY = ("Subject", "SchemaVersion", "SchemaId", "Framing")
@@ -70,19 +71,7 @@ class PicklesWithoutCaches:
             object.__setattr__(self, name, state.get(name))
 
 
-def spark_type_of(schema: Any) -> DataType:
-    """The Spark type of ``schema``'s values (an Avro or JSON schema; Avro's is
-    ``from_avro``'s mapping)."""
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    return from_arrow_type(schema.arrow_type())
-
-
-REGISTRY_TYPES = {
-    ValueFormat.AVRO: "AVRO",
-    ValueFormat.PROTOBUF: "PROTOBUF",
-    ValueFormat.JSONSCHEMA: "JSON",
-}
+REGISTRY_TYPES = {fmt: SCHEMA_TYPES[fmt.value] for fmt in REGISTRY_FORMATS}
 """Each registry format's schema type, as the registry names it (``schemaType``)."""
 
 

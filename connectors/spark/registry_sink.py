@@ -26,6 +26,7 @@ from typing import Any
 
 from spark_statestore.connectors.schema_registry import RegistrySettings, registry_for
 from spark_statestore.connectors.spark.option_table import (
+    REGISTRY_FORMATS,
     SCHEMA_REGISTRY_PREFIX,
     Framing,
     OptionReader,
@@ -44,9 +45,6 @@ from spark_statestore.errors import OptionError
 from spark_statestore.schemas import AvroValueEncoder
 
 __all__ = ["RegistrySinkColumn", "registry_sink_column"]
-
-SINK_FORMATS = (ValueFormat.AVRO, ValueFormat.PROTOBUF, ValueFormat.JSONSCHEMA)
-"""The registry formats the sink encodes."""
 
 
 @dataclass(frozen=True)
@@ -108,11 +106,11 @@ def registry_sink_column(
         be reached or refuses it.
     """
     fmt = options.choice(f"{column}Format", ValueFormat)
-    if fmt is not ValueFormat.BINARY and fmt not in SINK_FORMATS:
+    if fmt is not ValueFormat.BINARY and fmt not in REGISTRY_FORMATS:
         raise OptionError(
             f"option {column}Format {fmt.value!r} is not a sink format: the sink writes the "
             f"{column} column as it is (binary: a binary or string column) or encodes it ("
-            + ", ".join(f.value for f in SINK_FORMATS)
+            + ", ".join(f.value for f in REGISTRY_FORMATS)
             + ")"
         )
     registry_only = (

@@ -22,6 +22,7 @@ from spark_statestore.cli.arguments import integer as _integer
 from spark_statestore.cli.arguments import port as _port
 from spark_statestore.cli.arguments import seconds as _seconds
 from spark_statestore.cli.membership import add_membership_commands
+from spark_statestore.cli.query_formats import REGISTRY_FORMAT_NAMES
 from spark_statestore.cli.signals import catch_stop_signals
 from spark_statestore.cli.store_commands import add_store_commands
 from spark_statestore.errors import OptionError, StateStoreError, closest_hint
@@ -114,13 +115,10 @@ def _cmd_jars(args: argparse.Namespace) -> int:
     return 0
 
 
-_REGISTRY_TAIL_FORMATS = ("avro", "protobuf", "jsonschema")
-
-
 def _cmd_tail(args: argparse.Namespace) -> int:
     from spark_statestore.connectors.kafka.tail import format_record, tail_changelog
 
-    typed = {args.key_format, args.value_format} & set(_REGISTRY_TAIL_FORMATS)
+    typed = {args.key_format, args.value_format} & set(REGISTRY_FORMAT_NAMES)
     shown = None
     if typed:
         if args.schema_registry_url is None:
@@ -275,14 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--changelog", required=True, help="changelog topic")
     tail.add_argument(
         "--key-format",
-        choices=["string", "hex", *_REGISTRY_TAIL_FORMATS],
+        choices=["string", "hex", *REGISTRY_FORMAT_NAMES],
         default="string",
         help="how to print keys (avro, protobuf, jsonschema: registry-framed values as JSON, "
         "each with its own writer schema)",
     )
     tail.add_argument(
         "--value-format",
-        choices=["string", "hex", *_REGISTRY_TAIL_FORMATS],
+        choices=["string", "hex", *REGISTRY_FORMAT_NAMES],
         default="string",
         help="how to print values (avro, protobuf, jsonschema: as for --key-format)",
     )
