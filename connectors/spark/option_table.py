@@ -84,6 +84,8 @@ class View(str, Enum):
     METADATA = "metadata"
     HOST = "host"
     """How tasks reach the driver's store host (``enrich`` plans with it)."""
+    HEALTH = "health"
+    """The owner's state (RESTORING, RUNNING, FAILED, ...) and why."""
 
 
 class DecodeMode(str, Enum):
@@ -505,7 +507,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         default="false",
     ),
     # -- the snapshot reader ----------------------------------------------------------------
-    OptionSpec("view", View, _READER, "data, position, lag, metadata or host", default="data"),
+    OptionSpec(
+        "view", View, _READER, "data, position, lag, metadata, health or host", default="data"
+    ),
     OptionSpec("positionBound", str, _READER, "JSON position the snapshot must have reached"),
     OptionSpec(
         "positionBoundTimeoutMs",

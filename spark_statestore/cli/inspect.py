@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.cli.store_state import StoreState, StoreTarget, read_state
 from spark_statestore.serve.protocol import lags_to_dict
 
-__all__ = ["inspect_json", "inspect_lines", "run_inspect"]
+if TYPE_CHECKING:
+    from spark_statestore.store.ownership import OwnerInfo
+
+__all__ = ["inspect_json", "inspect_lines", "owner_text", "run_inspect"]
 
 
 def run_inspect(target: StoreTarget, *, as_json: bool) -> int:
@@ -109,10 +112,14 @@ def _record_text(record: Mapping[str, Any] | None) -> str:
 
 
 def _owner_text(state: StoreState) -> str:
-    owner = state.owner
+    return owner_text(state.owner, state.owner_live)
+
+
+def owner_text(owner: OwnerInfo | None, live: bool) -> str:
+    """A store's owner in one line: live, or the stale file a dead one left, or none."""
     if owner is None:
-        return "none"
-    if state.owner_live:
+        return "none (no process has the store open)"
+    if live:
         return f"live: {owner.describe()}"
     return f"stale: {owner.describe()} (no longer running; the next owner replaces its file)"
 

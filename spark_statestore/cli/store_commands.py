@@ -1,4 +1,5 @@
-"""The parser and handlers of the store commands: ``serve``, ``inspect``, ``lag``, ``query``.
+"""The parser and handlers of the store commands: ``serve``, ``inspect``, ``lag``, ``status``,
+``query``.
 
 Each handler imports its command's module when it runs (see
 :mod:`~spark_statestore.cli.main`), so building the parser loads no Arrow, LevelDB or Kafka.
@@ -14,6 +15,7 @@ from spark_statestore.cli.arguments import seconds as _seconds
 
 if TYPE_CHECKING:
     from spark_statestore.cli.store_state import StoreTarget
+    from spark_statestore.discovery.signing import MembershipKeys
 
 __all__ = ["add_store_commands"]
 
@@ -102,16 +104,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_lag(args: argparse.Namespace) -> int:
     from spark_statestore.cli.lag import run_lag, run_replica_lag
     from spark_statestore.cli.store_state import kafka_settings
-    from spark_statestore.errors import OptionError
 
-    if (args.store is None) == (args.changelog is None):
-        raise OptionError("lag: give one of STORE and --changelog TOPIC (its replicas)")
+    keys = _store_or_changelog(args, "lag")
     if args.changelog is not None:
-        if args.bootstrap_servers is None:
-            raise OptionError("lag --changelog: give --bootstrap-servers (replicas announce there)")
-        from spark_statestore.cli.store_state import read_membership_keys
-
-        keys = None if args.membership_keys is None else read_membership_keys(args.membership_keys)
         return run_replica_lag(
             args.changelog,
             bootstrap_servers=args.bootstrap_servers,
@@ -124,6 +119,65 @@ def _cmd_lag(args: argparse.Namespace) -> int:
         bootstrap_servers=args.bootstrap_servers,
         kafka_config=kafka_settings(args.kafka),
         as_json=args.json,
+    )
+
+
+def _store_or_changelog(args: argparse.Namespace, command: str) -> MembershipKeys | None:
+    """Check that ``command`` got one of STORE and ``--changelog`` (with the
+    ``--bootstrap-servers`` its replicas announce on); the keys of ``--membership-keys``."""
+    from spark_statestore.cli.store_state import read_membership_keys
+    from spark_statestore.errors import OptionError
+
+    if (args.store is None) == (args.changelog is None):
+        raise OptionError(f"{command}: give one of STORE and --changelog TOPIC (its replicas)")
+    if args.changelog is not None and args.bootstrap_servers is None:
+        raise OptionError(
+            f"{command} --changelog: give --bootstrap-servers (replicas announce there)"
+        )
+    return None if args.membership_keys is None else read_membership_keys(args.membership_keys)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from spark_statestore.cli.status import run_changelog_status, run_status
+    from spark_statestore.cli.store_state import kafka_settings
+
+    keys = _store_or_changelog(args, "status")
+    if args.changelog is not None:
+        credentials = None
+        if args.token_file is not None:
+            target = _changelog_target(args)
+            credentials = {
+                "token": target.token,
+                "tls_root_certs": target.tls_root_certs,
+                "tls_client_cert": target.tls_client_cert,
+                "tls_client_key": target.tls_client_key,
+            }
+        return run_changelog_status(
+            args.changelog,
+            bootstrap_servers=args.bootstrap_servers,
+            kafka_config=kafka_settings(args.kafka),
+            as_json=args.json,
+            membership_keys=keys,
+            credentials=credentials,
+        )
+    return run_status(
+        _target(args),
+        bootstrap_servers=args.bootstrap_servers,
+        kafka_config=kafka_settings(args.kafka),
+        as_json=args.json,
+        membership_keys=keys,
+    )
+
+
+def _changelog_target(args: argparse.Namespace) -> StoreTarget:
+    from spark_statestore.cli.store_state import StoreTarget
+
+    return StoreTarget.for_changelog(
+        args.changelog,
+        token_file=args.token_file,
+        tls_root_cert=args.tls_root_cert,
+        tls_client_cert=args.tls_client_cert,
+        tls_client_key=args.tls_client_key,
     )
 
 
@@ -242,6 +296,32 @@ def add_store_commands(sub: Any) -> None:
     _add_membership_keys(lag)
     lag.add_argument("--json", action="store_true", help="one JSON object per partition")
     lag.set_defaults(func=_cmd_lag)
+
+    status = sub.add_parser(
+        "status",
+        help="show a store's owner, state, commit, lag and announcements on one screen",
+        description="For a store (a directory or a server's location): its owner and role, "
+        "the owner's state (CREATED, RESTORING, RUNNING, STOPPED, FAILED with the reason) and "
+        "since when, the latest commit and its age, the position, the lag per partition and, "
+        "with --bootstrap-servers, the announcements of its changelog's replicas and their "
+        "age. With --changelog: every replica announced on TOPIC-replicas (live, expired or "
+        "withdrawn); with --token-file also each live replica's state. Exit code 0 when "
+        "RUNNING, 3 when not, 2 on an error.",
+    )
+    _add_target(status, optional=True)
+    status.add_argument(
+        "--changelog",
+        metavar="TOPIC",
+        help="instead of STORE: every replica of this changelog, as announced on "
+        "TOPIC-replicas (needs --bootstrap-servers)",
+    )
+    _add_kafka(
+        status,
+        "Kafka bootstrap servers: the changelog's end offsets and its replicas' announcements",
+    )
+    _add_membership_keys(status)
+    status.add_argument("--json", action="store_true", help="JSON instead of text")
+    status.set_defaults(func=_cmd_status)
 
     query = sub.add_parser(
         "query",

@@ -24,6 +24,7 @@ from spark_statestore.store.ownership import OwnerInfo
 
 if TYPE_CHECKING:
     from spark_statestore.discovery.signing import MembershipKeys
+    from spark_statestore.health import Health
     from spark_statestore.serve.client import StoreClient
 
 __all__ = [
@@ -221,6 +222,9 @@ class StoreState:
         The Flight location the state was read through; None when read from disk.
     pins
         Snapshots pinned on the owner's server (None when read from disk).
+    health
+        The owner's health as its server reports it (None when read from disk, or from a
+        server that reports none).
     """
 
     description: StoreDescription
@@ -229,6 +233,7 @@ class StoreState:
     lags: Mapping[int, LagInfo] | None
     location: str | None
     pins: int | None
+    health: Health | None = None
 
     @property
     def held_partitions(self) -> tuple[int, ...]:
@@ -257,7 +262,13 @@ def read_state(target: StoreTarget, *, purpose: str) -> StoreState:
         with client:
             reply = client.describe()
         return StoreState(
-            reply.description, reply.owner, True, reply.lags, client.location, reply.pins
+            reply.description,
+            reply.owner,
+            True,
+            reply.lags,
+            client.location,
+            reply.pins,
+            reply.health,
         )
     assert target.path is not None
     stale = read_owner(target.path)  # opening the store replaces a dead owner's file

@@ -18,11 +18,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.changelog.columns import RecordColumns
 from spark_statestore.errors import FollowerError, PositionUnavailableError, StateStoreError
 from spark_statestore.follower.versioned import check_versioned
+from spark_statestore.health import Health, HealthState
 from spark_statestore.position import Position
 from spark_statestore.query import LagInfo
 
@@ -52,6 +53,15 @@ class FollowerState(str, Enum):
     RUNNING = "running"
     STOPPED = "stopped"
     FAILED = "failed"
+
+
+_HEALTH_STATES = {
+    FollowerState.CREATED: HealthState.CREATED,
+    FollowerState.RESTORING: HealthState.RESTORING,
+    FollowerState.RUNNING: HealthState.RUNNING,
+    FollowerState.STOPPED: HealthState.STOPPED,
+    FollowerState.FAILED: HealthState.FAILED,
+}
 
 
 class Follower:
@@ -138,7 +148,9 @@ class Follower:
         self.key_prefix = manifest.key_prefix
         self.chunk_records = chunk_records
         self.poll_timeout_s = poll_timeout_s
-        self.state = FollowerState.CREATED
+        self._state = FollowerState.CREATED
+        self.state_since = time.time()
+        """When the follower entered its state, seconds since the epoch."""
         self.restore_targets: dict[int, int] = {}
         self.end_offsets: dict[int, int] = {}
         self.records_applied = 0
@@ -148,6 +160,8 @@ class Follower:
         self.error: BaseException | None = None
         self.commit_observers: list[Callable[[float, int], None]] = []
         """Called after each store commit with its seconds and records (metrics)."""
+        self.last_commit_at: float | None = None
+        """When this follower last committed to its store, seconds since the epoch."""
         self._applied = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,6 +175,52 @@ class Follower:
             self._decide_batches()
         self._pending: list[tuple[Position, dict[int, int]]] = []
         self._sampled_at = float("-inf")
+
+    @property
+    def state(self) -> FollowerState:
+        """The follower's state now."""
+        return self._state
+
+    @state.setter
+    def state(self, state: FollowerState) -> None:
+        if state is not self._state:
+            self._state = state
+            self.state_since = time.time()
+
+    def health(self) -> Health:
+        """The follower's health now (a ``health`` view, ``/health``, ``status``): its state,
+        and why when not plainly RUNNING (the error of a FAILED one in one line, the records a
+        RESTORING one still has to apply)."""
+        state = self._state
+        details: dict[str, Any] = {"records_applied": self.records_applied}
+        if self.last_commit_at is not None:
+            details["last_commit_at"] = self.last_commit_at
+        reason: str | None = None
+        if state is FollowerState.FAILED:
+            error = self.error
+            reason = " ".join(str(error).split()) if error is not None else "failed"
+            if error is not None and not isinstance(error, StateStoreError):
+                reason = f"{type(error).__name__}: {reason}"
+        elif state is FollowerState.RESTORING:
+            remaining = self.restore_remaining()
+            details["restore_remaining_records"] = remaining
+            reason = (
+                f"restoring {self.source.topic}: {remaining:,} record(s) to go to the end "
+                f"offsets {dict(sorted(self.restore_targets.items()))}"
+            )
+        elif state is FollowerState.STOPPED:
+            reason = "the follower was stopped"
+        return Health(_HEALTH_STATES[state], reason, self.state_since, details)
+
+    def restore_remaining(self) -> int:
+        """Records still to apply to reach the restore's targets (0 unless RESTORING)."""
+        if self._state is not FollowerState.RESTORING:
+            return 0
+        applied = self.store.metadata.changelog_offsets
+        return sum(
+            max(0, target - applied.get(partition, 0))
+            for partition, target in self.restore_targets.items()
+        )
 
     # -- driving --------------------------------------------------------------------------
     def start_restore(self) -> None:
@@ -309,6 +369,7 @@ class Follower:
                 txn.set_changelog_offset(partition, next_offset)
             metadata = txn.commit()
         seconds = time.monotonic() - began
+        self.last_commit_at = time.time()
         for observe in self.commit_observers:
             observe(seconds, len(rows))
         with self._applied:

@@ -72,6 +72,7 @@ from spark_statestore.store.snapshot import DEFAULT_BATCH_ROWS, arrow_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from spark_statestore.health import Health
     from spark_statestore.query import LagInfo, StateQueryRequest, StateQueryResult
     from spark_statestore.serve.client import StoreClient
     from spark_statestore.store.manifest import StoreMetadata
@@ -111,6 +112,10 @@ class StoreServer:
     lag_provider
         Returns ``{partition: LagInfo}`` for the ``describe`` action (a follower knows its
         changelog end offsets); None reports ``"lags": null``.
+    health_provider
+        Returns the store owner's :class:`~spark_statestore.health.Health` for the
+        ``describe`` action (a follower's state, a sink server's); None reports
+        ``"health": null``.
     pin_ttl_s
         A pinned snapshot unused for this many seconds is released.
     max_pins
@@ -175,6 +180,7 @@ class StoreServer:
         host: str = "127.0.0.1",
         port: int = 0,
         lag_provider: Callable[[], Mapping[int, LagInfo]] | None = None,
+        health_provider: Callable[[], Health] | None = None,
         pin_ttl_s: float = 600.0,
         max_pins: int = 64,
         clock: Callable[[], float] = time.monotonic,
@@ -259,6 +265,7 @@ class StoreServer:
         self.host = host
         self._port = port
         self._lag_provider = lag_provider
+        self._health_provider = health_provider
         self._advertise = advertise
         self._batch_rows = batch_rows
         self._pins = PinRegistry(
@@ -586,6 +593,7 @@ class StoreServer:
             owner=store.owner,
             pins=len(self._pins),
             location=self._location,
+            health=None if self._health_provider is None else self._health_provider(),
         )
         return reply.to_dict()
 

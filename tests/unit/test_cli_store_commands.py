@@ -42,7 +42,7 @@ def test_inspect_shows_a_subset_followers_identity_and_a_sinks_commit_record(
     assert lines["subset"].strip() == "holds partitions 0, 2; keys starting with 0x7573"
     assert lines["changelog"].strip() == "t-changelog, 4 partition(s)"
     assert lines["offsets"].strip() == "0:5  (partition:next offset)"
-    assert lines["owner"].strip() == "none"
+    assert lines["owner"].strip() == "none (no process has the store open)"
 
     assert main(["inspect", str(leader), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

@@ -104,6 +104,7 @@ imports the root (the circle test covers the rest)."""
 _ENGINE_LAYERS = (
     (
         "spark_statestore.errors",
+        "spark_statestore.health",
         "spark_statestore.integer_spec",
         "spark_statestore.native",
         "spark_statestore.partition_spec",

@@ -168,6 +168,16 @@ class ReplicaRegistry:
             )
         return view if not why else replace(view, refused=tuple(why))
 
+    def announcements(self) -> tuple[int, tuple[ReplicaAnnouncement, ...]]:
+        """``(as of, announcements)``: the newest verified announcement of every replica
+        read so far, live, expired or withdrawn (``spark-statestore status`` shows them all),
+        by replica id, and the time liveness is judged at (epoch ms, as :meth:`view`)."""
+        now_ms = int(self._clock() * 1000)
+        if self._as_of_ms is not None:
+            now_ms = min(now_ms, self._as_of_ms)
+        found = sorted(self._latest.values(), key=lambda a: a.replica_id)
+        return now_ms, tuple(found)
+
     def refresh(self) -> None:
         """Read the replicas topic up to its current end.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 
 from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer, announce_store
@@ -21,7 +22,7 @@ from spark_statestore.connectors.kafka.follower.leader import KafkaLeaderProgres
 from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
 from spark_statestore.connectors.spark.options import SourceOptions, StoreType
 from spark_statestore.connectors.spark.serve_options import serving_endpoint
-from spark_statestore.errors import FollowerError, OptionError
+from spark_statestore.errors import FollowerError, OptionError, StateStoreError
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.follower.versioned import history_retention_of
 from spark_statestore.metrics import FollowerMetrics, MetricsServer, ServerMetrics
@@ -33,6 +34,9 @@ from spark_statestore.store import Role, Store, StoreSpec
 __all__ = ["FollowerRuntime"]
 
 _log = logging.getLogger(__name__)
+
+END_OFFSETS_TTL_S = 1.0
+"""How old the changelog's end offsets a query's progress reports may be."""
 
 
 class FollowerRuntime:
@@ -46,6 +50,7 @@ class FollowerRuntime:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        self._ends_asked_at = float("-inf")
         source = KafkaChangelogSource(
             options.bootstrap_servers,
             options.changelog,
@@ -108,6 +113,7 @@ class FollowerRuntime:
                 host=endpoint.host,
                 port=options.serve_port,
                 lag_provider=self._lags,
+                health_provider=self.follower.health,
                 tls_certificates=endpoint.tls_certificates,
                 tls_client_ca=endpoint.tls_client_ca,
                 require_client_cert=endpoint.require_client_cert,
@@ -120,6 +126,7 @@ class FollowerRuntime:
             self.metrics = self._metrics()
             if self.metrics is not None:
                 closers.insert(0, self.metrics.close)
+                self.metrics.add_health(str(self.store.path), self.follower.health)
             self.announcer = self._announcer(location) if options.announce else None
             if self.announcer is not None:
                 closers.insert(0, self.announcer.close)
@@ -139,6 +146,20 @@ class FollowerRuntime:
     def partitions(self) -> tuple[int, ...]:
         """The changelog partitions the store holds and the feed delivers."""
         return self.follower.partitions
+
+    def end_offsets(self) -> dict[int, int]:
+        """The changelog's end offsets of the held partitions, asked of Kafka at most every
+        :data:`END_OFFSETS_TTL_S` (the last known ones when Kafka does not answer)."""
+        now = time.monotonic()
+        if now - self._ends_asked_at >= END_OFFSETS_TTL_S:
+            self._ends_asked_at = now
+            try:
+                self.follower.refresh_end_offsets()
+            except StateStoreError as exc:
+                _log.info("end offsets of %s unknown: %s", self.options.changelog, exc)
+        applied = self.applied()
+        ends = self.follower.end_offsets
+        return {p: max(ends.get(p, 0), applied[p]) for p in self.partitions}
 
     def _lags(self) -> Mapping[int, LagInfo]:
         self.follower.refresh_end_offsets()

@@ -78,6 +78,48 @@ def rate_limit(start: Mapping[int, int], end: Mapping[int, int], limit: int) -> 
     return {p: start[p] + shares[p] for p in end}
 
 
+STOP_ON_SIGTERM_S = 20.0
+"""How long a SIGTERM'd reader process may take to stop its runtime before it exits anyway."""
+
+
+def _stop_on_sigterm(reader: FollowerStreamReader) -> None:
+    """Stop ``reader``'s runtime cleanly when this process gets SIGTERM, then exit.
+
+    Spark stops a query's stream reader process by destroying it (SIGTERM) rather than
+    letting it return, so without this the runtime never closes: the replica's announcement
+    is not withdrawn (readers keep routing to it until its TTL), the store not closed
+    cleanly. The handler only starts a thread that stops the runtime and exits, so nothing
+    runs re-entrantly on the main thread, which may be inside the runtime. Installed only
+    in the main thread of a process whose SIGTERM has its default action (a Spark worker,
+    not an application with its own handler).
+    """
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def shutdown() -> None:
+        try:
+            reader.stop()
+        except BaseException:  # exiting anyway: say why the stop was not clean
+            _log.exception("stopping the follower of %s on SIGTERM failed", reader.changelog)
+        finally:
+            os._exit(128 + signal.SIGTERM)
+
+    def on_term(_signum: int, _frame: object) -> None:
+        _log.info("SIGTERM: stopping the follower of %s", reader.changelog)
+        threading.Thread(target=shutdown, name="stop-on-sigterm", daemon=True).start()
+        timer = threading.Timer(STOP_ON_SIGTERM_S, os._exit, (128 + signal.SIGTERM,))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The change feed of a changelog, with the store materialized as it goes.
 
@@ -96,12 +138,18 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_runtime"] = None  # the driver's live resources never travel
         return state
 
+    @property
+    def changelog(self) -> str:
+        """The followed changelog topic."""
+        return self._options.changelog
+
     # -- driver side ------------------------------------------------------------------------
     def _rt(self) -> FollowerRuntime:
         if self._runtime is None:
             from spark_statestore.connectors.spark.follower.runtime import FollowerRuntime
 
             self._runtime = FollowerRuntime(self._options)
+            _stop_on_sigterm(self)
         self._runtime.check()
         return self._runtime
 
@@ -204,7 +252,12 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return self._format(self._rt().applied())
+        """The changelog's end offsets, as Spark's Kafka source reports its topic's: a
+        query's progress (``lastProgress["sources"][0]``) then shows the follower's lag per
+        partition as ``latestOffset`` minus ``endOffset``. (The Python Data Source API has no
+        way to add source metrics such as the follower's state to the progress: its stream
+        does not implement Spark's ``ReportsSourceMetrics``.)"""
+        return self._format(self._rt().end_offsets())
 
     def prepareForTriggerAvailableNow(self) -> None:
         rt = self._rt()

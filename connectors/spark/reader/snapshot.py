@@ -40,7 +40,9 @@ from spark_statestore.connectors.spark.reader.tasks import (
     owner_scan_task,
     placement,
 )
+from spark_statestore.connectors.spark.reader.views import VIEW_DDL, health_row, view_rows
 from spark_statestore.connectors.spark.windows import WINDOWED
+from spark_statestore.health import NOT_OPEN, Health, HealthState, served
 from spark_statestore.position import Position
 from spark_statestore.store.errors import StoreNotFoundError
 
@@ -61,26 +63,11 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_VIEW_DDL = {
-    View.POSITION: "topic STRING, partition INT, offset BIGINT",
-    View.LAG: "partition INT, current_offset BIGINT, end_offset BIGINT, lag BIGINT",
-    View.HOST: (
-        "location STRING, token STRING, tls_root_certs STRING, store STRING, "
-        "tls_client_cert STRING, tls_client_key STRING"
-    ),
-    View.METADATA: (
-        "name STRING, role STRING, changelog_topic STRING, partitions INT, "
-        "held_partitions ARRAY<INT>, key_prefix BINARY, store_id STRING, created_at STRING, "
-        "commit_seq BIGINT, position STRING, changelog_offsets MAP<INT, BIGINT>, "
-        "owner_pid INT, owner_host STRING, owner_purpose STRING, flight_location STRING"
-    ),
-}
-
 
 def reader_ddl(options: ReaderOptions) -> str:
     """The snapshot reader's schema as DDL, for its view, store type and formats."""
     if options.view is not View.DATA:
-        return _VIEW_DDL[options.view]
+        return VIEW_DDL[options.view]
     return data_ddl(options)
 
 
@@ -190,16 +177,39 @@ class SnapshotReader(DataSourceReader):
         if not bound.is_unbounded() and wait_s > 0:
             client.release(client.pin(bound, wait_s=wait_s).snapshot_id)
         reply = client.describe()
-        self._check_bound(reply.description.position)
         lags = _lag_pairs(reply.lags)
-        if self._options.max_lag is not None:
-            self._check_lag(lags)
-        return [RowsTask(self._view_rows(reply.description, reply.owner, lags))]
+        if view is not View.HEALTH:  # health reports a lagging or restoring store as such
+            self._check_bound(reply.description.position)
+            if self._options.max_lag is not None:
+                self._check_lag(lags)
+        health = reply.health or served(reply.owner.purpose, reply.owner.started_at)
+        return [
+            RowsTask(
+                view_rows(
+                    self._options.view,
+                    self._options.path,
+                    reply.description,
+                    reply.owner,
+                    lags,
+                    health,
+                )
+            )
+        ]
 
     def _plan_local(self) -> list[InputPartition]:
         from spark_statestore.serve.protocol import StoreDescription
         from spark_statestore.store import Store, StoreOptions
-        from spark_statestore.store.ownership import read_owner
+        from spark_statestore.store.ownership import live_owner, read_owner
+
+        if self._options.view is View.HEALTH:
+            owner = live_owner(self._options.path)
+            if owner is not None:  # it holds the store and serves nothing to ask
+                health = Health(
+                    HealthState.UNKNOWN,
+                    f"owned by {owner.describe()}, which serves no Flight server to ask: "
+                    "read its /health endpoint (metricsPort, --metrics-port)",
+                )
+                return [RowsTask([health_row(self._options.path, None, owner, None, health)])]
 
         # A sink's commit owns its store for the commit only: wait for it, as for any
         # short-lived owner, rather than fail.
@@ -209,8 +219,18 @@ class SnapshotReader(DataSourceReader):
         ) as store:
             metadata = store.metadata
             manifest = store.manifest
-        self._check_bound(metadata.position)
         lags = self._lags_from_kafka(manifest, metadata.changelog_offsets)
+        if self._options.view is View.HEALTH:
+            description = StoreDescription.of_state(self._options.path, manifest, metadata)
+            health = Health(HealthState.STOPPED, NOT_OPEN, None)
+            return [
+                RowsTask(
+                    view_rows(
+                        self._options.view, self._options.path, description, None, lags, health
+                    )
+                )
+            ]
+        self._check_bound(metadata.position)
         if self._options.max_lag is not None:
             if lags is None:
                 raise SparkSourceError(
@@ -233,7 +253,24 @@ class SnapshotReader(DataSourceReader):
                 )
             ]
         description = StoreDescription.of_state(self._options.path, manifest, metadata)
-        return [RowsTask(self._view_rows(description, read_owner(self._options.path), lags))]
+        owner = read_owner(self._options.path)
+        return [
+            RowsTask(
+                view_rows(self._options.view, self._options.path, description, owner, lags, None)
+            )
+        ]
+
+    def _rows(
+        self,
+        description: StoreDescription,
+        owner: OwnerInfo | None,
+        lags: Mapping[int, tuple[int, int | None]] | None,
+        health: Health | None,
+    ) -> RowsTask:
+        """The task that yields this reader's view's rows."""
+        return RowsTask(
+            view_rows(self._options.view, self._options.path, description, owner, lags, health)
+        )
 
     def _check_bound(self, position: Position) -> None:
         bound = self._options.position_bound
@@ -277,44 +314,6 @@ class SnapshotReader(DataSourceReader):
                 config=self._options.kafka,
             )
         )
-
-    def _view_rows(
-        self,
-        description: StoreDescription,
-        owner: OwnerInfo | None,
-        lags: Mapping[int, tuple[int, int | None]] | None,
-    ) -> list[tuple[Any, ...]]:
-        view = self._options.view
-        if view is View.POSITION:
-            return [(t, p, o) for t, p, o in description.position.entries]
-        if view is View.LAG:
-            if lags is None:
-                offsets = description.changelog_offsets
-                return [(p, o, None, None) for p, o in sorted(offsets.items())]
-            return [
-                (p, cur, end, None if end is None else end - cur)
-                for p, (cur, end) in sorted(lags.items())
-            ]
-        held = description.held_partitions
-        return [
-            (
-                description.store,
-                description.role.value,
-                description.changelog_topic,
-                description.partitions,
-                None if held is None else list(held),
-                description.key_prefix,
-                description.store_id,
-                description.created_at,
-                description.commit_seq,
-                description.position.to_json(),
-                dict(description.changelog_offsets),
-                None if owner is None else owner.pid,
-                None if owner is None else owner.host,
-                None if owner is None else owner.purpose,
-                None if owner is None else owner.flight_location,
-            )
-        ]
 
     # -- reading (executor) ------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
