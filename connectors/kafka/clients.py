@@ -7,6 +7,9 @@
 * :func:`partition_count` asks a topic's partition count, :func:`topic_config` its
   settings; :func:`watermarks` where a partition begins and ends, through leader changes and
   restarts.
+* librdkafka's log lines go through Python logging (:mod:`.logs`): every client made here
+  has them :func:`~.logs.routed` to ``spark_statestore.connectors.kafka.logs``, or, when nobody
+  polls it (admin clients, a consumer made ``quiet``), kept :func:`~.logs.quiet`.
 * When the brokers do not answer, :func:`unreachable_cause` asks a fresh client why
   (librdkafka reports a refused password, an unverifiable certificate or a listener of
   another protocol as an event, and the failed call only as a transport failure), so the
@@ -25,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
+from spark_statestore.connectors.kafka import logs
 from spark_statestore.connectors.kafka.errors import (
     KafkaClientError,
     client_error,
@@ -98,9 +102,13 @@ def consumer(
     what: str,
     defaults: Mapping[str, Any] | None = None,
     read_committed: bool = True,
+    quiet: bool = False,
 ) -> Consumer:
     """A consumer of ``bootstrap_servers``, never joining ``group`` (a required id), with
-    the settings of :func:`consumer_settings`.
+    the settings of :func:`consumer_settings`, its librdkafka lines :func:`~.logs.routed`
+    to Python logging, or :func:`~.logs.quiet` with ``quiet``: for a consumer that is never
+    or rarely polled (one that only asks for offsets and metadata), whose lines would wait
+    in its queue (20 to 80 a second while its broker is down) until it is.
 
     Raises
     ------
@@ -115,6 +123,7 @@ def consumer(
         defaults=defaults,
         read_committed=read_committed,
     )
+    settings = logs.quiet(settings) if quiet else logs.routed(settings)
     try:
         client = _Consumer(settings)
     except KafkaException as exc:
@@ -176,14 +185,18 @@ def consumer_settings(
 
 
 def producer(bootstrap_servers: str, config: Mapping[str, Any] | None, *, what: str) -> Producer:
-    """A producer of ``bootstrap_servers`` with the user's ``kafka.*`` settings.
+    """A producer of ``bootstrap_servers`` with the user's ``kafka.*`` settings, its
+    librdkafka lines :func:`~.logs.routed` to Python logging (served by its ``poll`` and
+    ``flush``).
 
     Raises
     ------
     KafkaClientError
         librdkafka refuses the settings (the message names ``what``).
     """
-    settings = {"bootstrap.servers": bootstrap_servers, **CLIENT_DEFAULTS, **(config or {})}
+    settings = logs.routed(
+        {"bootstrap.servers": bootstrap_servers, **CLIENT_DEFAULTS, **(config or {})}
+    )
     try:
         client = _Producer(settings)
     except KafkaException as exc:
@@ -229,19 +242,15 @@ def partition_count(client: Producer | Consumer, topic: str, timeout_s: float) -
 
 def admin(bootstrap_servers: str, config: Mapping[str, Any] | None) -> AdminClient:
     """An AdminClient of ``bootstrap_servers`` with the user's ``kafka.*`` settings (its
-    consumer-only ones left out: an AdminClient warns about each)."""
+    consumer-only ones left out: an AdminClient warns about each), :func:`~.logs.quiet`:
+    nothing polls an admin client (its answers come from a background thread), so its
+    librdkafka lines could never reach Python logging; the failed call says what failed."""
     from confluent_kafka.admin import AdminClient
 
-    # librdkafka's info-level lines (level 6; e.g. an admin client destroyed with an event
-    # it did not serve) are noise to a user; notices, warnings and errors still show.
-    settings = {
-        "bootstrap.servers": bootstrap_servers,
-        "log_level": 5,
-        **CLIENT_DEFAULTS,
-        **(config or {}),
-    }
+    settings = {"bootstrap.servers": bootstrap_servers, **CLIENT_DEFAULTS, **(config or {})}
     for name in _CONSUMER_ONLY:
         settings.pop(name, None)
+    settings = logs.quiet(settings)
     try:
         return AdminClient(settings)
     except KafkaException as exc:
@@ -382,7 +391,7 @@ _CAUSE_PROBE_S = 3.0
 _CAUSE_ATTEMPT_S = 0.25  # a refused login is reported ~0.3 s after the client starts
 # Not a connection's business: the probe is a plain producer with the connection settings.
 _NOT_FOR_THE_PROBE = frozenset(
-    {*_CONSUMER_ONLY, "transactional.id", "enable.idempotence", "client.id"}
+    {*_CONSUMER_ONLY, "transactional.id", "enable.idempotence", "client.id", "logger"}
 )
 
 

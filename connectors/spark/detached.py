@@ -155,14 +155,22 @@ def serve_detached(
     import logging
     import signal
 
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s %(levelname)s %(name)s ({name} %(process)d): %(message)s",
-        stream=sys.stderr,
-    )
+    from spark_statestore.errors import OptionError
+    from spark_statestore.logs import configure_logging
+
+    # Its stderr is its log file: INFO unless $SPARK_STATESTORE_LOG_LEVEL says otherwise,
+    # JSON lines with $SPARK_STATESTORE_LOG_FORMAT=json, each line naming the process.
+    refused: OptionError | None = None
+    try:
+        configure_logging(default_level=logging.INFO, process=name)
+    except OptionError as exc:  # logs as text, and the start fails saying why
+        configure_logging(logging.INFO, "text", process=name)
+        refused = exc
     log = logging.getLogger(__name__)
     handshake = handshake_channel()
     try:
+        if refused is not None:
+            raise refused
         request = json.loads(sys.stdin.readline())
         watch = watched_driver(request)
         server = start(request)

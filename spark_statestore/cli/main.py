@@ -26,11 +26,14 @@ from spark_statestore.cli.query_formats import REGISTRY_FORMAT_NAMES
 from spark_statestore.cli.signals import catch_stop_signals
 from spark_statestore.cli.store_commands import add_store_commands
 from spark_statestore.errors import OptionError, StateStoreError, closest_hint
+from spark_statestore.logs import FORMATS, configure_logging, log_format
 
 if TYPE_CHECKING:
     from spark_statestore.changelog.missing_position import OnMissingPosition
 
 __all__ = ["build_parser", "catch_stop_signals", "main"]
+
+_log = logging.getLogger(__name__)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -215,7 +218,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kafka Streams style state stores for Spark Structured Streaming.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log this project's records at DEBUG level (else at "
+        "$SPARK_STATESTORE_LOG_LEVEL, default WARNING)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        help="log records as text lines or as JSON lines, one object each (default: "
+        "$SPARK_STATESTORE_LOG_FORMAT, else text)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     broker = sub.add_parser(
@@ -441,14 +456,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``spark-statestore`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    json_handler: logging.Handler | None = None
     try:
+        # One handler for every record of this process (see spark_statestore.logs); an
+        # invalid $SPARK_STATESTORE_LOG_* is an error of the command like any other.
+        handler = configure_logging(logging.DEBUG if args.verbose else None, args.log_format)
+        if handler is not None and log_format(args.log_format) == "json":
+            json_handler = handler
         code: int = args.func(args)
     except StateStoreError as exc:
-        print(f"spark-statestore {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        _report(args.command, exc, json_handler)
         return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         return 130
@@ -459,6 +476,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     return code
+
+
+def _report(command: str, exc: StateStoreError, json_handler: logging.Handler | None) -> None:
+    """Say that ``command`` failed with an expected error, in one line and no traceback: as
+    text on stderr, or with ``--log-format json`` as a JSON record like the others (whatever
+    the log level: it is the command's answer, not a log record)."""
+    line = f"spark-statestore {command}: error: {_one_line(exc)}"
+    if json_handler is None:
+        print(line, file=sys.stderr)
+        return
+    extra = {"command": command, "error": type(exc).__name__}
+    json_handler.handle(
+        _log.makeRecord(_log.name, logging.ERROR, __file__, 0, line, (), None, extra=extra)
+    )
 
 
 def _one_line(exc: BaseException) -> str:

@@ -151,11 +151,15 @@ class ShopApp:
     def __init__(self, app: StreamsApp, bootstrap: str) -> None:
         from confluent_kafka import Producer, TopicPartition
 
-        from spark_statestore.connectors.kafka import clients
+        from spark_statestore.connectors.kafka import clients, logs
 
         self.app = app
+        # Its librdkafka lines through logging, as every client of ours: the terminal stays
+        # the demo's when the broker stops.
         self._producer: Any = Producer(
-            {"bootstrap.servers": bootstrap, "transactional.id": "spark-statestore-demo-orders"}
+            logs.routed(
+                {"bootstrap.servers": bootstrap, "transactional.id": "spark-statestore-demo-orders"}
+            )
         )
         self._producer.init_transactions(30)
         self._changelog = clients.consumer(

@@ -106,6 +106,7 @@ _ENGINE_LAYERS = (
         "spark_statestore.errors",
         "spark_statestore.health",
         "spark_statestore.integer_spec",
+        "spark_statestore.logs",
         "spark_statestore.native",
         "spark_statestore.partition_spec",
         "spark_statestore.position",

@@ -21,6 +21,7 @@ from typing import Any
 from spark_statestore.changelog.columns import RecordColumns, arrow_array
 from spark_statestore.changelog.position_merger import PositionMerger
 from spark_statestore.changelog.record import ChangelogRecord
+from spark_statestore.connectors.kafka import logs
 from spark_statestore.connectors.kafka.errors import KafkaClientError
 from spark_statestore.position import Position
 
@@ -34,9 +35,10 @@ NULL_KEY = "NULL_KEY"  # the reader's event for a record without a key
 def native_settings(settings: Mapping[str, Any]) -> dict[str, str] | None:
     """``settings`` as librdkafka's strings, or None when one is not a plain value (a
     confluent-kafka callback such as ``error_cb``, ``oauth_cb``, ``logger``): those need
-    confluent-kafka's client, so such a source reads on the reference path."""
+    confluent-kafka's client, so such a source reads on the reference path. The extension's
+    clients have no log callback: they are :func:`~.logs.quiet`."""
     out: dict[str, str] = {}
-    for name, value in settings.items():
+    for name, value in logs.quiet(settings).items():
         if isinstance(value, bool):
             out[name] = "true" if value else "false"
         elif isinstance(value, (str, int, float)):

@@ -372,6 +372,8 @@ class KafkaLeaderProgress:
                 # An offset already deleted (Kafka Streams purges what it has committed)
                 # is an error here, not a reason to read from elsewhere.
                 defaults={"auto.offset.reset": "error"},
+                # Polled only while it probes: idle, its lines would pile up in its queue.
+                quiet=True,
             )
         probe = self._probe
         probe.assign([TopicPartition(tp[0], tp[1], start)])

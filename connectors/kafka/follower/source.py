@@ -119,8 +119,9 @@ class KafkaChangelogSource:
         self._native: NativeReader | None = None
         # Metadata and offset queries come from other threads (lag, Spark's latestOffset)
         # while the follower thread blocks in consume(): they get their own client. Made
-        # here, it also refuses bad settings (another isolation level) at once.
-        self._offsets_client = self._client(f"{self._group}-offsets", self._user)
+        # here, it also refuses bad settings (another isolation level) at once. Nothing
+        # polls it, so its librdkafka lines are kept quiet.
+        self._offsets_client = self._client(f"{self._group}-offsets", self._user, quiet=True)
         self._offsets_lock = threading.Lock()
         self._assigned: list[int] = []
         self._positions: dict[int, int] = {}
@@ -244,13 +245,14 @@ class KafkaChangelogSource:
             )
         self._consumer = self._client(self._group, settings)
 
-    def _client(self, group: str, config: Mapping[str, Any]) -> Consumer:
+    def _client(self, group: str, config: Mapping[str, Any], *, quiet: bool = False) -> Consumer:
         return clients.consumer(
             self._bootstrap,
             config,
             group=group,
             what=f"changelog {self._topic!r}",
             defaults=_READER_DEFAULTS,
+            quiet=quiet,
         )
 
     def _reader(self) -> Consumer:
