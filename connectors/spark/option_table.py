@@ -341,15 +341,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "metricsPort",
         int,
-        _SOURCE,
-        "serve the follower's metrics (Prometheus' text format) at http://metricsHost:PORT"
-        "/metrics from the query's driver process (0: a free port, logged)",
+        _SERVERS,
+        "serve the metrics (Prometheus' text format) at http://metricsHost:PORT/metrics from "
+        "the process that owns the store: a follower query's driver process, a sink's store "
+        "server (with serve) (0: a free port, logged)",
         maximum=65535,
     ),
     OptionSpec(
         "metricsHost",
         str,
-        _SOURCE,
+        _SERVERS,
         "the metrics endpoint's address (loopback only so far)",
         default="127.0.0.1",
     ),

@@ -175,6 +175,9 @@ class SinkOptions:
     for hung (kills and replaces it); also how long its shutdown waits for a commit."""
     serve_idle_timeout_ms: int = 600000
     """With ``serve``: the store server stops after this long without a commit (0: never)."""
+    metrics_port: int | None = None
+    """With ``serve``: the store server's metrics port (None: no endpoint; 0: a free one)."""
+    metrics_host: str = "127.0.0.1"
     raw: Mapping[str, str] = field(default_factory=dict)
     """The options as given (the sink's store server parses them again)."""
     checkpoint: QueryCheckpoint | None = None
@@ -446,11 +449,14 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
     if options.boolean("serve"):
         serve = serve_settings(options)
     else:
-        given = [name for name in (*SERVE_OPTIONS, *SINK_SERVER_OPTIONS) if options.given(name)]
+        names = (*SERVE_OPTIONS, *SINK_SERVER_OPTIONS, "metricsPort", "metricsHost")
+        given = [name for name in names if options.given(name)]
         if given:
             raise OptionError(
                 f"option {given[0]!r} configures the sink's store server: set option 'serve' "
-                "to 'true' too, or drop it"
+                "to 'true' too, or drop it: without 'serve' no process outlives a micro-batch's "
+                "commit (each runs in a process of its own) to serve the store, announce it or "
+                "report its metrics"
             )
     liveness_ms = options.integer("serveLivenessTimeoutMs")
     idle_ms = options.integer("serveIdleTimeoutMs")
@@ -480,6 +486,8 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         serve=serve,
         serve_liveness_timeout_ms=liveness_ms,
         serve_idle_timeout_ms=idle_ms,
+        metrics_port=_metrics_port(options),
+        metrics_host=options.required("metricsHost"),
         raw={str(name): str(value) for name, value in raw.items()},
         checkpoint=_query_checkpoint(checkpoint, options) if streaming else None,
         key_registry_column=key_typed,

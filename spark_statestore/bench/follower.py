@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -371,9 +372,16 @@ def consumer_settings(bootstrap: str, purpose: str, partitions: int = PARTITIONS
 
 
 # -- the timed runs -----------------------------------------------------------------------
-def follower_run(root: str, changelog: Changelog, keep: str | None = None) -> float:
+def follower_run(
+    root: str,
+    changelog: Changelog,
+    keep: str | None = None,
+    *,
+    during: Callable[[Any], AbstractContextManager[object]] | None = None,
+) -> float:
     """Records/s of a follower restoring ``changelog`` into a fresh store under ``root``,
-    removed afterwards unless ``keep`` names the (new) directory to restore into and keep."""
+    removed afterwards unless ``keep`` names the (new) directory to restore into and keep;
+    ``during(follower)`` is a context around the timed restore (metrics served meanwhile)."""
     from spark_statestore.connectors.kafka.follower.source import KafkaChangelogSource
     from spark_statestore.follower import Follower
 
@@ -388,7 +396,8 @@ def follower_run(root: str, changelog: Changelog, keep: str | None = None) -> fl
                 source.close()
                 raise
             try:
-                seconds = timed(partial(_restore, follower))
+                with nullcontext() if during is None else during(follower):
+                    seconds = timed(partial(_restore, follower))
             finally:
                 follower.stop()
             changelog.check(store.get, follower.records_applied, "the follower")

@@ -63,7 +63,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -88,8 +89,13 @@ __all__ = [
     "SCHEMA",
     "SINK_TARGET",
     "SUITE",
+    "WARMUP_RECORDS",
+    "Changelogs",
+    "SinkStream",
     "run_sink_suite",
     "sink_records",
+    "sink_run",
+    "write_stream",
 ]
 
 SUITE = "sink"
@@ -143,7 +149,7 @@ class SinkStream:
     input_bytes: int
 
 
-class _Changelogs:
+class Changelogs:
     """The changelog topics created with the broker, one per changelog run."""
 
     def __init__(self, bootstrap: str, topics: list[str]) -> None:
@@ -214,8 +220,8 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
         ):
             spark, startup_s, started = session
             _log.info("bench suite %s: Spark session ready in %.1f s", SUITE, startup_s)
-            changelogs = _Changelogs(bootstrap, topics)
-            kafka_sink = _Changelogs(bootstrap, kafka_topics)
+            changelogs = Changelogs(bootstrap, topics)
+            kafka_sink = Changelogs(bootstrap, kafka_topics)
             from spark_statestore.connectors.spark.session import has_kafka_connector
 
             with_kafka_sink = has_kafka_connector(spark)
@@ -364,13 +370,16 @@ def sink_run(
     root: str,
     data: SinkStream,
     sink: str,
-    changelogs: _Changelogs | None,
+    changelogs: Changelogs | None,
     *,
     serve: bool = False,
+    options: Mapping[str, str] | None = None,
+    during: Callable[[str], AbstractContextManager[object]] | None = None,
 ) -> float:
     """Rows/s of one run of the whole stream into a fresh store (``sink="store"``, with a
-    changelog when ``changelogs`` is given, through the sink's store server with ``serve``)
-    or a fresh Parquet directory."""
+    changelog when ``changelogs`` is given, through the sink's store server with ``serve``,
+    with more sink ``options``) or a fresh Parquet directory; ``during(output)`` is a context
+    around the timed run (metrics scraped meanwhile)."""
     run_dir = tempfile.mkdtemp(prefix=f"run-{sink}-", dir=root)
     try:
         checkpoint = os.path.join(run_dir, "checkpoint")
@@ -401,10 +410,12 @@ def sink_run(
                 )
             if serve:
                 writer = writer.option("serve", "true")
+            writer = writer.options(**(options or {}))
         what = _describe(sink, topic) + (" with serve" if serve else "")
         queries: list[Any] = []
         try:
-            seconds = timed(partial(_start_and_drain, writer, queries, what))
+            with nullcontext() if during is None else during(output):
+                seconds = timed(partial(_start_and_drain, writer, queries, what))
         finally:
             for query in queries:
                 query.stop()

@@ -25,6 +25,7 @@ from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.follower import run_follower_suite
 from spark_statestore.bench.latency import run_latency_suite
 from spark_statestore.bench.measure import BenchOptions, BenchRun, Measurement
+from spark_statestore.bench.metrics import run_metrics_suite
 from spark_statestore.bench.peers import run_peers_suite
 from spark_statestore.bench.remote import run_remote_suite
 from spark_statestore.bench.report import machine_facts
@@ -53,6 +54,7 @@ SUITES: Mapping[str, Suite] = MappingProxyType(
         "cluster": run_cluster_suite,
         "scale": run_scale_suite,
         "avro": run_avro_suite,
+        "metrics": run_metrics_suite,
     }
 )
 """Every suite by name, in the order a run without ``--suite`` runs them."""

@@ -5,11 +5,22 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from spark_statestore.errors import OptionError
 from spark_statestore.integer_spec import ascii_integer
 
-__all__ = ["integer", "parse_settings", "port", "seconds"]
+if TYPE_CHECKING:
+    from spark_statestore.metrics.server import MetricsEndpoint
+
+__all__ = [
+    "add_metrics_arguments",
+    "integer",
+    "metrics_endpoint",
+    "parse_settings",
+    "port",
+    "seconds",
+]
 
 
 def integer(text: str) -> int:
@@ -73,3 +84,64 @@ def parse_settings(
             raise OptionError(f"option {option}: set {key} with {reserved[key]}, not {option}")
         settings[key] = value
     return settings
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """The ``--metrics-*`` flags of a long-running command: an opt-in endpoint serving
+    ``what``'s metrics at ``/metrics`` and its health at ``/health``."""
+    parser.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="PORT",
+        help=f"serve {what}'s metrics in Prometheus' text format at http://HOST:PORT/metrics "
+        "and its health at /health (0: a free port, printed)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the metrics endpoint's address (default 127.0.0.1; beyond loopback it needs "
+        "--metrics-tls-cert, --metrics-tls-key and --metrics-token-file)",
+    )
+    parser.add_argument(
+        "--metrics-tls-cert", metavar="F", help="PEM certificate chain of the endpoint (HTTPS)"
+    )
+    parser.add_argument("--metrics-tls-key", metavar="F", help="PEM private key of the endpoint")
+    parser.add_argument(
+        "--metrics-token-file",
+        metavar="F",
+        help="a file holding the bearer token every scrape must send "
+        "(Prometheus: authorization: {credentials_file: F})",
+    )
+
+
+def metrics_endpoint(args: argparse.Namespace) -> MetricsEndpoint | None:
+    """The endpoint :func:`add_metrics_arguments`' flags ask for (None without
+    ``--metrics-port``).
+
+    Raises
+    ------
+    OptionError
+        Another ``--metrics-*`` flag without ``--metrics-port``.
+    """
+    from spark_statestore.metrics.server import MetricsEndpoint
+
+    others = {
+        "--metrics-tls-cert": args.metrics_tls_cert,
+        "--metrics-tls-key": args.metrics_tls_key,
+        "--metrics-token-file": args.metrics_token_file,
+    }
+    if args.metrics_port is None:
+        given = [flag for flag, value in others.items() if value is not None]
+        if given:
+            raise OptionError(
+                f"{', '.join(given)}: only with --metrics-port (the endpoint they configure)"
+            )
+        return None
+    return MetricsEndpoint(
+        args.metrics_port,
+        args.metrics_host,
+        args.metrics_tls_cert,
+        args.metrics_tls_key,
+        args.metrics_token_file,
+    )

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, MappingProxyType
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from spark_statestore.cli.arguments import parse_settings
 from spark_statestore.cli.progress import ProgressLine, format_count, format_lag, format_rate
@@ -35,6 +35,9 @@ from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.follower.topology import parse_topology, store_of_changelog
 from spark_statestore.partition_spec import format_partitions, parse_partitions
 from spark_statestore.store import Role, Store, StoreSpec
+
+if TYPE_CHECKING:
+    from spark_statestore.metrics.server import MetricsEndpoint
 
 __all__ = ["FollowOptions", "ProgressMode", "parse_kafka_settings", "run_follow"]
 
@@ -81,11 +84,9 @@ class FollowOptions:
     leader_upstream_topics
         The internal topics between the leader's input topics and the store
         (``--leader-upstream-topics``).
-    metrics_port
-        Serve the follower's metrics (Prometheus' text format) on this port of
-        ``metrics_host`` (``--metrics-port``; 0: a free port, printed); None: no endpoint.
-    metrics_host
-        The metrics endpoint's address (loopback only so far).
+    metrics
+        The endpoint serving the follower's metrics (Prometheus' text format) and its health
+        (``--metrics-*`` flags); None: no endpoint.
     """
 
     bootstrap_servers: str
@@ -99,8 +100,7 @@ class FollowOptions:
     leader_application_id: str | None = None
     leader_topology: str | None = None
     leader_upstream_topics: tuple[str, ...] | None = None
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
+    metrics: MetricsEndpoint | None = None
 
     @classmethod
     def from_cli(
@@ -277,16 +277,18 @@ def run_follow(
 @contextlib.contextmanager
 def _metrics(follower: Follower, options: FollowOptions, err: TextIO) -> Iterator[None]:
     """The follower's metrics endpoint while it runs (``--metrics-port``)."""
-    if options.metrics_port is None:
+    if options.metrics is None:
         yield
         return
     from prometheus_client.registry import CollectorRegistry
 
-    from spark_statestore.metrics import FollowerMetrics, MetricsServer
+    from spark_statestore.metrics import FollowerMetrics, StoreMetrics
 
     registry = CollectorRegistry()
     FollowerMetrics(follower, registry)
-    with MetricsServer(registry, host=options.metrics_host, port=options.metrics_port) as server:
+    StoreMetrics(follower.store, registry)
+    health = {str(follower.store.path): follower.health}
+    with options.metrics.start(registry, health=health) as server:
         _say(err, f"metrics at {server.url}")
         yield
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_statestore import __version__
+from spark_statestore.cli.arguments import add_metrics_arguments, metrics_endpoint
 from spark_statestore.cli.arguments import integer as _integer
-from spark_statestore.cli.arguments import port as _port
 from spark_statestore.cli.arguments import seconds as _seconds
 from spark_statestore.cli.membership import add_membership_commands
 from spark_statestore.cli.query_formats import REGISTRY_FORMAT_NAMES
@@ -172,10 +172,9 @@ def _cmd_follow(args: argparse.Namespace) -> int:
         leader_topology=args.leader_topology,
         leader_upstream_topics=args.leader_upstream_topics,
     )
-    if args.metrics_port is not None:
-        options = dataclasses.replace(
-            options, metrics_port=args.metrics_port, metrics_host=args.metrics_host
-        )
+    metrics = metrics_endpoint(args)
+    if metrics is not None:
+        options = dataclasses.replace(options, metrics=metrics)
     return run_follow(options)
 
 
@@ -376,19 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the internal topics between the leader's input topics and the store, "
         "comma-separated (with --leader-application-id)",
     )
-    follow.add_argument(
-        "--metrics-port",
-        type=_port,
-        metavar="PORT",
-        help="serve the follower's metrics in Prometheus' text format at "
-        "http://HOST:PORT/metrics (0: a free port, printed)",
-    )
-    follow.add_argument(
-        "--metrics-host",
-        default="127.0.0.1",
-        metavar="HOST",
-        help="the metrics endpoint's address (loopback only so far; default 127.0.0.1)",
-    )
+    add_metrics_arguments(follow, "the follower")
     shown = follow.add_mutually_exclusive_group()
     shown.add_argument(
         "--progress",

@@ -32,7 +32,10 @@ from spark_statestore.errors import OptionError
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
     from spark_statestore.discovery.signing import MembershipKey
+    from spark_statestore.health import Health
+    from spark_statestore.metrics.server import MetricsEndpoint, MetricsServer
     from spark_statestore.query import LagInfo
+    from spark_statestore.serve import StoreServer
     from spark_statestore.store import Store
 
 __all__ = ["ServeOptions", "run_serve"]
@@ -61,6 +64,9 @@ class ServeOptions:
         Seconds between two heartbeats of the announcement.
     announce_key
         The membership key announcements are signed with (None: this user's default).
+    metrics
+        The metrics endpoint (``--metrics-*``): the store server's and the store's metrics
+        at ``/metrics``, RUNNING at ``/health`` while it serves; None: no endpoint.
     """
 
     path: str
@@ -73,6 +79,7 @@ class ServeOptions:
     announce_interval_s: float = 5.0
     announce_key: MembershipKey | None = None
     tls_client_ca: bytes | None = None
+    metrics: MetricsEndpoint | None = None
 
     @classmethod
     def from_cli(
@@ -88,6 +95,7 @@ class ServeOptions:
         kafka: Sequence[str] = (),
         announce_key: str | None = None,
         tls_client_ca: str | None = None,
+        metrics: MetricsEndpoint | None = None,
     ) -> ServeOptions:
         """Build the options from the command's flags, reading the TLS files.
 
@@ -162,6 +170,7 @@ class ServeOptions:
             kafka_config=kafka_config,
             announce_key=key,
             tls_client_ca=client_ca,
+            metrics=metrics,
         )
 
 
@@ -176,6 +185,7 @@ def run_serve(options: ServeOptions) -> int:
         The server cannot listen on the host and port.
     """
     from spark_statestore.cli.signals import catch_stop_signals
+    from spark_statestore.health import served
     from spark_statestore.serve import StoreServer
     from spark_statestore.store import Store
 
@@ -186,6 +196,7 @@ def run_serve(options: ServeOptions) -> int:
             Store.open(options.path, purpose="spark-statestore serve", serves=True)
         )
         lags = None if options.bootstrap_servers is None else _lag_provider(store, options)
+        health = served("spark-statestore serve", store.owner.started_at)
         server = StoreServer(
             store,
             host=options.host,
@@ -194,8 +205,12 @@ def run_serve(options: ServeOptions) -> int:
             tls_client_ca=options.tls_client_ca,
             token=options.token,
             lag_provider=lags,
+            health_provider=lambda: health,
         )
         stack.enter_context(server)
+        if options.metrics is not None:
+            endpoint = stack.enter_context(_metrics(options.metrics, server, lambda: health))
+            print(f"metrics at {endpoint.url}", file=sys.stderr, flush=True)
         if lags is not None:
             announcer = _announcer(store, server.location, lags, options)
             stack.callback(announcer.close)
@@ -206,6 +221,20 @@ def run_serve(options: ServeOptions) -> int:
         signum = wait()
         print(f"received {signal.Signals(signum).name}, stopping the server", file=sys.stderr)
     return 0
+
+
+def _metrics(
+    endpoint: MetricsEndpoint, server: StoreServer, health: Callable[[], Health]
+) -> MetricsServer:
+    """The endpoint of the store server's and the store's metrics and the store's health."""
+    from prometheus_client.registry import CollectorRegistry
+
+    from spark_statestore.metrics import ServerMetrics, StoreMetrics
+
+    registry = CollectorRegistry()
+    ServerMetrics(server, registry)
+    StoreMetrics(server.store, registry)
+    return endpoint.start(registry, health={str(server.store.path): health})
 
 
 def _lag_provider(store: Store, options: ServeOptions) -> Callable[[], Mapping[int, LagInfo]]:

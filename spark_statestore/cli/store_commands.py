@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from spark_statestore.cli.arguments import add_metrics_arguments, metrics_endpoint
 from spark_statestore.cli.arguments import integer as _integer
 from spark_statestore.cli.arguments import seconds as _seconds
 
@@ -34,6 +35,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         bootstrap_servers=args.bootstrap_servers,
         kafka=args.kafka,
         announce_key=args.announce_key,
+        metrics=metrics_endpoint(args),
     )
     return run_serve(options)
 
@@ -258,6 +260,7 @@ def add_store_commands(sub: Any) -> None:
         help="PEM file of the membership key announcements are signed with (default: this "
         "user's, created on first use)",
     )
+    add_metrics_arguments(serve, "the store server")
     serve.set_defaults(func=_cmd_serve)
 
     inspect = sub.add_parser(

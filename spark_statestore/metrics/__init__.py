@@ -8,7 +8,17 @@ Names follow Kafka Streams' metrics where they measure the same thing (``records
 """
 
 from spark_statestore.metrics.follower import FollowerMetrics
+from spark_statestore.metrics.host_metrics import HostMetrics
 from spark_statestore.metrics.server import MetricsServer
 from spark_statestore.metrics.server_metrics import ServerMetrics
+from spark_statestore.metrics.sink_metrics import SinkMetrics
+from spark_statestore.metrics.store_metrics import StoreMetrics
 
-__all__ = ["FollowerMetrics", "MetricsServer", "ServerMetrics"]
+__all__ = [
+    "FollowerMetrics",
+    "HostMetrics",
+    "MetricsServer",
+    "ServerMetrics",
+    "SinkMetrics",
+    "StoreMetrics",
+]

@@ -10,10 +10,11 @@ metric                                                   Kafka Streams' counterp
 ``spark_statestore_follower_restore_remaining_records``  ``restore-remaining-records-total``
 ``spark_statestore_follower_state{state}``               the client's state (1 for the current)
 ``spark_statestore_follower_commit_seconds``             ``commit-latency-avg`` / ``-max``
-``spark_statestore_store_commit_seq``                    (the store's commit number)
 =======================================================  ======================================
 
 Every series has the labels ``store`` (the store directory) and ``topic`` (the changelog).
+The store's own metrics (its size, its commit number) are
+:class:`~spark_statestore.metrics.store_metrics.StoreMetrics`, registered beside these.
 The lag is the changelog's end offset minus the offset the store has applied, per partition;
 end offsets are asked of Kafka at most every ``end_offsets_ttl_s`` seconds (a scrape never
 waits on more than one such request).
@@ -119,11 +120,6 @@ class FollowerMetrics(Collector):
         for name in _STATES:
             state.add_metric([*values, name], 1.0 if follower.state.value == name else 0.0)
         yield state
-        commit_seq = GaugeMetricFamily(
-            f"{PREFIX}store_commit_seq", "The store's latest commit number", labels=names
-        )
-        commit_seq.add_metric(values, follower.store.metadata.commit_seq)
-        yield commit_seq
 
     def _lags(self) -> dict[int, Any]:
         follower = self._follower

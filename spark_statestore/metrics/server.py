@@ -21,6 +21,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -35,7 +36,7 @@ from spark_statestore.serve.auth import check_token, is_loopback
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
 
-__all__ = ["HealthProvider", "MetricsServer"]
+__all__ = ["HealthProvider", "MetricsEndpoint", "MetricsServer"]
 
 _log = logging.getLogger(__name__)
 
@@ -219,3 +220,59 @@ class MetricsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsEndpoint:
+    """Where and how a process serves its metrics: its options, parsed (``--metrics-*``
+    flags, ``metrics*`` options), started with :meth:`start`.
+
+    Parameters
+    ----------
+    port
+        The port (0: a free one).
+    host
+        The address (loopback by default).
+    tls_cert_file, tls_key_file
+        PEM files of the endpoint's certificate chain and key (HTTPS).
+    token_file
+        A file holding the bearer token scrapers must send.
+    token_option
+        How messages name the token file's option (``--metrics-token-file``,
+        ``'metricsTokenFile'``).
+    """
+
+    port: int
+    host: str = "127.0.0.1"
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    token_file: str | None = None
+    token_option: str = "--metrics-token-file"
+
+    def start(
+        self,
+        registry: CollectorRegistry,
+        *,
+        health: Mapping[str, HealthProvider] | None = None,
+    ) -> MetricsServer:
+        """Serve ``registry`` (and ``health``) as these options say.
+
+        Raises
+        ------
+        OptionError
+            As :class:`MetricsServer`, or the token file cannot be read (naming it).
+        """
+        from spark_statestore.serve.auth import read_token_file
+
+        token = None
+        if self.token_file is not None:
+            token = read_token_file(self.token_file, self.token_option)
+        return MetricsServer(
+            registry,
+            host=self.host,
+            port=self.port,
+            health=health,
+            tls_cert_file=self.tls_cert_file,
+            tls_key_file=self.tls_key_file,
+            token=token,
+        )

@@ -411,7 +411,8 @@ class DescribeReply:
         lags = wire_field(data, "lags", dict, optional=True)
         owner = wire_field(data, "owner", dict)
         flight_location = wire_field(owner, "flight_location", str, optional=True, what="owner")
-        raw_health = wire_field(data, "health", dict, optional=True)
+        # An older server sends no health field at all.
+        raw_health = wire_field(data, "health", dict, optional=True) if "health" in data else None
         try:
             health = None if raw_health is None else Health.from_dict(raw_health)
         except StateStoreError as exc:

@@ -21,7 +21,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.errors import StateStoreError
-from spark_statestore.position import PositionBound
+from spark_statestore.position import Position, PositionBound
+from spark_statestore.query import FailureReason
 from spark_statestore.serve.auth import (
     CLIENT_HEADER,
     ServeCredentials,
@@ -33,6 +34,7 @@ from spark_statestore.serve.auth import (
     write_credentials,
 )
 from spark_statestore.serve.callers import CallerCounts, caller_key
+from spark_statestore.serve.calls import CallStats
 from spark_statestore.serve.certificates import self_signed_client_certificate
 from spark_statestore.serve.errors import (
     BadRequestError,
@@ -89,6 +91,11 @@ ActionHandler = Callable[[Mapping[str, Any], str], dict[str, Any]]
 """An extra action of a :class:`StoreServer`: (decoded JSON body, client id) -> JSON reply."""
 
 _log = logging.getLogger(__name__)
+
+CALL_KINDS = ("scan", "lookup", *ACTIONS, "unknown")
+"""The kinds of call a store server counts: Flight reads (``scan``: ``do_get``, ``lookup``:
+``do_exchange``), its actions, and ``unknown`` (an action it does not have); an owner's own
+actions are added."""
 
 _ACTION_DOCS = {
     ACTION_PIN: "Pin a snapshot of the latest commit: {} -> {snapshot_id, metadata}",
@@ -281,7 +288,10 @@ class StoreServer:
         self._thread: threading.Thread | None = None
         self._location: str | None = None
         self._closed = False
+        self.calls = CallStats((*CALL_KINDS, *extra))
+        """Calls answered, by kind (``scan``, ``lookup`` and the actions' names) and status."""
         self._requests = 0
+        self._not_up_to_bound = 0
         self._rows_examined = 0
         self._rows_returned = 0
         self._waiting = 0
@@ -480,15 +490,17 @@ class StoreServer:
 
     def counters(self) -> dict[str, int]:
         """What the server has done so far: ``requests`` (scans and multi-key lookups
-        served), ``rows_examined``
-        and ``rows_returned`` (by its scans and lookups), ``waiting`` (calls waiting for a
-        position bound now) and ``pins`` (snapshots pinned now)."""
+        served), ``rows_examined`` and ``rows_returned`` (by its scans and lookups),
+        ``not_up_to_bound`` (pins, lookups and queries answered from a commit short of their
+        position bound, which the client refuses as NOT_UP_TO_BOUND), ``waiting`` (calls
+        waiting for a position bound now) and ``pins`` (snapshots pinned now)."""
         with self._lock:
             counters = {
                 "rows_examined": self._rows_examined,
                 "rows_returned": self._rows_returned,
                 "requests": self._requests,
                 "waiting": self._waiting,
+                "not_up_to_bound": self._not_up_to_bound,
             }
         counters["pins"] = len(self._pins)
         return counters
@@ -499,9 +511,16 @@ class StoreServer:
         store = self.store
         self._wait_for_bound(bound, wait_s, client)
         snapshot = store.snapshot()
+        self._count_bound(bound, snapshot.metadata.position)
         description = StoreDescription.of_state(store.path, store.manifest, snapshot.metadata)
         snapshot_id = self._pins.pin(snapshot, client=client)
         return {"snapshot_id": snapshot_id, "metadata": description.to_dict()}
+
+    def _count_bound(self, bound: PositionBound | None, position: Position) -> None:
+        """Count an answer from a commit at ``position`` short of ``bound``."""
+        if bound is not None and not bound.permits(position):
+            with self._lock:
+                self._not_up_to_bound += 1
 
     def _wait_for_bound(self, bound: PositionBound | None, wait_s: float, client: str) -> None:
         """Wait up to ``wait_s`` for a commit that reaches ``bound`` (a pin or a lookup). The
@@ -539,6 +558,12 @@ class StoreServer:
                 self._wait_for_commit(reached, wait_s, client)
         before = is_store_wide(store, store.metadata)
         result = store.query(request, max_result_bytes=self._max_result_bytes)
+        if any(
+            answer.failure_reason is FailureReason.NOT_UP_TO_BOUND
+            for answer in result.partition_results.values()
+        ):
+            with self._lock:
+                self._not_up_to_bound += 1
         # The rule is that of the snapshot the query took, a commit between these two: when
         # they differ the stricter is told, so the client never checks more loosely.
         return result, before or is_store_wide(store, store.metadata)
@@ -637,6 +662,7 @@ class StoreServer:
             with self._lock:
                 self._rows_examined += stats.rows_examined
                 self._rows_returned += stats.rows_returned
+        self._count_bound(request.bound, metadata.position)
         schema = reply_schema(metadata.position, store.manifest.store_id, metadata.commit_seq)
         return schema, table.replace_schema_metadata(schema.metadata)
 
@@ -777,21 +803,27 @@ def _service_class() -> type:
             self._server = server
 
         def do_action(self, context: Any, action: Any) -> list[Any]:
+            server = self._server
+            kind = action.type if action.type in server.calls.kinds else "unknown"
             try:
-                body = action.body.to_pybytes() if action.body is not None else b""
-                result = self._server._handle_action(action.type, body, caller(context))
+                with server.calls.call(kind):
+                    body = action.body.to_pybytes() if action.body is not None else b""
+                    result = server._handle_action(action.type, body, caller(context))
             except Exception as exc:
-                raise to_flight_error(self._server, exc) from exc
+                raise to_flight_error(server, exc) from exc
             # Every reply is a JSON object but query_key's, which is encoded already.
             reply = result if isinstance(result, bytes) else encode_object(result)
             return [flight.Result(reply)]
 
         def do_get(self, context: Any, ticket: Any) -> Any:
+            began = time.monotonic()
             try:
                 batches = self._server._handle_get(ticket.ticket)
             except Exception as exc:
+                self._server.calls.record("scan", False, time.monotonic() - began)
                 raise to_flight_error(self._server, exc) from exc
-            return flight.GeneratorStream(arrow_schema(), guarded(self._server, batches))
+            counted = _counted(self._server.calls, "scan", began, batches)
+            return flight.GeneratorStream(arrow_schema(), guarded(self._server, counted))
 
         def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
             server = self._server
@@ -800,7 +832,10 @@ def _service_class() -> type:
                     raise BadRequestError(
                         "a lookup's descriptor is a command (see lookup_wire)", server._location
                     )
-                schema, table = server._handle_lookup(descriptor.command, reader, caller(context))
+                with server.calls.call("lookup"):
+                    schema, table = server._handle_lookup(
+                        descriptor.command, reader, caller(context)
+                    )
             except Exception as exc:
                 raise to_flight_error(server, exc) from exc
             writer.begin(schema)
@@ -812,6 +847,19 @@ def _service_class() -> type:
             return [*_ACTION_DOCS.items(), *extra]
 
     return _FlightService
+
+
+def _counted(
+    calls: CallStats, kind: str, began: float, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``batches``, counted as one call of ``kind`` once the stream ends (``error`` when it
+    fails or its reader goes away before its end)."""
+    ok = False
+    try:
+        yield from batches
+        ok = True
+    finally:
+        calls.record(kind, ok, time.monotonic() - began)
 
 
 def _client_roots(tls: bool, client_ca: bytes | None, required: bool) -> bytes | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.position import Position
 from spark_statestore.sink.staging import StagedFile, StagingArea
+from spark_statestore.sink.stats import CommitReport, SinkStats
 from spark_statestore.store.crash import crash_point
 
 if TYPE_CHECKING:
@@ -192,6 +193,8 @@ def commit_batch(
     staging: StagingArea,
     batch: BatchToCommit,
     publisher: ChangelogPublisher | None = None,
+    *,
+    stats: SinkStats | None = None,
 ) -> CommitOutcome:
     """Apply ``batch`` to ``store`` in one atomic commit, unless it is already committed.
 
@@ -202,11 +205,34 @@ def commit_batch(
     the Kafka commit and the store commit), the store rolls forward from the changelog
     instead of publishing twice.
 
+    ``stats`` (a long-lived committer's) counts the batch: its outcome, duration and the
+    staged rows and bytes it applied, or its failure by error class.
+
     Raises
     ------
     StagingError
         If a staged file is missing or unreadable (the store is unchanged).
     """
+    began = time.monotonic()
+    try:
+        outcome = _commit(store, staging, batch, publisher)
+    except Exception as exc:
+        if stats is not None:
+            stats.failed(exc)
+        raise
+    if stats is not None:
+        applied = batch.staged if outcome is CommitOutcome.COMMITTED else ()
+        stats.committed(CommitReport.of(outcome.value, time.monotonic() - began, applied))
+    return outcome
+
+
+def _commit(
+    store: Store,
+    staging: StagingArea,
+    batch: BatchToCommit,
+    publisher: ChangelogPublisher | None,
+) -> CommitOutcome:
+    """:func:`commit_batch` without its counting."""
     if is_committed(store, batch.query_id, batch.batch_id):
         _log.info(
             "store %s already has batch %d of query %s: skipped (a replay)",

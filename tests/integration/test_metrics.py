@@ -83,6 +83,10 @@ def test_a_follower_query_serves_its_metrics_while_it_runs(
         assert served["spark_statestore_server_rows_returned_total"][store] == before + rows
         assert served["spark_statestore_server_requests_total"][store] >= 1  # the scan
         assert served["spark_statestore_server_pins"][store] == 0  # released after the read
+        calls = served["spark_statestore_server_calls_total"]
+        assert calls[(("kind", "scan"), ("status", "ok"), *store)] >= 1
+        assert calls[(("kind", "pin"), ("status", "ok"), *store)] >= 1
+        assert calls[(("kind", "scan"), ("status", "error"), *store)] == 0
         writer.transaction(random_changes(rng, 15))
         poll_until(applied(75), timeout_s=60, interval_s=0.2, failure=lambda: "75 not applied")
     finally:

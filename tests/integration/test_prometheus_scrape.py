@@ -177,6 +177,17 @@ def test_prometheus_scraping_follow_stores_every_record_applied_and_no_lag(
     writer.transaction(random_changes(rng, 20))
     prometheus.wait_for(applied, one_value(produced + 20))
 
+    # Every query of the Grafana dashboard is PromQL Prometheus evaluates (an invalid one
+    # raises with Prometheus' message), and those over the follower's metrics have data.
+    from tests.unit.test_dashboard import panel_queries
+
+    answered = {}
+    for query in panel_queries():
+        promql = query.replace("$store", ".*").replace("$job", ".*")
+        answered[query] = prometheus.query(promql)
+    lag = next(q for q in answered if "follower_records_lag" in q)
+    assert len(answered[lag]) == PARTITIONS
+
     process.proc.send_signal(signal.SIGKILL)
     process.proc.wait(timeout=30)
     prometheus.wait_for('up{job="follow"}', one_value(0))

@@ -19,7 +19,7 @@ import pytest
 
 from spark_statestore.errors import StateStoreError
 from spark_statestore.position import Position, PositionBound
-from spark_statestore.query import LagInfo
+from spark_statestore.query import FailureReason, KeyQuery, LagInfo, StateQueryRequest
 from spark_statestore.serve import (
     AuthenticationError,
     BadRequestError,
@@ -330,17 +330,47 @@ def test_max_pins(store: Store, serve: Serve) -> None:
 # -- stats ---------------------------------------------------------------------------------
 def test_stats_count_rows_read_per_scan(store: Store, serve: Serve) -> None:
     _, client = serve(store)
-    zero = {"rows_examined": 0, "rows_returned": 0, "requests": 0, "waiting": 0}
+    zero = {
+        "rows_examined": 0,
+        "rows_returned": 0,
+        "requests": 0,
+        "waiting": 0,
+        "not_up_to_bound": 0,
+    }
     assert client.stats() == zero
     list(client.scan(ScanSpec.for_keys([_key(5), _key(500), b"absent"])))
     assert client.stats() == {**zero, "rows_examined": 2, "rows_returned": 2, "requests": 1}
     list(client.scan(ScanSpec.everything().with_partitions([0])))
     assert client.stats() == {
+        **zero,
         "rows_examined": 2 + N_KEYS,
         "rows_returned": 2 + N_KEYS // 2,
         "requests": 2,
-        "waiting": 0,
     }
+
+
+def test_stats_count_answers_short_of_their_bound(store: Store, serve: Serve) -> None:
+    """NOT_UP_TO_BOUND refusals: the server counts each pin, lookup and query it answers from
+    a commit that has not reached the bound (the client then refuses the answer)."""
+    _, client = serve(store)
+    reached = PositionBound.at(store.metadata.position)
+    ahead = PositionBound.at(Position.from_map({"elsewhere": {0: 10}}))
+    client.release(client.pin(reached, wait_s=0.05).snapshot_id)
+    assert client.stats()["not_up_to_bound"] == 0
+    pinned = client.pin(ahead, wait_s=0.05)  # a bound travels with a wait only
+    assert not ahead.permits(pinned.position)
+    client.release(pinned.snapshot_id)
+    assert client.stats()["not_up_to_bound"] == 1
+    request = (
+        StateQueryRequest.in_store(store.name)
+        .with_query(KeyQuery.with_key(_key(5)))
+        .with_position_bound(ahead)
+    )
+    result = client.query(request)
+    assert all(
+        r.failure_reason is FailureReason.NOT_UP_TO_BOUND for r in result.partition_results.values()
+    )
+    assert client.stats()["not_up_to_bound"] == 2
 
 
 # -- concurrency ---------------------------------------------------------------------------

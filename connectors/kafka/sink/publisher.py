@@ -21,6 +21,7 @@ from spark_statestore.connectors.kafka.sink.ranges import read_changelog_range
 from spark_statestore.connectors.kafka.sink.writer import ChangelogWriter, transactional_id_for
 from spark_statestore.position import Position
 from spark_statestore.sink.commit import Change, ChangelogRow, PublishedBatch
+from spark_statestore.sink.stats import SinkStats
 
 __all__ = ["KafkaChangelogPublisher"]
 
@@ -38,6 +39,8 @@ class KafkaChangelogPublisher:
         The sink's owner id (the transactional id's prefix).
     config
         Producer/consumer settings (the sink's ``kafka.*`` options without the prefix).
+    stats
+        Where each published batch is counted (a long-lived committer's, for its metrics).
     """
 
     def __init__(
@@ -48,12 +51,14 @@ class KafkaChangelogPublisher:
         application_id: str,
         config: Mapping[str, Any] | None = None,
         timeout_s: float = 30.0,
+        stats: SinkStats | None = None,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._topic = topic
         self._application_id = application_id
         self._config = dict(config or {})
         self._timeout_s = timeout_s
+        self._stats = stats
         self._partitions: int | None = None
         self._writer: ChangelogWriter | None = None
         self._store_id: str | None = None
@@ -87,6 +92,7 @@ class KafkaChangelogPublisher:
                 transactional_id=transactional_id_for(store_id, self._application_id),
                 config=self._config,
                 timeout_s=self._timeout_s,
+                stats=self._stats,
             )
             self._writer.init()  # fences a zombie of this store before anything is read
             self._store_id = store_id

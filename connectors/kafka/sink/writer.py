@@ -63,6 +63,7 @@ from spark_statestore.connectors.kafka.sink.progress import (
 )
 from spark_statestore.position import Position
 from spark_statestore.sink.commit import ChangeChunk, ChangeChunks
+from spark_statestore.sink.stats import PublishReport, SinkStats
 
 __all__ = [
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
@@ -150,6 +151,9 @@ class ChangelogWriter:
     timeout_s
         Timeout of each client call (init, metadata, commit, abort); a flush fails only when
         it makes no progress for this long.
+    stats
+        Where each committed transaction is counted (its records, produce and commit
+        seconds): a long-lived committer's, for its metrics.
 
     Examples
     --------
@@ -166,6 +170,7 @@ class ChangelogWriter:
         transactional_id: str,
         config: Mapping[str, Any] | None = None,
         timeout_s: float = 30.0,
+        stats: SinkStats | None = None,
     ) -> None:
         if not changelog_topic:
             raise KafkaClientError("the changelog topic name must not be empty")
@@ -210,6 +215,7 @@ class ChangelogWriter:
         self._topic = changelog_topic
         self._transactional_id = transactional_id
         self._timeout_s = timeout_s
+        self._stats = stats
         self._state = _State.NEW
         self._partitions: int | None = None
         self._ends: dict[int, int] = {}
@@ -405,6 +411,7 @@ class ChangelogWriter:
             self._produce_progress(record)
             self._flush()
             self._check_age(began, produced, progress.batch_id)
+            flushed = time.monotonic()
             self._retrying("commit the transaction", producer.commit_transaction)
         except BaseException as raised:
             abort_error = self._abort(raised)
@@ -420,6 +427,9 @@ class ChangelogWriter:
             # A fatal error can surface from flush() as a bare SystemError (confluent-kafka
             # raises it from inside its callbacks); the failed abort then names it.
             raise self._failure(failure, "publish a batch", fallback=abort_error) from failure
+        if self._stats is not None:
+            done = time.monotonic()
+            self._stats.published(PublishReport(produced, flushed - began, done - flushed))
         _log.debug(
             "changelog writer %r committed batch %d: %s",
             self._transactional_id,

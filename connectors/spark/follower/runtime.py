@@ -25,7 +25,8 @@ from spark_statestore.connectors.spark.serve_options import serving_endpoint
 from spark_statestore.errors import FollowerError, OptionError, StateStoreError
 from spark_statestore.follower import Follower, FollowerState
 from spark_statestore.follower.versioned import history_retention_of
-from spark_statestore.metrics import FollowerMetrics, MetricsServer, ServerMetrics
+from spark_statestore.metrics import FollowerMetrics, MetricsServer
+from spark_statestore.metrics.owner import serve_owner_metrics
 from spark_statestore.query import LagInfo
 from spark_statestore.serve import StoreServer
 from spark_statestore.serve.auth import read_token_file
@@ -126,7 +127,6 @@ class FollowerRuntime:
             self.metrics = self._metrics()
             if self.metrics is not None:
                 closers.insert(0, self.metrics.close)
-                self.metrics.add_health(str(self.store.path), self.follower.health)
             self.announcer = self._announcer(location) if options.announce else None
             if self.announcer is not None:
                 closers.insert(0, self.announcer.close)
@@ -169,16 +169,14 @@ class FollowerRuntime:
         """The follower's metrics endpoint (option ``metricsPort``), or None."""
         if self.options.metrics_port is None:
             return None
-        from prometheus_client.registry import CollectorRegistry
-
-        registry = CollectorRegistry()
-        FollowerMetrics(self.follower, registry)
-        ServerMetrics(self.server, registry)
-        server = MetricsServer(
-            registry, host=self.options.metrics_host, port=self.options.metrics_port
+        return serve_owner_metrics(
+            lambda registry: FollowerMetrics(self.follower, registry),
+            self.server,
+            host=self.options.metrics_host,
+            port=self.options.metrics_port,
+            what=f"the follower of {self.options.changelog}",
+            health=self.follower.health,
         )
-        _log.info("metrics of the follower of %s at %s", self.options.changelog, server.url)
-        return server
 
     def _announcer(self, location: str) -> ReplicaAnnouncer | None:
         """Announce the replica on ``<changelog>-replicas`` (None: Kafka refused)."""

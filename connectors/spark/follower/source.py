@@ -27,6 +27,7 @@ from spark_statestore import native
 from spark_statestore.connectors.spark.errors import SparkSourceError
 from spark_statestore.connectors.spark.options import EARLIEST, LATEST, SourceOptions
 from spark_statestore.connectors.spark.windows import WINDOWED
+from spark_statestore.errors import StateStoreError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -105,6 +106,8 @@ def _stop_on_sigterm(reader: FollowerStreamReader) -> None:
     def shutdown() -> None:
         try:
             reader.stop()
+        except StateStoreError as exc:  # expected (Kafka gone, ...): one line, exiting anyway
+            _log.warning("stopping the follower of %s on SIGTERM: %s", reader.changelog, exc)
         except BaseException:  # exiting anyway: say why the stop was not clean
             _log.exception("stopping the follower of %s on SIGTERM failed", reader.changelog)
         finally:

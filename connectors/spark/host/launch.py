@@ -31,7 +31,13 @@ from spark_statestore.connectors.spark.host.record import (
     write_record,
 )
 
-__all__ = ["PORT_VARIABLE", "START_TIMEOUT_S", "ensure_store_host", "start_store_host"]
+__all__ = [
+    "METRICS_PORT_VARIABLE",
+    "PORT_VARIABLE",
+    "START_TIMEOUT_S",
+    "ensure_store_host",
+    "start_store_host",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -95,10 +101,11 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
     elif previous is None and not deployment.executors_local:
         tls = self_signed_certificate([host], common_name="spark-statestore store host")
         client = self_signed_client_certificate(common_name=OWN_CLIENT_NAME)
-    ports = [_configured_port()] if previous is None else [previous.port, 0]
+    ports = [_configured_port(PORT_VARIABLE) or 0] if previous is None else [previous.port, 0]
+    metrics_port = _configured_port(METRICS_PORT_VARIABLE)
     errors = []
     for port in ports:
-        reply, process = _launch(driver, host, port, token, tls, client)
+        reply, process = _launch(driver, host, port, token, tls, client, metrics_port)
         if "ready" in reply:
             pid = ProcessId.of(process.pid)
             if pid is None:
@@ -110,7 +117,13 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
                     driver.pid,
                     previous.port,
                 )
-            _log.info("started the store host %s (pid %d)", reply["ready"], process.pid)
+            metrics = reply.get("metrics")
+            _log.info(
+                "started the store host %s (pid %d)%s",
+                reply["ready"],
+                process.pid,
+                "" if metrics is None else f", its metrics at {metrics}",
+            )
             return HostRecord(
                 pid,
                 driver,
@@ -123,6 +136,7 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
                     *(client or (None, None)),
                 ),
                 None if tls is None else tls[1],
+                None if metrics is None else str(metrics),
             )
         errors.append(str(reply.get("error", reply)))
     raise SparkSourceError(
@@ -134,13 +148,20 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
 PORT_VARIABLE = "SPARK_STATESTORE_HOST_PORT"
 """The environment variable (of the Spark driver) fixing the store host's port, for a firewall
 between executors and the driver; unset or 0: any free port."""
+METRICS_PORT_VARIABLE = "SPARK_STATESTORE_HOST_METRICS_PORT"
+"""The environment variable (of the Spark driver) asking the store host to serve its metrics
+on this loopback port (0: a free one); unset: no metrics endpoint. The host logs the URL and
+its record (:mod:`.record`) keeps it."""
 
 
-def _configured_port() -> int:
-    raw = os.environ.get(PORT_VARIABLE, "0").strip() or "0"
+def _configured_port(variable: str) -> int | None:
+    """The port environment variable ``variable`` says (None: unset or empty)."""
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return None
     if not raw.isdigit() or int(raw) > 65535:
         raise SparkSourceError(
-            f"environment variable {PORT_VARIABLE}={raw!r} is not a port number (0-65535)"
+            f"environment variable {variable}={raw!r} is not a port number (0-65535)"
         )
     return int(raw)
 
@@ -156,6 +177,7 @@ def _launch(
     token: str,
     tls: tuple[bytes, bytes] | None,
     client: tuple[bytes, bytes] | None,
+    metrics_port: int | None,
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
     request = {
         "host": host,
@@ -165,6 +187,7 @@ def _launch(
         # The one client certificate the host accepts (only the key's holders have it).
         "tls_client_ca": None if client is None else client[0].decode("ascii"),
         "watch": [driver.pid, driver.start],
+        "metrics_port": metrics_port,
     }
     return start_detached(
         "spark_statestore.connectors.spark.host", request, _log_path(driver), START_TIMEOUT_S

@@ -60,6 +60,8 @@ class HostRecord:
         How executors reach it.
     tls_key
         The private key of its certificate (PEM), to restart it with the same one.
+    metrics_url
+        Where it serves its metrics (``SPARK_STATESTORE_HOST_METRICS_PORT``), or None.
     """
 
     process: ProcessId
@@ -68,6 +70,7 @@ class HostRecord:
     port: int
     ref: HostRef
     tls_key: bytes | None = None
+    metrics_url: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         certs = self.ref.tls_root_certs
@@ -83,6 +86,7 @@ class HostRecord:
             "tls_key": None if self.tls_key is None else self.tls_key.decode("ascii"),
             "tls_client_cert": None if client_cert is None else client_cert.decode("ascii"),
             "tls_client_key": None if client_key is None else client_key.decode("ascii"),
+            "metrics_url": self.metrics_url,
         }
 
     @classmethod
@@ -92,6 +96,7 @@ class HostRecord:
             cert, key = data["tls_cert"], data["tls_key"]
             # A host started by an earlier version has no client certificate (no mutual TLS).
             client_cert, client_key = data.get("tls_client_cert"), data.get("tls_client_key")
+            metrics_url = data.get("metrics_url")
             return cls(
                 ProcessId(int(data["process"][0]), str(data["process"][1])),
                 ProcessId(int(data["driver"][0]), str(data["driver"][1])),
@@ -105,6 +110,7 @@ class HostRecord:
                     None if client_key is None else str(client_key).encode("ascii"),
                 ),
                 None if key is None else str(key).encode("ascii"),
+                None if metrics_url is None else str(metrics_url),
             )
         except (KeyError, IndexError, TypeError, ValueError, UnicodeError):
             return None

@@ -20,6 +20,11 @@ certificate as the only root they trust (it travels in the plan too), and presen
 client certificate the driver made with it: a host on TLS is in mutual-TLS mode, so a peer
 without that certificate fails the TLS handshake before gRPC reads any of its messages. The
 host stops when the driver JVM is gone, or on SIGTERM.
+
+It counts its calls by kind and status, timed, and the rows and bytes it staged; with a
+metrics port (the driver's environment variable ``SPARK_STATESTORE_HOST_METRICS_PORT``, see
+:mod:`.launch`) it serves them (:mod:`~spark_statestore.metrics.host_metrics`) on loopback
+and logs where.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +43,8 @@ from spark_statestore.connectors.spark.driver import ProcessId
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from spark_statestore.metrics import MetricsServer
 
 __all__ = ["POSITION_METADATA", "StoreHostServer", "main"]
 
@@ -46,6 +54,8 @@ POSITION_METADATA = b"spark_statestore.position"
 """Schema metadata of a scan or lookup reply: the snapshot's position (offsets JSON)."""
 MAX_REQUEST_BYTES = 64 * 1024
 DEFAULT_WAIT_S = 0.0
+STAGE, SCAN, LOOKUP = "stage", "scan", "lookup"
+"""The kinds of call a host answers (its metrics' ``kind``)."""
 
 
 class StoreHostServer:
@@ -62,6 +72,9 @@ class StoreHostServer:
     tls_client_ca
         PEM certificates of the client certificates (or their CAs) the host accepts: mutual
         TLS, a client without one fails the TLS handshake (with ``tls_certificates``).
+    metrics_port
+        Serve the host's metrics on this loopback port (0: a free one; see
+        :attr:`metrics_url`); None: no endpoint.
     """
 
     def __init__(
@@ -71,8 +84,11 @@ class StoreHostServer:
         token: str,
         tls_certificates: tuple[bytes, bytes] | None,
         tls_client_ca: bytes | None = None,
+        *,
+        metrics_port: int | None = None,
     ) -> None:
         from spark_statestore.serve.auth import check_token, require_tls_beyond_loopback
+        from spark_statestore.serve.calls import CallStats
         from spark_statestore.serve.errors import ServerConfigError
 
         require_tls_beyond_loopback(host, tls_certificates is not None, names="the store host")
@@ -81,6 +97,12 @@ class StoreHostServer:
         self.token = check_token(token)
         self.host = host
         self.stopped = threading.Event()
+        self.calls = CallStats((STAGE, SCAN, LOOKUP))
+        """Its calls by kind and status (counted by the service as it answers them)."""
+        self._staged_lock = threading.Lock()
+        self._staged_rows = 0
+        self._staged_bytes = 0
+        self.metrics: MetricsServer | None = None
         scheme = "grpc+tcp" if tls_certificates is None else "grpc+tls"
         bracketed = f"[{host}]" if ":" in host else host
         self._service = _service_class()(
@@ -91,6 +113,33 @@ class StoreHostServer:
         self._thread = threading.Thread(target=self._service.wait, name="store-host", daemon=True)
         self._thread.start()
         _log.info("store host serving at %s", self.location)
+        if metrics_port is not None:
+            try:
+                self.metrics = self._serve_metrics(metrics_port)
+            except BaseException:
+                self.close()
+                raise
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the host serves its metrics, or None."""
+        return None if self.metrics is None else self.metrics.url
+
+    def _serve_metrics(self, port: int) -> MetricsServer:
+        from prometheus_client.registry import CollectorRegistry
+
+        from spark_statestore.metrics import HostMetrics, MetricsServer
+
+        registry = CollectorRegistry()
+        HostMetrics(self, registry)
+        metrics = MetricsServer(registry, port=port)
+        _log.info("store host metrics at %s", metrics.url)
+        return metrics
+
+    def staged_totals(self) -> tuple[int, int]:
+        """Rows and bytes staged through this host so far."""
+        with self._staged_lock:
+            return self._staged_rows, self._staged_bytes
 
     # -- handlers (on gRPC threads) ---------------------------------------------------------
     def stage(self, request: Mapping[str, Any], batches: Iterator[pa.RecordBatch]) -> bytes:
@@ -110,6 +159,9 @@ class StoreHostServer:
         staged = StagingArea(store).stage(
             query_id, numbers["batch_id"], numbers["partition_id"], numbers["attempt"], batches
         )
+        with self._staged_lock:
+            self._staged_rows += staged.rows
+            self._staged_bytes += staged.size
         _log.info("staged %d rows for %s: %s", staged.rows, store, staged.name)
         return json.dumps(staged.to_json()).encode()
 
@@ -171,8 +223,10 @@ class StoreHostServer:
         wait_until_stopped(self.stopped, watch, "the store host")
 
     def close(self) -> None:
-        """Stop serving."""
+        """Stop serving (the metrics endpoint too)."""
         self.stopped.set()
+        if self.metrics is not None:
+            self.metrics.close()
         with contextlib.suppress(Exception):
             self._service.shutdown()
 
@@ -291,18 +345,20 @@ def _service_class() -> type:
         def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
             server = self._server
             try:
-                request = _decode(descriptor.command, "stage")
-                if not reader.schema.equals(staged_schema()):
-                    raise _bad(
-                        f"stage: rows of schema {reader.schema} instead of the staged schema"
-                    )
-                reply = server.stage(request, _until_end_marker(reader))
+                with server.calls.call(STAGE):
+                    request = _decode(descriptor.command, "stage")
+                    if not reader.schema.equals(staged_schema()):
+                        raise _bad(
+                            f"stage: rows of schema {reader.schema} instead of the staged schema"
+                        )
+                    reply = server.stage(request, _until_end_marker(reader))
             except Exception as exc:
                 raise to_flight_error(server, exc) from exc
             writer.write(pa.py_buffer(reply))
 
         def do_get(self, context: Any, ticket: Any) -> Any:
             server = self._server
+            began = time.monotonic()
             stack = contextlib.ExitStack()
             try:
                 request = _decode(ticket.ticket, "scan")
@@ -312,19 +368,28 @@ def _service_class() -> type:
                 batches = snapshot.batches(spec)
             except Exception as exc:
                 stack.close()
+                server.calls.record(SCAN, False, time.monotonic() - began)
                 raise to_flight_error(server, exc) from exc
 
             def stream() -> Iterator[pa.RecordBatch]:
+                sent = False  # a scan counts as answered once its last row was sent
                 with stack:
                     try:
                         for batch in batches:
                             yield batch.replace_schema_metadata(schema.metadata)
+                        sent = True
                     except Exception as exc:
                         raise to_flight_error(server, exc) from exc
+                    finally:
+                        server.calls.record(SCAN, sent, time.monotonic() - began)
 
             return flight.GeneratorStream(schema, stream())
 
         def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+            with self._server.calls.call(LOOKUP):
+                self._lookup(descriptor, reader, writer)
+
+        def _lookup(self, descriptor: Any, reader: Any, writer: Any) -> None:
             server = self._server
             try:
                 request = _decode(descriptor.command, "lookup")
@@ -353,15 +418,17 @@ def main() -> int:
 
     def start(request: dict[str, Any]) -> StoreHostServer:
         tls, client_ca = request.get("tls"), request.get("tls_client_ca")
+        metrics_port = request.get("metrics_port")
         return StoreHostServer(
             request["host"],
             int(request["port"]),
             request["token"],
             None if tls is None else (tls[0].encode("ascii"), tls[1].encode("ascii")),
             None if client_ca is None else client_ca.encode("ascii"),
+            metrics_port=None if metrics_port is None else int(metrics_port),
         )
 
     def ready(server: Any) -> dict[str, Any]:
-        return {"ready": server.location, "port": server.port}
+        return {"ready": server.location, "port": server.port, "metrics": server.metrics_url}
 
     return serve_detached("store host", start, ready)

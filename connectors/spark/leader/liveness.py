@@ -21,10 +21,10 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from spark_statestore.connectors.spark.leader.server import ACTION_ALIVE
+from spark_statestore.connectors.spark.leader.protocol import ACTION_ALIVE
 
 if TYPE_CHECKING:
-    from spark_statestore.connectors.spark.leader.server import ServerRecord
+    from spark_statestore.connectors.spark.leader.protocol import ServerRecord
 
 __all__ = ["KILL_WAIT_S", "PROBES_PER_TIMEOUT", "LivenessWatch", "replace_hung"]
 

@@ -29,7 +29,7 @@ from spark_statestore.connectors.spark.leader.liveness import (
     LivenessWatch,
     replace_hung,
 )
-from spark_statestore.connectors.spark.leader.server import (
+from spark_statestore.connectors.spark.leader.protocol import (
     ACTION_COMMIT,
     ACTION_STOP,
     LOG_FILE,
@@ -285,7 +285,8 @@ def _start(
     )
     record = read_server_record(path) if "ready" in reply else None
     if record is not None and record.pid == process.pid:
-        _log.info("started the sink's store server of %s (pid %d)", path, process.pid)
+        metrics = "" if record.metrics_url is None else f", metrics at {record.metrics_url}"
+        _log.info("started the sink's store server of %s (pid %d%s)", path, process.pid, metrics)
         return record
     if "ready" not in reply:  # it failed: maybe another commit's server won the store
         record = live_server(path)

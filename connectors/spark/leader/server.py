@@ -29,166 +29,60 @@ starts this process (:mod:`.remote`); it
   on open, the next producer's transactional id fences the old one's open transaction,
   and the announcement goes stale after its TTL.
 
+It says what it does to an operator: with option ``metricsPort`` it serves the sink's
+metrics (its commits, its store, its Flight server; see
+:mod:`~spark_statestore.metrics.sink_metrics`) and records their URL in its record, and
+:meth:`LeaderServer.health` is RUNNING while it takes commits, FAILED after a failed commit
+until one succeeds.
+
 The commit actions carry a secret the server draws and writes owner-only into
-``<store>/_sink_server.json`` (with its pid, location and the options it was started with):
-the store's read token (which may be shared with routers on other hosts) does not let
-anyone commit.
+``<store>/_sink_server.json`` (with its pid, location and the options it was started with;
+:mod:`.protocol`): the store's read token (which may be shared with routers on other hosts)
+does not let anyone commit.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.driver import ProcessId
 
+# The protocol's names were first defined here: they stay importable from here.
+from spark_statestore.connectors.spark.leader.protocol import (
+    ACTION_ALIVE,
+    ACTION_COMMIT,
+    ACTION_STOP,
+    SERVER_FILE,
+    STOPPING,
+    ServerRecord,
+    batch_from_json,
+    fingerprint,
+    read_server_record,
+)
+from spark_statestore.connectors.spark.leader.protocol import LOG_FILE as LOG_FILE
+from spark_statestore.connectors.spark.leader.protocol import batch_to_json as batch_to_json
+from spark_statestore.health import Health, HealthState
+
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.discovery import ReplicaAnnouncer
     from spark_statestore.connectors.spark.options import SinkOptions
+    from spark_statestore.metrics import MetricsServer
     from spark_statestore.query import LagInfo
     from spark_statestore.sink.commit import BatchToCommit
 
-__all__ = [
-    "ACTION_ALIVE",
-    "ACTION_COMMIT",
-    "ACTION_STOP",
-    "LOG_FILE",
-    "SERVER_FILE",
-    "LeaderServer",
-    "ServerRecord",
-    "batch_from_json",
-    "batch_to_json",
-    "fingerprint",
-    "main",
-    "read_server_record",
-]
+__all__ = ["LeaderServer", "main"]
 
 _log = logging.getLogger(__name__)
 
-SERVER_FILE = "_sink_server.json"
-LOG_FILE = "_sink_server.log"
-ACTION_COMMIT = "sink_commit"
-ACTION_STOP = "sink_stop"
-ACTION_ALIVE = "sink_alive"
-STOPPING = "stopping"
-"""The key of a commit's reply when the server stopped before it began: the commit process
-waits for it to go and commits through a new one."""
 EXIT_ABANDONED = 75
 """The exit code of a server that stopped with a commit still running (left to the store's
 recovery)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServerRecord:
-    """``<store>/_sink_server.json``: the running server (owner-only: it holds the secret)."""
-
-    pid: int
-    location: str
-    secret: str
-    fingerprint: str
-    start: str
-    """The process's start time (see :class:`ProcessId`): a kill never hits a later process
-    with its pid."""
-
-    @property
-    def process(self) -> ProcessId:
-        """The server's process."""
-        return ProcessId(self.pid, self.start)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "location": self.location,
-            "secret": self.secret,
-            "fingerprint": self.fingerprint,
-            "start": self.start,
-        }
-
-
-def read_server_record(path: str) -> ServerRecord | None:
-    """The server record of the store at ``path`` (possibly a dead server's), or None."""
-    try:
-        with open(os.path.join(path, SERVER_FILE), encoding="utf-8") as handle:
-            data = json.load(handle)
-        record = ServerRecord(
-            data["pid"], data["location"], data["secret"], data["fingerprint"], data["start"]
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(record.pid, int) or not all(
-        isinstance(v, str)
-        for v in (record.location, record.secret, record.fingerprint, record.start)
-    ):
-        return None
-    return record
-
-
-def fingerprint(options: SinkOptions) -> str:
-    """What a server is started with that a commit must agree with (store, changelog,
-    Kafka settings, serving): a commit with other options restarts the server."""
-    import hashlib
-    from dataclasses import asdict
-
-    serve = None if options.serve is None else asdict(options.serve)
-    settings = [
-        options.path,
-        options.bootstrap_servers,
-        sorted(options.kafka.items()),
-        options.changelog,
-        options.application_id,
-        options.allow_foreign_changelog,
-        options.uncommitted_max_bytes,
-        serve,
-        options.serve_liveness_timeout_ms,
-        options.serve_idle_timeout_ms,
-    ]
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-
-
-def batch_to_json(batch: BatchToCommit) -> dict[str, Any]:
-    """``batch`` as the body of a ``sink_commit`` action (without the secret)."""
-    return {
-        "query_id": batch.query_id,
-        "batch_id": batch.batch_id,
-        "staged": [staged.to_json() for staged in batch.staged],
-        "source_offsets": batch.source_offsets,
-        "complete": batch.complete,
-    }
-
-
-def batch_from_json(data: Mapping[str, Any]) -> BatchToCommit:
-    """The batch of a ``sink_commit`` action's body.
-
-    Raises
-    ------
-    BadRequestError
-        If the body does not describe a batch.
-    """
-    from spark_statestore.errors import StateStoreError
-    from spark_statestore.serve.errors import BadRequestError
-    from spark_statestore.sink.commit import BatchToCommit
-    from spark_statestore.sink.staging import StagedFile, query_id_problem
-
-    query_id, batch_id = data.get("query_id"), data.get("batch_id")
-    staged, complete = data.get("staged"), data.get("complete")
-    if not isinstance(query_id, str) or query_id_problem(query_id) is not None:
-        raise BadRequestError(f"action {ACTION_COMMIT!r}: bad query_id {str(query_id)[:80]!r}")
-    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-        raise BadRequestError(f"action {ACTION_COMMIT!r}: batch_id must be an int >= 0")
-    if not isinstance(staged, list) or not isinstance(complete, bool):
-        raise BadRequestError(f"action {ACTION_COMMIT!r}: staged must be a list, complete a bool")
-    try:
-        files = [StagedFile.from_json(item) for item in staged]
-    except StateStoreError as exc:
-        raise BadRequestError(f"action {ACTION_COMMIT!r}: {exc}") from exc
-    return BatchToCommit(query_id, batch_id, files, data.get("source_offsets"), complete)
 
 
 class LeaderServer:
@@ -215,6 +109,7 @@ class LeaderServer:
         )
         from spark_statestore.serve import StoreServer
         from spark_statestore.serve.auth import new_token, read_token_file
+        from spark_statestore.sink.stats import SinkStats
         from spark_statestore.store.files import write_private_json
 
         self.options = options
@@ -230,7 +125,11 @@ class LeaderServer:
         self._last_commit = time.monotonic()
         self.stopped = threading.Event()
         self.announcer: ReplicaAnnouncer | None = None
-        self._publisher = changelog_publisher(options)
+        self.metrics: MetricsServer | None = None
+        self.stats = SinkStats()
+        """What its commits did (counted by the commit protocol and the publisher)."""
+        self._health = Health(HealthState.CREATED)
+        self._publisher = changelog_publisher(options, self.stats)
         try:
             partitions = 1 if self._publisher is None else self._publisher.partition_count()
             self.store = open_leader_store(
@@ -255,6 +154,7 @@ class LeaderServer:
                 host=endpoint.host,
                 port=self.settings.port,
                 lag_provider=self._lags,
+                health_provider=self.health,
                 tls_certificates=endpoint.tls_certificates,
                 tls_client_ca=endpoint.tls_client_ca,
                 require_client_cert=endpoint.require_client_cert,
@@ -268,16 +168,56 @@ class LeaderServer:
                 },
             )
             self.location = self.server.start()
+            self.metrics = self._metrics()
             me = ProcessId.of(os.getpid())
             assert me is not None  # this process
-            record = ServerRecord(me.pid, self.location, self._secret, self.fingerprint, me.start)
+            record = ServerRecord(
+                me.pid,
+                self.location,
+                self._secret,
+                self.fingerprint,
+                me.start,
+                None if self.metrics is None else self.metrics.url,
+            )
             write_private_json(os.path.join(self.store.path, SERVER_FILE), record.to_dict())
             if self.settings.announce and options.changelog is not None:
                 self.announcer = self._announce()
         except BaseException:
             self.close()
             raise
+        self._health = Health(HealthState.RUNNING)
         self._last_commit = time.monotonic()  # idle from when it serves, not from its start
+
+    def _metrics(self) -> MetricsServer | None:
+        """The sink's metrics endpoint (option ``metricsPort``), or None: its commits, its
+        store and its Flight server."""
+        if self.options.metrics_port is None:
+            return None
+        from spark_statestore.metrics import SinkMetrics
+        from spark_statestore.metrics.owner import serve_owner_metrics
+
+        return serve_owner_metrics(
+            lambda registry: SinkMetrics(self.stats, str(self.store.path), registry),
+            self.server,
+            host=self.options.metrics_host,
+            port=self.options.metrics_port,
+            what=f"the sink's store server of {self.store.path}",
+            health=self.health,
+        )
+
+    def health(self) -> Health:
+        """The health of the sink's store now: RUNNING while it serves and takes commits,
+        FAILED (with the batch and the error) after a failed commit until a later one
+        succeeds, STOPPED once it stopped."""
+        from dataclasses import replace
+
+        counters = self.stats.counters()
+        details = {
+            "commit_seq": self.store.metadata.commit_seq,
+            "batches_committed": sum(counters.batches.values()),
+            "commits_failed": sum(counters.failures.values()),
+        }
+        return replace(self._health, details={**self._health.details, **details})
 
     def _lags(self) -> Mapping[int, LagInfo]:
         """The leader's lags: 0 on every partition (its changelog holds what it committed)."""
@@ -335,10 +275,16 @@ class LeaderServer:
                 return {STOPPING: True}
             self._committing = True
         try:
-            outcome = commit_batch(self.store, StagingArea(self.store.path), batch, self._publisher)
-        except BaseException:
+            outcome = commit_batch(
+                self.store, StagingArea(self.store.path), batch, self._publisher, stats=self.stats
+            )
+        except BaseException as exc:
+            self._health = _failed(batch, exc)
             self._renew_publisher()
             raise
+        else:
+            if self._health.state is not HealthState.RUNNING:
+                self._health = Health(HealthState.RUNNING)
         finally:
             with self._turn:
                 self._committing = False
@@ -353,7 +299,7 @@ class LeaderServer:
 
         if self._publisher is not None:
             self._publisher.close()
-            self._publisher = changelog_publisher(self.options)
+            self._publisher = changelog_publisher(self.options, self.stats)
 
     def _stop(self, body: Mapping[str, Any], client: str) -> dict[str, Any]:
         self._check_secret(body)
@@ -408,6 +354,7 @@ class LeaderServer:
         with self._turn:
             self.stopped.set()
             self._turn.notify_all()  # commits waiting for their turn leave now
+        self._health = Health(HealthState.STOPPED, "the sink's store server stopped")
         if self.announcer is not None:
             self.announcer.close()
             self.announcer = None
@@ -422,6 +369,8 @@ class LeaderServer:
         record = read_server_record(self.store.path)
         if record is not None and record.pid == os.getpid():
             os.unlink(os.path.join(self.store.path, SERVER_FILE))
+        if self.metrics is not None:
+            self.metrics.close()
         server = getattr(self, "server", None)
         if server is not None:
             server.close()
@@ -447,6 +396,20 @@ class LeaderServer:
         _log.error("%s: exiting now (code %d)", message, EXIT_ABANDONED)
         logging.shutdown()
         os._exit(EXIT_ABANDONED)
+
+
+def _failed(batch: BatchToCommit, error: BaseException) -> Health:
+    """The health of a server whose commit of ``batch`` raised ``error``."""
+    from spark_statestore.errors import StateStoreError
+
+    reason = " ".join(str(error).split()) or type(error).__name__
+    if not isinstance(error, StateStoreError):
+        reason = f"{type(error).__name__}: {reason}"
+    return Health(
+        HealthState.FAILED,
+        f"batch {batch.batch_id} of query {batch.query_id} failed: {reason}",
+        details={"failed_batch_id": batch.batch_id, "failed_query_id": batch.query_id},
+    )
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
     from spark_statestore.connectors.spark.options import SinkOptions
     from spark_statestore.sink.commit import BatchToCommit, CommitOutcome
+    from spark_statestore.sink.stats import SinkStats
     from spark_statestore.store import Store
 
 __all__ = ["changelog_publisher", "commit_here", "open_leader_store"]
@@ -24,8 +25,11 @@ OWNER_WAIT_S = 120.0
 """Readers of a store nobody serves own it briefly (a private checkpoint): wait for them."""
 
 
-def changelog_publisher(options: SinkOptions) -> KafkaChangelogPublisher | None:
-    """The publisher of the sink's changelog, or None when it publishes none."""
+def changelog_publisher(
+    options: SinkOptions, stats: SinkStats | None = None
+) -> KafkaChangelogPublisher | None:
+    """The publisher of the sink's changelog, or None when it publishes none; ``stats``
+    counts what it publishes (the sink's store server's, for its metrics)."""
     if options.changelog is None:
         return None
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
@@ -36,6 +40,7 @@ def changelog_publisher(options: SinkOptions) -> KafkaChangelogPublisher | None:
         options.changelog,
         application_id=options.application_id,
         config=options.kafka,
+        stats=stats,
     )
 
 
