@@ -351,8 +351,22 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "metricsHost",
         str,
         _SERVERS,
-        "the metrics endpoint's address (loopback only so far)",
+        "the metrics endpoint's address (beyond loopback it needs metricsTlsCert, "
+        "metricsTlsKey and metricsTokenFile)",
         default="127.0.0.1",
+    ),
+    OptionSpec(
+        "metricsTlsCert",
+        str,
+        _SERVERS,
+        "PEM certificate chain file of the metrics endpoint (HTTPS; with metricsTlsKey)",
+    ),
+    OptionSpec("metricsTlsKey", str, _SERVERS, "PEM private key file of the metrics endpoint"),
+    OptionSpec(
+        "metricsTokenFile",
+        str,
+        _SERVERS,
+        "a file holding the bearer token every scrape of the metrics endpoint must send",
     ),
     OptionSpec(
         "announceIntervalMs",

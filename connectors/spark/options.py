@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.changelog.missing_position import OnMissingPosition
 from spark_statestore.connectors.spark.checkpoint_fs import QueryCheckpoint
@@ -29,6 +29,7 @@ from spark_statestore.connectors.spark.format_options import (
     codecs_for,
     parse_formats,
 )
+from spark_statestore.connectors.spark.metrics_options import METRICS_OPTIONS, metrics_endpoint
 from spark_statestore.connectors.spark.option_table import (
     DecodeMode,
     OptionReader,
@@ -55,6 +56,9 @@ from spark_statestore.position import Position, PositionBound
 from spark_statestore.serve.protocol import MAX_PIN_WAIT_S
 from spark_statestore.sink.staging import MAX_QUERY_ID_BYTES, query_id_problem
 from spark_statestore.store.scan import ScanSpec
+
+if TYPE_CHECKING:
+    from spark_statestore.metrics.server import MetricsEndpoint
 
 __all__ = [
     "EARLIEST",
@@ -119,10 +123,8 @@ class SourceOptions:
     """The announcement's heartbeat interval (it is stale after three)."""
     announce_key_file: str | None = None
     """The membership key announcements are signed with (None: this user's default)."""
-    metrics_port: int | None = None
-    """Serve the follower's metrics on this port (None: no endpoint; 0: a free one)."""
-    metrics_host: str = "127.0.0.1"
-    """The metrics endpoint's address."""
+    metrics: MetricsEndpoint | None = None
+    """The follower's metrics endpoint (options ``metrics*``; None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +177,8 @@ class SinkOptions:
     for hung (kills and replaces it); also how long its shutdown waits for a commit."""
     serve_idle_timeout_ms: int = 600000
     """With ``serve``: the store server stops after this long without a commit (0: never)."""
-    metrics_port: int | None = None
-    """With ``serve``: the store server's metrics port (None: no endpoint; 0: a free one)."""
-    metrics_host: str = "127.0.0.1"
+    metrics: MetricsEndpoint | None = None
+    """With ``serve``: the store server's metrics endpoint (options ``metrics*``)."""
     raw: Mapping[str, str] = field(default_factory=dict)
     """The options as given (the sink's store server parses them again)."""
     checkpoint: QueryCheckpoint | None = None
@@ -266,25 +267,8 @@ def parse_source_options(raw: Mapping[str, Any], planned: Any = None) -> SourceO
         announce=serve.announce,
         announce_interval_ms=serve.announce_interval_ms,
         announce_key_file=serve.announce_key_file,
-        metrics_port=_metrics_port(options),
-        metrics_host=options.required("metricsHost"),
+        metrics=metrics_endpoint(options),
     )
-
-
-def _metrics_port(options: OptionReader) -> int | None:
-    from spark_statestore.serve.auth import is_loopback
-
-    port = options.integer("metricsPort")
-    if port is not None and port < 0:
-        raise OptionError(f"option 'metricsPort' must be a port 0-65535, got {port}")
-    host = options.required("metricsHost")
-    if not is_loopback(host):
-        raise OptionError(
-            f"option 'metricsHost' {host!r} is beyond loopback: the metrics endpoint serves "
-            "loopback only for now (TLS beyond loopback is not built yet); scrape it through "
-            "a local agent, or drop the option"
-        )
-    return port
 
 
 def parse_as_of(text: str) -> int:
@@ -449,7 +433,7 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
     if options.boolean("serve"):
         serve = serve_settings(options)
     else:
-        names = (*SERVE_OPTIONS, *SINK_SERVER_OPTIONS, "metricsPort", "metricsHost")
+        names = (*SERVE_OPTIONS, *SINK_SERVER_OPTIONS, *METRICS_OPTIONS)
         given = [name for name in names if options.given(name)]
         if given:
             raise OptionError(
@@ -486,8 +470,7 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         serve=serve,
         serve_liveness_timeout_ms=liveness_ms,
         serve_idle_timeout_ms=idle_ms,
-        metrics_port=_metrics_port(options),
-        metrics_host=options.required("metricsHost"),
+        metrics=metrics_endpoint(options),
         raw={str(name): str(value) for name, value in raw.items()},
         checkpoint=_query_checkpoint(checkpoint, options) if streaming else None,
         key_registry_column=key_typed,

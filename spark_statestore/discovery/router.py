@@ -65,7 +65,7 @@ from spark_statestore.query import (
 )
 from spark_statestore.store.manifest import Role
 
-__all__ = ["ReplicaAsk", "Router", "merged_rows"]
+__all__ = ["ReplicaAsk", "Router", "RouterStats", "merged_rows"]
 
 _log = logging.getLogger(__name__)
 
@@ -82,6 +82,35 @@ _UNLAGGED = 0
 ReplicaAsk = Callable[[ReplicaAnnouncement, Any, StateQueryRequest, float], "StateQueryResult[Any]"]
 """How :meth:`Router.route` asks one replica: ``(replica, its client, the request for the
 partitions it is asked, seconds left to wait for the bound) -> its answer``."""
+
+
+class RouterStats:
+    """What a :class:`Router` has done, counted per request and per partition asked (never
+    per row), thread-safe: ``requests`` routed; ``failovers`` (a partition asked of its next
+    candidate after the one asked failed); ``replica_failures`` by reason (``unreachable``:
+    no answer, a timeout, a refused token; else the answer's failure reason, such as
+    ``NOT_UP_TO_BOUND`` for an answer short of the bound, refused by the router or the
+    replica); ``unanswered`` partitions (no candidate left: their result is a failure)."""
+
+    def __init__(self) -> None:
+        import threading
+        from collections import Counter
+
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def count(self, name: str, reason: str = "") -> None:
+        """Count one ``name`` event (with ``reason`` for ``replica_failures``)."""
+        with self._lock:
+            self._counts[name, reason] += 1
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """``{(name, reason): count}`` now; ``reason`` is "" but for ``replica_failures``."""
+        with self._lock:
+            counts = dict(self._counts)
+        for name in ("requests", "failovers", "unanswered"):
+            counts.setdefault((name, ""), 0)
+        return counts
 
 
 class Router:
@@ -115,6 +144,8 @@ class Router:
         self._connect = connect
         self.max_lag = max_lag
         self._clients: dict[tuple[str, str | None], Any] = {}
+        self.stats = RouterStats()
+        """What the router has done so far (:class:`RouterStats`; metrics read it)."""
 
     def query(self, request: StateQueryRequest, *, wait_s: float = 0.0) -> StateQueryResult[Any]:
         """Route ``request``; one result per partition asked (a key query: the key's).
@@ -160,6 +191,7 @@ class Router:
             partitions = sorted(request.partitions)
         else:
             partitions = list(range(count))
+        self.stats.count("requests")
         results: dict[int, QueryResult[Any]] = {}
         candidates = {p: self._candidates(view, request, p, key) for p in partitions}
         tried: dict[int, list[str]] = {p: [] for p in partitions}
@@ -187,6 +219,7 @@ class Router:
                     if isinstance(answers, str):
                         errors[partition] = answers
                         failures[partition].append(answers)
+                        self.stats.count("replica_failures", "unreachable")
                     answer = None if isinstance(answers, str) else answers.get(partition)
                     if answer is not None and (
                         answer.is_success or answer.failure_reason not in _RETRIED
@@ -198,11 +231,15 @@ class Router:
                         failures[partition].append(
                             f"{_describe(replica, partition)}: {answer.failure_message}"
                         )
+                        reason = answer.failure_reason
+                        self.stats.count("replica_failures", "" if reason is None else reason.value)
                     if candidates[partition]:
                         retry.append(partition)
+                        self.stats.count("failovers")
             pending = retry
         for partition in partitions:
             if partition not in results:
+                self.stats.count("unanswered")
                 results[partition] = self._unanswered(
                     view,
                     request,

@@ -10,7 +10,11 @@ metric                                                   Kafka Streams' counterp
 ``spark_statestore_follower_restore_remaining_records``  ``restore-remaining-records-total``
 ``spark_statestore_follower_state{state}``               the client's state (1 for the current)
 ``spark_statestore_follower_commit_seconds``             ``commit-latency-avg`` / ``-max``
+``spark_statestore_follower_commit_records``             (records per commit: its size)
 =======================================================  ======================================
+
+and ``spark_statestore_follower_last_commit_timestamp_seconds``, when it last committed (the
+age of its position is ``time()`` minus it while records arrive).
 
 Every series has the labels ``store`` (the store directory) and ``topic`` (the changelog).
 The store's own metrics (its size, its commit number) are
@@ -45,6 +49,8 @@ PREFIX = "spark_statestore_"
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Seconds: a store commit of one small chunk takes about a millisecond, a restore chunk of
 50,000 records a few hundred."""
+SIZE_BUCKETS = (1, 10, 100, 1_000, 10_000, 50_000, 100_000, 500_000)
+"""Records per commit: one record live, chunks of 50,000 (the default) while restoring."""
 _STATES = ("created", "restoring", "running", "stopped", "failed")
 
 
@@ -77,11 +83,19 @@ class FollowerMetrics(Collector):
             buckets=COMMIT_BUCKETS,
             registry=registry,
         ).labels(**self._labels)
+        self._sizes = Histogram(
+            f"{PREFIX}follower_commit_records",
+            "Changelog records per store commit of the follower (the commit's size)",
+            labelnames=tuple(self._labels),
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        ).labels(**self._labels)
         follower.commit_observers.append(self._observe_commit)
         registry.register(self)
 
     def _observe_commit(self, seconds: float, records: int) -> None:
         self._commits.observe(seconds)
+        self._sizes.observe(records)
 
     def collect(self) -> Iterator[Any]:
         """The follower's metrics now (called by the registry at each scrape)."""
@@ -110,8 +124,18 @@ class FollowerMetrics(Collector):
             "(Kafka Streams' restore-remaining-records-total); 0 once RUNNING",
             labels=names,
         )
-        remaining.add_metric(values, self._restore_remaining())
+        remaining.add_metric(values, follower.restore_remaining())
         yield remaining
+        last = follower.last_commit_at
+        if last is not None:
+            committed = GaugeMetricFamily(
+                f"{PREFIX}follower_last_commit_timestamp_seconds",
+                "When the follower last committed to its store, seconds since the epoch (the "
+                "position's age is time() minus it while records arrive)",
+                labels=names,
+            )
+            committed.add_metric(values, last)
+            yield committed
         state = GaugeMetricFamily(
             f"{PREFIX}follower_state",
             "The follower's state: 1 for the current one",
@@ -132,13 +156,3 @@ class FollowerMetrics(Collector):
                 except StateStoreError as exc:  # the scrape reports the last known ends
                     _log.debug("metrics of %s: end offsets unknown: %s", follower.store.path, exc)
         return follower.lags()
-
-    def _restore_remaining(self) -> int:
-        follower = self._follower
-        if follower.state.value != "restoring":
-            return 0
-        applied = follower.store.metadata.changelog_offsets
-        return sum(
-            max(0, target - applied.get(partition, 0))
-            for partition, target in follower.restore_targets.items()
-        )

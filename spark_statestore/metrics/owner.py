@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.registry import CollectorRegistry
 
-from spark_statestore.metrics.server import HealthProvider, MetricsServer
+from spark_statestore.metrics.server import HealthProvider, MetricsEndpoint, MetricsServer
 from spark_statestore.metrics.server_metrics import ServerMetrics
 from spark_statestore.metrics.store_metrics import StoreMetrics
 
@@ -25,26 +25,26 @@ _log = logging.getLogger(__name__)
 def serve_owner_metrics(
     register: Callable[[CollectorRegistry], object],
     server: StoreServer,
+    endpoint: MetricsEndpoint,
     *,
-    host: str,
-    port: int,
     what: str,
     health: HealthProvider,
 ) -> MetricsServer:
     """Serve the metrics of the owner of ``server``'s store: its own (``register`` registers
     them), its store's (:class:`StoreMetrics`) and its Flight server's
-    (:class:`ServerMetrics`), on ``host:port``, and the store's ``health`` at ``/health``;
+    (:class:`ServerMetrics`), as ``endpoint`` says, and the store's ``health`` at ``/health``;
     the URL is logged with ``what`` the owner is.
 
     Raises
     ------
     OptionError
-        A host beyond loopback, or a port that cannot be bound.
+        As :meth:`MetricsEndpoint.start`: a host beyond loopback without TLS and a token,
+        unreadable TLS or token files, or a port that cannot be bound.
     """
     registry = CollectorRegistry()
     register(registry)
     StoreMetrics(server.store, registry)
     ServerMetrics(server, registry)
-    metrics = MetricsServer(registry, host=host, port=port, health={str(server.store.path): health})
+    metrics = endpoint.start(registry, health={str(server.store.path): health})
     _log.info("metrics of %s at %s", what, metrics.url)
     return metrics

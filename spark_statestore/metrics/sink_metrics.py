@@ -14,6 +14,7 @@ metric                                                     type       Kafka's co
 ``spark_statestore_sink_records_published_total``          counter    ``record-send-total``
 ``spark_statestore_sink_changelog_produce_seconds``        histogram
 ``spark_statestore_sink_txn_commit_seconds``               histogram  ``txn-commit-time-ns-total``
+``spark_statestore_sink_last_commit_timestamp_seconds``    gauge      (when a batch last committed)
 =========================================================  =========  ============================
 
 Batches have the label ``outcome``: ``committed`` (applied; published with a changelog),
@@ -34,7 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from spark_statestore.metrics.follower import COMMIT_BUCKETS, PREFIX
@@ -128,3 +129,11 @@ class SinkMetrics(Collector):
             counter = CounterMetricFamily(f"{PREFIX}sink_{name}", text, labels=["store"])
             counter.add_metric(store, value)
             yield counter
+        if counters.last_commit_at is not None:
+            last = GaugeMetricFamily(
+                f"{PREFIX}sink_last_commit_timestamp_seconds",
+                "When the sink last committed a micro-batch, seconds since the epoch",
+                labels=["store"],
+            )
+            last.add_metric(store, counters.last_commit_at)
+            yield last

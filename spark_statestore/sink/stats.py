@@ -12,6 +12,7 @@ counters when Prometheus scrapes and observe the durations through the observers
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ class SinkCounters:
     staged_rows: int
     staged_bytes: int
     records_published: int
+    last_commit_at: float | None = None
+    """When a batch was last committed, seconds since the epoch (None: not yet)."""
 
 
 class SinkStats:
@@ -103,12 +106,14 @@ class SinkStats:
         self._staged_rows = 0
         self._staged_bytes = 0
         self._records_published = 0
+        self._last_commit_at: float | None = None
         self.commit_observers: list[Callable[[CommitReport], None]] = []
         self.publish_observers: list[Callable[[PublishReport], None]] = []
 
     def committed(self, report: CommitReport) -> None:
         """Count a batch's commit (called by the commit protocol once per batch)."""
         with self._lock:
+            self._last_commit_at = time.time()
             self._batches[report.outcome] += 1
             self._staged_rows += report.staged_rows
             self._staged_bytes += report.staged_bytes
@@ -137,4 +142,5 @@ class SinkStats:
                 staged_rows=self._staged_rows,
                 staged_bytes=self._staged_bytes,
                 records_published=self._records_published,
+                last_commit_at=self._last_commit_at,
             )

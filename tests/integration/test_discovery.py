@@ -246,6 +246,9 @@ def test_an_announcer_publishes_heartbeats_with_fresh_progress_and_a_tombstone(
         assert [error for error, _ in reports] == [None, None]
         assert registry.replicas().replicas == ()
         assert registry.malformed == 2
+        # By reason, for the router's metrics: the truncated JSON and the record of another
+        # key (its signature covers the key it was made for).
+        assert registry.refused_counts() == {"unverified": 2}, registry.refusals
 
 
 def test_a_reader_slower_than_the_ttl_still_sees_a_live_replica(

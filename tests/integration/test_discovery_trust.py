@@ -155,6 +155,8 @@ def test_a_writer_of_the_replicas_topic_cannot_take_over_routing(owner: dict[str
         assert [r.replica_id for r in view.replicas] == [real.replica_id]
         assert view.partitions == 2 and view.leader() is None
         assert registry.malformed >= 5, registry.refusals
+        assert sum(registry.refused_counts().values()) == registry.malformed
+        assert registry.refused_counts()["unverified"] >= 4, registry.refused_counts()
 
         request = StateQueryRequest.in_store("any").with_query(KeyQuery.with_key(b"k"))
         with Router(registry.view, lambda r: connect_replica(r, credentials)) as router:

@@ -21,7 +21,7 @@ from tests.conftest import REPO_ROOT
 from tests.integration.test_follow_cli import FollowProcess, follow_command
 from tests.integration.test_follower import ChangelogWriter, random_changes
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside]  # self-contained: beside the main run
 
 PARTITIONS = 2
 TIMEOUT_S = 120.0

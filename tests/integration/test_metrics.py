@@ -19,7 +19,7 @@ from tests.integration.test_follower import ChangelogWriter, random_changes
 from tests.integration.test_spark_follower import FeedCollector, follow, wait_for_owner_exit
 from tests.kafka_util import poll_until, wait_until_settled
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside]  # self-contained: beside the main run
 
 PARTITIONS = 2
 
@@ -71,6 +71,10 @@ def test_a_follower_query_serves_its_metrics_while_it_runs(
         samples = poll_until(
             applied(60), timeout_s=60, interval_s=0.2, failure=lambda: "60 records not applied"
         )
+        commits = samples["spark_statestore_follower_commit_seconds_count"][labels]
+        assert samples["spark_statestore_follower_commit_records_count"][labels] == commits
+        assert samples["spark_statestore_follower_commit_records_sum"][labels] == 60
+        assert samples["spark_statestore_follower_last_commit_timestamp_seconds"][labels] > 0
         state = samples["spark_statestore_follower_state"]
         assert state[(("state", "running"), *labels)] == 1.0
         assert len(samples["spark_statestore_follower_records_lag"]) == PARTITIONS
@@ -203,3 +207,70 @@ def test_health_status_and_progress_of_a_follower_query(
     # Spark stops the query's reader process with SIGTERM: it withdraws the announcement
     # (before, it died with it and readers kept routing to it until its TTL ran out).
     assert code == 3 and "no live replica" in err and topic not in out.splitlines()[-1]
+
+
+def test_a_follower_querys_endpoint_beyond_loopback_takes_tls_and_a_token(
+    spark: Any, kafka_broker: Any, make_topic: Callable[..., str], tmp_path: Path, pki: Any
+) -> None:
+    """metricsHost 0.0.0.0 with metricsTlsCert/metricsTlsKey/metricsTokenFile: HTTPS, and a
+    scrape without the token is refused (401)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = make_topic(partitions=PARTITIONS, suffix="-changelog")
+    writer = ChangelogWriter(bootstrap, topic, PARTITIONS)
+    writer.transaction(random_changes(random.Random(7), 10))
+    token = "metrics-scrape-token-0123456789"
+    (tmp_path / "token").write_text(token + "\n")
+    port = free_ports("127.0.0.1", 1)[0]
+    path = tmp_path / "store"
+    collector = FeedCollector(spark, path)
+    options = {
+        "metricsPort": str(port),
+        "metricsHost": "0.0.0.0",
+        "metricsTlsCert": pki.file("server"),
+        "metricsTlsKey": pki.file("server_key"),
+        "metricsTokenFile": str(tmp_path / "token"),
+    }
+    query = (
+        follow(spark, bootstrap, topic, path, **options)
+        .writeStream.foreachBatch(collector)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    url = f"https://127.0.0.1:{port}/metrics"
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}),
+        urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=pki.file("ca"))),
+    )
+
+    def scrape_with(bearer: str | None) -> tuple[int, str]:
+        request = urllib.request.Request(url)
+        if bearer is not None:
+            request.add_header("Authorization", f"Bearer {bearer}")
+        try:
+            with opener.open(request, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, ""
+
+    try:
+        collector.wait_for(10)
+
+        def applied() -> str | None:
+            try:
+                code, text = scrape_with(token)
+            except urllib.error.URLError:
+                return None  # the endpoint starts with the query's first batch
+            return text if code == 200 and "records_applied_total" in text else None
+
+        text = poll_until(applied, timeout_s=60, interval_s=0.2, failure=lambda: "no scrape")
+        assert f'store="{path}"' in text
+        assert scrape_with(None)[0] == 401
+        assert scrape_with("another-token-0123456789")[0] == 401
+    finally:
+        query.stop()
+        writer.producer.flush(10)

@@ -24,7 +24,7 @@ from tests.integration.test_follow_cli import PARTITIONS, FollowProcess, follow_
 from tests.integration.test_follower import ChangelogWriter, random_changes
 from tests.prometheus_server import PrometheusServer, Sample, ScrapeJob
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside]  # self-contained: beside the main run
 
 # Fixtures of other modules, bound here so that pytest finds them for this module's tests.
 prometheus_binary = prometheus_fixtures.prometheus_binary

@@ -13,6 +13,9 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
+from spark_statestore.discovery.metadata import ReplicaSet
+from spark_statestore.discovery.metrics import RouterMetrics
+from spark_statestore.discovery.router import Router
 from spark_statestore.metrics import (
     FollowerMetrics,
     HostMetrics,
@@ -43,6 +46,13 @@ def dashboard_queries() -> list[str]:
     board = json.loads(DASHBOARD.read_text())
     variables = [v["query"] for v in board["templating"]["list"] if v["type"] == "query"]
     return [*panel_queries(), *variables]
+
+
+class _Refusals:
+    """What :class:`RouterMetrics` reads of a replica registry."""
+
+    def refused_counts(self) -> dict[str, int]:
+        return {"unverified": 1}
 
 
 class _Host:
@@ -80,6 +90,10 @@ def produced_names(make_store: Any) -> set[str]:
     for kind in host.calls.kinds:
         host.calls.record(kind, False, 0.001)
 
+    router = Router(lambda: ReplicaSet(TOPIC, ()), lambda replica: None)
+    RouterMetrics(router, TOPIC, replicas=_Refusals(), registry=registry)
+    router.stats.count("replica_failures", "unreachable")
+
     served = make_store("v", role=Role.LEADER, topic=None, partitions=1)
     with StoreServer(served) as server, server.client() as client:
         ServerMetrics(server, registry)
@@ -104,5 +118,7 @@ def test_every_metric_the_dashboard_names_exists(make_store: Any) -> None:
         "spark_statestore_server_call_seconds_bucket",
         "spark_statestore_sink_commits_failed_total",
         "spark_statestore_server_not_up_to_bound_total",
+        "spark_statestore_router_failovers_total",
+        "spark_statestore_follower_last_commit_timestamp_seconds",
     ):
         assert subject in named, subject

@@ -251,3 +251,17 @@ def test_status_takes_one_of_a_store_and_a_changelog(capsys: pytest.CaptureFixtu
     assert "give one of STORE and --changelog" in capsys.readouterr().err
     assert main(["status", "--changelog", "t"]) == 2
     assert "give --bootstrap-servers" in capsys.readouterr().err
+
+
+def test_the_metrics_flags_go_with_a_port_and_tls_beyond_loopback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "counts"
+    Store.open(path, StoreSpec(Role.LEADER, None, 1, "c"), purpose="t").close()
+    assert main(["serve", str(path), "--metrics-token-file", "t"]) == 2
+    err = capsys.readouterr().err
+    assert "--metrics-token-file: only with --metrics-port" in err and err.count("\n") == 1
+    assert main(["serve", str(path), "--metrics-port", "0", "--metrics-host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert "beyond loopback: it must use TLS and a bearer token" in err
+    assert "Traceback" not in err and err.count("\n") == 1

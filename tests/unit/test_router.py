@@ -394,3 +394,42 @@ def test_a_replica_reached_at_another_stores_server_is_refused(tmp_path: Path) -
         announced = replace(announced, location=locations["a"])
         with Router(view, lambda r: connect_replica(r, credentials)) as router:
             assert _value(router.query(_request(KeyQuery.with_key(KEYS[0])))) == b"from-a" + KEYS[0]
+
+
+def test_the_router_counts_failovers_and_failures_by_reason(cluster: Cluster) -> None:
+    """RouterMetrics over real servers: a stopped leader is an ``unreachable`` failure and a
+    failover per partition asked; a follower short of the bound a ``NOT_UP_TO_BOUND`` one;
+    a partition nobody can answer is ``unanswered``."""
+    from prometheus_client.registry import CollectorRegistry
+
+    from spark_statestore.discovery.metrics import RouterMetrics
+
+    router = cluster.router()
+    registry = CollectorRegistry()
+
+    class Refusals:
+        def refused_counts(self) -> dict[str, int]:
+            return {"unverified": 2}
+
+    RouterMetrics(router, TOPIC, replicas=Refusals(), registry=registry)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(f"spark_statestore_router_{name}", labels)
+
+    key = next(k for k in KEYS[:40] if partition_for_key(k, PARTITIONS) in (0, 1))
+    partition = partition_for_key(key, PARTITIONS)
+    assert _value(router.query(_request(KeyQuery.with_key(key)))) == b"v" + key
+    assert sample("requests_total", changelog=TOPIC) == 1
+    assert sample("failovers_total", changelog=TOPIC) == 0
+    cluster.stop("leader")
+    assert _value(router.query(_request(KeyQuery.with_key(key)))) == b"v" + key
+    assert sample("failovers_total", changelog=TOPIC) == 1
+    assert sample("replica_failures_total", changelog=TOPIC, reason="unreachable") == 1
+    cluster.stop("full")
+    bound = PositionBound.at(Position.from_map({"orders": {partition: 59}}))
+    result = router.query(_request(KeyQuery.with_key(key)).with_position_bound(bound))
+    assert result.partition_results[partition].failure_reason is FailureReason.NOT_UP_TO_BOUND
+    assert sample("replica_failures_total", changelog=TOPIC, reason="NOT_UP_TO_BOUND") == 1
+    assert sample("unanswered_partitions_total", changelog=TOPIC) == 1
+    assert sample("requests_total", changelog=TOPIC) == 3
+    assert sample("refused_announcements_total", changelog=TOPIC, reason="unverified") == 2

@@ -112,11 +112,26 @@ def test_metrics_options_need_serve_and_restart_a_server_with_other_ones(tmp_pat
             parse_sink_options({**base, name: value}, streaming=False)
     served = {**base, "serve": "true"}
     plain = parse_sink_options(served, streaming=False)
-    assert plain.metrics_port is None
+    assert plain.metrics is None
     with_metrics = parse_sink_options({**served, "metricsPort": "9464"}, streaming=False)
-    assert (with_metrics.metrics_port, with_metrics.metrics_host) == (9464, "127.0.0.1")
+    assert with_metrics.metrics is not None
+    assert (with_metrics.metrics.port, with_metrics.metrics.host) == (9464, "127.0.0.1")
     assert fingerprint(with_metrics) != fingerprint(plain)
     with pytest.raises(OptionError, match=r"'metricsHost' '0\.0\.0\.0' is beyond loopback"):
         parse_sink_options(
             {**served, "metricsPort": "0", "metricsHost": "0.0.0.0"}, streaming=False
         )
+    # Beyond loopback with TLS and a token; TLS files in pairs; no endpoint option alone.
+    tls = {"metricsTlsCert": "c.pem", "metricsTlsKey": "k.pem", "metricsTokenFile": "t"}
+    wide = parse_sink_options(
+        {**served, "metricsPort": "0", "metricsHost": "0.0.0.0", **tls}, streaming=False
+    )
+    assert wide.metrics is not None
+    assert wide.metrics.tls_cert_file and wide.metrics.tls_key_file and wide.metrics.token_file
+    assert fingerprint(wide) != fingerprint(with_metrics)
+    with pytest.raises(OptionError, match="'metricsTlsCert' and 'metricsTlsKey' go together"):
+        parse_sink_options(
+            {**served, "metricsPort": "0", "metricsTlsCert": "c.pem"}, streaming=False
+        )
+    with pytest.raises(OptionError, match="option 'metricsTokenFile' configures the metrics"):
+        parse_sink_options({**served, "metricsTokenFile": "t"}, streaming=False)

@@ -27,7 +27,9 @@ replicas come as a :class:`~spark_statestore.discovery.ReplicaSet` for KIP-535's
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -124,6 +126,8 @@ class ReplicaRegistry:
         """Records refused (unsigned, a bad signature, malformed, a replay, a clock off)."""
         self.refusals: list[str] = []
         """Why the last few records were refused, newest last (for messages)."""
+        self._refused: Counter[str] = Counter()
+        self._refused_lock = threading.Lock()
 
     # -- KIP-535 ----------------------------------------------------------------------------
     def replicas(self) -> ReplicaSet:
@@ -167,6 +171,13 @@ class ReplicaRegistry:
                 "clock runs ahead of the brokers'"
             )
         return view if not why else replace(view, refused=tuple(why))
+
+    def refused_counts(self) -> dict[str, int]:
+        """Records refused so far by reason: ``unverified`` (unsigned, a signature that does
+        not verify under the membership keys, malformed), ``replay``, ``clock_skew``,
+        ``other_changelog``, ``malformed`` (no key). Thread-safe (metrics read it)."""
+        with self._refused_lock:
+            return dict(self._refused)
 
     def announcements(self) -> tuple[int, tuple[ReplicaAnnouncement, ...]]:
         """``(as of, announcements)``: the newest verified announcement of every replica
@@ -274,7 +285,7 @@ class ReplicaRegistry:
         key = message.key()
         value = message.value()
         if key is None:
-            self._skip(partition, offset, "it has no key")
+            self._skip(partition, offset, "it has no key", "malformed")
             return
         if value is None:
             return  # anyone may write a tombstone: only a signed withdrawal removes a replica
@@ -283,10 +294,15 @@ class ReplicaRegistry:
                 value, keys=self.keys, topic=self.topic, record_key=key
             )
         except AnnouncementError as exc:
-            self._skip(partition, offset, str(exc))
+            self._skip(partition, offset, str(exc), "unverified")
             return
         if announcement.changelog != self.changelog:
-            self._skip(partition, offset, f"it announces changelog {announcement.changelog!r}")
+            self._skip(
+                partition,
+                offset,
+                f"it announces changelog {announcement.changelog!r}",
+                "other_changelog",
+            )
             return
         seen_ms = self._seen_ms(message, announcement, partition, offset)
         if seen_ms is None:
@@ -301,6 +317,7 @@ class ReplicaRegistry:
                 offset,
                 f"it is older than the announcement of replica {announcement.replica_id!r} "
                 "read before (a replay)",
+                "replay",
             )
             return
         if announcement.withdrawn:
@@ -335,11 +352,14 @@ class ReplicaRegistry:
                 f"but the broker appended it at {stamp} ({skew / 1000:+.1f} s, more than "
                 f"{self.max_skew_ms / 1000:g} s): a replayed record, or the announcer's clock "
                 "is off",
+                "clock_skew",
             )
             return None
         return min(stamp, now_ms)
 
-    def _skip(self, partition: int, offset: int, why: str) -> None:
+    def _skip(self, partition: int, offset: int, why: str, reason: str) -> None:
+        with self._refused_lock:
+            self._refused[reason] += 1
         self.malformed += 1
         self.refusals = [*self.refusals[-(_REFUSALS_KEPT - 1) :], f"{partition}@{offset}: {why}"]
         _log.warning("skipping replica record %s-%d@%d: %s", self.topic, partition, offset, why)

@@ -167,13 +167,12 @@ class FollowerRuntime:
 
     def _metrics(self) -> MetricsServer | None:
         """The follower's metrics endpoint (option ``metricsPort``), or None."""
-        if self.options.metrics_port is None:
+        if self.options.metrics is None:
             return None
         return serve_owner_metrics(
             lambda registry: FollowerMetrics(self.follower, registry),
             self.server,
-            host=self.options.metrics_host,
-            port=self.options.metrics_port,
+            self.options.metrics,
             what=f"the follower of {self.options.changelog}",
             health=self.follower.health,
         )

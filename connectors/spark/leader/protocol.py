@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.driver import ProcessId
@@ -118,8 +118,7 @@ def fingerprint(options: SinkOptions) -> str:
         serve,
         options.serve_liveness_timeout_ms,
         options.serve_idle_timeout_ms,
-        options.metrics_port,
-        options.metrics_host,
+        None if options.metrics is None else list(astuple(options.metrics)),
     ]
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 

@@ -191,7 +191,7 @@ class LeaderServer:
     def _metrics(self) -> MetricsServer | None:
         """The sink's metrics endpoint (option ``metricsPort``), or None: its commits, its
         store and its Flight server."""
-        if self.options.metrics_port is None:
+        if self.options.metrics is None:
             return None
         from spark_statestore.metrics import SinkMetrics
         from spark_statestore.metrics.owner import serve_owner_metrics
@@ -199,8 +199,7 @@ class LeaderServer:
         return serve_owner_metrics(
             lambda registry: SinkMetrics(self.stats, str(self.store.path), registry),
             self.server,
-            host=self.options.metrics_host,
-            port=self.options.metrics_port,
+            self.options.metrics,
             what=f"the sink's store server of {self.store.path}",
             health=self.health,
         )
