@@ -259,7 +259,7 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         query's progress (``lastProgress["sources"][0]``) then shows the follower's lag per
         partition as ``latestOffset`` minus ``endOffset``. (The Python Data Source API has no
         way to add source metrics such as the follower's state to the progress: its stream
-        does not implement Spark's ``ReportsSourceMetrics``.)"""
+        does not implement Spark's ``ReportsSourceMetrics``, in PySpark 4.2.0 and 4.3.0.)"""
         return self._format(self._rt().end_offsets())
 
     def prepareForTriggerAvailableNow(self) -> None:
