@@ -42,7 +42,7 @@ from tests.kafka_util import (
     wait_until_settled,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside]  # its own clusters: beside the main run
 
 _names = iter(range(1_000_000))
 

@@ -44,7 +44,7 @@ from spark_statestore.connectors.spark.reader.views import VIEW_DDL, health_row,
 from spark_statestore.connectors.spark.windows import WINDOWED
 from spark_statestore.health import NOT_OPEN, Health, HealthState, served
 from spark_statestore.position import Position
-from spark_statestore.store.errors import StoreNotFoundError
+from spark_statestore.store.errors import StoreLockedError, StoreNotFoundError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,6 +62,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+OWNER_RECHECK_S = 0.5
+"""How long one planning attempt waits for the store's lock before it looks for a server
+again (up to :data:`OWNER_WAIT_S` in all)."""
 
 
 def reader_ddl(options: ReaderOptions) -> str:
@@ -95,6 +99,7 @@ class SnapshotReader(DataSourceReader):
         if self._options.view is View.HOST:
             return [RowsTask([host_row(self._options.path)])]
         deadline = time.monotonic() + self._options.position_bound_timeout_s
+        owner_deadline = time.monotonic() + OWNER_WAIT_S
         pause = 0.05
         while True:
             client = connect_to_owner(self._options.path)
@@ -105,6 +110,13 @@ class SnapshotReader(DataSourceReader):
                 continue  # an owner started serving: read through it
             try:
                 return self._plan_local()
+            except StoreLockedError:
+                # Taken since we looked for a server: a sink's commit (wait it out) or a
+                # follower query or serve starting (look again: it will serve). Waiting on
+                # the lock alone missed a server that started meanwhile, until OWNER_WAIT_S.
+                if time.monotonic() > owner_deadline:
+                    raise
+                continue
             except NotUpToBoundError:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -211,9 +223,9 @@ class SnapshotReader(DataSourceReader):
                 )
                 return [RowsTask([health_row(self._options.path, None, owner, None, health)])]
 
-        # A sink's commit owns its store for the commit only: wait for it, as for any
-        # short-lived owner, rather than fail.
-        wait = StoreOptions(owner_wait_seconds=OWNER_WAIT_S)
+        # A sink's commit owns its store for the commit only: wait for it a moment, then the
+        # caller looks again for a server (the owner may be one that serves) and comes back.
+        wait = StoreOptions(owner_wait_seconds=OWNER_RECHECK_S)
         with Store.open(
             self._options.path, purpose="Spark snapshot read (planning)", options=wait
         ) as store:
