@@ -51,3 +51,38 @@ def test_a_read_planned_as_an_owner_takes_the_store_goes_through_its_server(
     finally:
         owned["server"].close()
         owned["store"].close()
+
+
+def test_a_task_reading_as_an_owner_takes_the_store_goes_through_its_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race where a task reads the store as it is now (the store host's reads):
+    no owner when it looks, an owner serving by the time it opens the store."""
+    import spark_statestore.serve as serve
+    from spark_statestore.connectors.spark.host.reads import current_snapshot
+    from spark_statestore.position import PositionBound
+
+    path = tmp_path / "store"
+    spec = StoreSpec(Role.LEADER, None, 1, "s")
+    with Store.open(path, spec, purpose="test") as store, store.begin() as txn:
+        txn.put(b"k", b"v", source=("orders", 0, 1))
+    owned: dict[str, Any] = {}
+    looked = serve.connect_to_owner
+
+    def owner_arrives(at: str) -> Any:
+        client = looked(at)
+        if "store" not in owned:  # right after the task's first look, an owner serves
+            owned["store"] = Store.open(path, purpose="a follower query starting", serves=True)
+            owned["server"] = StoreServer(owned["store"])
+            owned["server"].start()
+        return client
+
+    monkeypatch.setattr(serve, "connect_to_owner", owner_arrives)
+    try:
+        unbounded = PositionBound.unbounded()
+        with current_snapshot(str(path), purpose="t", bound=unbounded, wait_s=0) as now:
+            assert now.via == owned["server"].location
+            assert now.commit_seq == 1
+    finally:
+        owned["server"].close()
+        owned["store"].close()

@@ -15,9 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_statestore.connectors.spark.reader.local import RECHECK_MAX_S, task_checkpoint
+from spark_statestore.connectors.spark.reader.local import (
+    OWNER_RECHECK_S,
+    OWNER_WAIT_S,
+    RECHECK_MAX_S,
+    task_checkpoint,
+)
 from spark_statestore.position import Position, PositionBound
-from spark_statestore.store.errors import StoreNotFoundError
+from spark_statestore.store.errors import StoreLockedError, StoreNotFoundError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -134,6 +139,7 @@ def current_snapshot(
     from spark_statestore.serve import connect_to_owner
 
     deadline = time.monotonic() + wait_s
+    owner_deadline = time.monotonic() + OWNER_WAIT_S
     pause = 0.05
     while True:
         client = connect_to_owner(path)
@@ -151,7 +157,19 @@ def current_snapshot(
                     client.release(pinned.snapshot_id)
             return
         try:
-            with task_checkpoint(path, purpose) as store, store.snapshot() as snapshot:
+            with contextlib.ExitStack() as taken:
+                try:
+                    store = taken.enter_context(
+                        task_checkpoint(path, purpose, owner_wait_s=OWNER_RECHECK_S)
+                    )
+                except StoreLockedError:
+                    # Taken since we looked for a server: a sink's commit (wait it out) or a
+                    # follower query or serve starting (look again: it will serve). Waiting
+                    # on the lock alone missed a server that started meanwhile.
+                    if time.monotonic() > owner_deadline:
+                        raise
+                    continue
+                snapshot = taken.enter_context(store.snapshot())
                 remaining = deadline - time.monotonic()
                 if bound.permits(snapshot.position) or remaining <= 0:
                     from spark_statestore.store.scan import scan_batches

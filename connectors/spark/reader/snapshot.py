@@ -30,6 +30,7 @@ from spark_statestore.connectors.spark.format_options import codecs_for
 from spark_statestore.connectors.spark.options import ReaderOptions, View
 from spark_statestore.connectors.spark.reader.columns import convert_batch, data_ddl
 from spark_statestore.connectors.spark.reader.local import (
+    OWNER_RECHECK_S,
     OWNER_WAIT_S,
     RECHECK_MAX_S,
 )
@@ -62,10 +63,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-OWNER_RECHECK_S = 0.5
-"""How long one planning attempt waits for the store's lock before it looks for a server
-again (up to :data:`OWNER_WAIT_S` in all)."""
 
 
 def reader_ddl(options: ReaderOptions) -> str:
