@@ -3,7 +3,9 @@
 #   1. Java 17+ (Spark and Kafka need it) and Maven (resolves the Kafka jars): detected,
 #      installed with apt when missing and we are root, else we say what to install.
 #   2. A virtualenv in .venv/ with the project (editable), its dev and Spark Connect
-#      (grpcio, ...) dependencies and the versions pinned in constraints.txt.
+#      (grpcio, ...) dependencies and the versions pinned in constraints.txt; Spark's own
+#      front ends (.venv/bin/pyspark, spark-sql, spark-submit, beeline) find the data source
+#      and the venv's Python with no activation and no code.
 #   3. The compiled extension (native/: Rust, built from source with maturin) and what it
 #      builds against: Rust 1.88+ (Debian's rustc-web/cargo-web when missing and we are
 #      root), LevelDB's headers (libleveldb-dev), OpenSSL's (libssl-dev), a C toolchain.
@@ -102,6 +104,37 @@ else
 fi
 "$VENV/bin/python" -c 'import spark_statestore.connectors.kafka, pyspark, pyarrow, plyvel, confluent_kafka, pyspark.sql.connect.session' \
     || die "the virtualenv in $VENV is broken; delete it and run again"
+
+# --- Spark's own front ends see the project with no extra step ---------------------------
+# (a) Spark registers the Python data sources it finds by listing top-level pyspark_* modules
+#     (pkgutil.iter_modules over sys.path). The editable install above serves the packages
+#     through an import hook that listing never sees, so spark-sql, the Thrift JDBC server
+#     and a fresh pyspark shell would not know `spark_statestore`. A directory on sys.path
+#     (a .pth file) holding a link to the checkout's pyspark_statestore/ makes the module
+#     listable; it imports the engine through the editable install, so edits stay live.
+# (b) .venv/bin/pyspark, spark-sql and spark-submit find SPARK_HOME and start Python with
+#     `python3` from PATH: without an activated virtualenv that is another interpreter, which
+#     has no PySpark. They default to this virtualenv's interpreter instead (Spark's
+#     conf/spark-env.sh in the virtualenv's SPARK_HOME, and the default of the venv's own
+#     find-spark-home); PYSPARK_PYTHON still overrides both.
+site_dir="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+lookup_dir="$VENV/spark-statestore-lookup"
+mkdir -p "$lookup_dir"
+ln -sfn "$ROOT/pyspark_statestore" "$lookup_dir/pyspark_statestore"
+echo "$lookup_dir" > "$site_dir/spark_statestore_lookup.pth"
+spark_home="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
+mkdir -p "$spark_home/conf"
+cat > "$spark_home/conf/spark-env.sh" <<EOF
+# Written by spark-statestore's setup (scripts/bootstrap.sh): Spark's scripts and its Python
+# workers run this virtualenv's interpreter unless PYSPARK_PYTHON names another.
+export PYSPARK_PYTHON="\${PYSPARK_PYTHON:-$VENV/bin/python}"
+EOF
+sed -i "s|PYSPARK_DRIVER_PYTHON=\"\${PYSPARK_PYTHON:-\"python3\"}\"|PYSPARK_DRIVER_PYTHON=\"\${PYSPARK_PYTHON:-\"$VENV/bin/python\"}\"|" \
+    "$VENV/bin/find-spark-home"
+grep -q "$VENV/bin/python" "$VENV/bin/find-spark-home" \
+    || die "could not point $VENV/bin/find-spark-home at $VENV/bin/python (PySpark changed that script?)"
+"$VENV/bin/python" -c 'import pkgutil, sys; sys.exit(0 if any(m.name == "pyspark_statestore" for m in pkgutil.iter_modules()) else 1)' \
+    || die "Spark's lookup of Python data sources would not see pyspark_statestore (see $site_dir/spark_statestore_lookup.pth)"
 
 # --- the compiled extension (native/) -----------------------------------------------------
 rust_ok() {
