@@ -1,5 +1,5 @@
 # The README's two commands. Both set everything up first (Java 17, .venv, the project).
-.PHONY: demo test setup lint bench soak clean
+.PHONY: demo test setup lint bench soak dist dist-check clean
 
 demo: setup
 	.venv/bin/spark-statestore demo
@@ -18,6 +18,17 @@ lint: setup
 bench: setup
 	.venv/bin/spark-statestore bench
 
+# The wheels and sdists a user installs (the package, and the compiled extension as a manylinux
+# wheel with LevelDB, snappy and OpenSSL inside), in dist/.
+dist: setup
+	bash scripts/dist.sh
+
+# Installs dist/'s wheels into a fresh virtualenv where Rust, a C compiler, the -dev packages
+# and LevelDB's and snappy's libraries are hidden (a mount namespace; root), checks that the
+# fast path runs from the wheel, then runs the tests against that install; not part of CI.
+dist-check: dist
+	bash scripts/dist-check.sh
+
 # Long crash/soak variants (300 SIGKILLs of a committing store by default), then the whole
 # suite again on the pure-Python reference paths (CI runs it on the compiled fast path and
 # holds the two equal in tests/*/test_native_*.py); not part of CI.
@@ -27,4 +38,4 @@ soak: setup
 	SPARK_STATESTORE_NATIVE=0 bash scripts/run-tests.sh
 
 clean:
-	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis interop/kafka-streams/target interop/schema-registry/target
+	rm -rf .venv build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis interop/kafka-streams/target interop/schema-registry/target

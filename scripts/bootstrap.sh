@@ -6,8 +6,9 @@
 #      (grpcio, ...) dependencies and the versions pinned in constraints.txt; Spark's own
 #      front ends (.venv/bin/pyspark, spark-sql, spark-submit, beeline) find the data source
 #      and the venv's Python with no activation and no code.
-#   3. The compiled extension (native/: Rust, built from source with maturin) and what it
-#      builds against: Rust 1.88+ (Debian's rustc-web/cargo-web when missing and we are
+#   3. The compiled extension (native/: Rust, built from source with maturin into the
+#      manylinux wheel `make dist` ships, then installed from it) and what it builds
+#      against: Rust 1.88+ (Debian's rustc-web/cargo-web when missing and we are
 #      root), LevelDB's headers (libleveldb-dev), OpenSSL's (libssl-dev), a C toolchain.
 #      SPARK_STATESTORE_NATIVE=0 skips it: everything then runs on the pure-Python paths.
 #   4. The jars of Apache Kafka and of Spark's Kafka connector, resolved from Maven Central
@@ -35,13 +36,13 @@ apt_install() {
 # --- Python ---------------------------------------------------------------------------
 PYTHON="${PYTHON:-}"
 if [ -z "$PYTHON" ]; then
-    for candidate in python3.11 python3.12 python3.13 python3.10 python3; do
+    for candidate in python3.11 python3.12 python3.10 python3; do
         if command -v "$candidate" >/dev/null 2>&1; then PYTHON="$(command -v "$candidate")"; break; fi
     done
 fi
-[ -n "$PYTHON" ] || die "no python3 found; install Python 3.10+ (Debian: apt-get install python3 python3-venv)"
-"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
-    || die "$PYTHON is $("$PYTHON" -V 2>&1); spark-statestore needs Python 3.10 or newer"
+[ -n "$PYTHON" ] || die "no python3 found; install Python 3.10, 3.11 or 3.12 (Debian: apt-get install python3 python3-venv)"
+"$PYTHON" -c 'import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 1)' \
+    || die "$PYTHON is $("$PYTHON" -V 2>&1); spark-statestore needs Python 3.10, 3.11 or 3.12 (README, \"Python versions\"); set PYTHON to one"
 
 # --- Java 17+ for Spark -----------------------------------------------------------------
 java_major() {
@@ -175,20 +176,27 @@ else
     fi
     [ -n "$CARGO" ] || die "Rust 1.88 or newer is needed to build native/ (found: $(rustc --version 2>/dev/null || echo none)); install it (rustup), or set SPARK_STATESTORE_NATIVE=0"
     native_stamp="$VENV/.spark-statestore-native"
-    native_want="$( (cd "$ROOT/native" && cat Cargo.toml Cargo.lock pyproject.toml build.rs src/*.rs) | sha256sum | cut -d' ' -f1)"
+    native_want="$( (cd "$ROOT/native" && cat Cargo.toml Cargo.lock pyproject.toml build.rs src/*.rs ../scripts/build-native.sh) | sha256sum | cut -d' ' -f1)"
     if [ ! -f "$native_stamp" ] || [ "$(cat "$native_stamp")" != "$native_want" ] \
         || ! "$VENV/bin/python" -c 'import spark_statestore_native' 2>/dev/null; then
         say "building the compiled extension (native/, Rust; the first build takes a few minutes) with $CARGO"
-        # One build directory per user, shared by checkouts: a fresh clone reuses what an
-        # earlier one compiled (librdkafka's C sources above all).
-        export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/spark-statestore/native-target}"
-        PATH="$(dirname "$CARGO"):$PATH" "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$ROOT/native" >&2 \
+        # Built as the wheel users install (scripts/build-native.sh: maturin, then auditwheel
+        # puts LevelDB, snappy and OpenSSL inside it), and installed from that wheel, so the
+        # tests run the very artifact `make dist` ships. One build directory per user, shared
+        # by checkouts: a fresh clone reuses what an earlier one compiled (librdkafka's C
+        # sources above all).
+        wheel="$(PATH="$(dirname "$CARGO"):$PATH" bash "$ROOT/scripts/build-native.sh" "$VENV/native-wheel" "$VENV/bin/python")" \
             || die "building the compiled extension (native/) failed (see above); set SPARK_STATESTORE_NATIVE=0 to run on the pure-Python paths"
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel" >&2 \
+            || die "installing the compiled extension's wheel $wheel failed (see above)"
         echo "$native_want" > "$native_stamp"
     fi
-    "$VENV/bin/python" -c 'import spark_statestore_native' \
-        || die "the compiled extension does not import (see above); delete $VENV and run again"
-    say "compiled extension: $("$VENV/bin/python" -c 'import spark_statestore_native as n; print(n.__file__)')"
+    paths="$(SPARK_STATESTORE_NATIVE=auto "$VENV/bin/python" -c 'from spark_statestore import native; print(native.status())')" \
+        || die "the compiled extension's check failed (see above); delete $VENV and run again"
+    case "$paths" in
+        "compiled fast paths:"*) say "$paths" ;;
+        *) die "$paths" ;;
+    esac
 fi
 
 # --- jars: Apache Kafka and Spark's Kafka connector ---------------------------------------

@@ -28,11 +28,10 @@ from spark_statestore.query import (
     StateQueryRequest,
     StateQueryResult,
 )
+from spark_statestore.version import __version__
 
 if TYPE_CHECKING:
     from spark_statestore.serve.client import StoreClient
-
-__version__ = "0.1.0"
 
 
 def connect(

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+import spark_statestore
+
 # Performance is never asserted in tests: Hypothesis' default 200 ms deadline per example only
 # fails property tests when the machine is busy (test_membership saw it once under load).
 hypothesis_settings.register_profile("spark-statestore", deadline=None)
@@ -28,6 +30,13 @@ if TYPE_CHECKING:
     from spark_statestore.connectors.local import LocalSchemaRegistry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+CHECKOUT_UNDER_TEST = Path(spark_statestore.__file__).resolve().is_relative_to(REPO_ROOT)
+"""True when the package under test is this checkout's (the setup's editable install); false
+when it is an installed wheel (``scripts/dist-check.sh`` hides the checkout's packages)."""
+requires_checkout = pytest.mark.skipif(
+    not CHECKOUT_UNDER_TEST,
+    reason="checks the checkout's sources, not the installed package (scripts/dist-check.sh)",
+)
 CLUSTER_TESTS = REPO_ROOT / "tests" / "cluster"
 """Tests on a Spark standalone cluster: their driver is this process, and a process has one
 SparkContext, so they run in a pytest process of their own (scripts/run-tests.sh runs it

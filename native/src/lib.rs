@@ -22,6 +22,9 @@ use pyo3::prelude::*;
 #[pymodule]
 fn spark_statestore_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    // The package refuses an extension of another version (spark_statestore/native.py): the
+    // two are released together, one version for both (native/Cargo.toml).
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<db::DB>()?;
     m.add_class::<db::Snapshot>()?;
     m.add_class::<db::Iterator>()?;

@@ -7,13 +7,16 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from spark_statestore import native
 from spark_statestore.errors import OptionError
 from spark_statestore.integer_spec import ascii_integer
+from spark_statestore.version import __version__
 
 if TYPE_CHECKING:
     from spark_statestore.metrics.server import MetricsEndpoint
 
 __all__ = [
+    "VersionAction",
     "add_metrics_arguments",
     "integer",
     "metrics_endpoint",
@@ -145,3 +148,14 @@ def metrics_endpoint(args: argparse.Namespace) -> MetricsEndpoint | None:
         args.metrics_tls_key,
         args.metrics_token_file,
     )
+
+
+class VersionAction(argparse.Action):
+    """``--version``: the release (package and extension share it) and the paths that run."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help=str(kwargs.get("help", "")))
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"{parser.prog} {__version__}\n{native.status()}", flush=True)
+        parser.exit()

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_statestore import __version__
-from spark_statestore.cli.arguments import add_metrics_arguments, metrics_endpoint
+from spark_statestore.cli.arguments import VersionAction, add_metrics_arguments, metrics_endpoint
 from spark_statestore.cli.arguments import integer as _integer
 from spark_statestore.cli.arguments import seconds as _seconds
 from spark_statestore.cli.membership import add_membership_commands
@@ -216,7 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spark-statestore",
         description="Kafka Streams style state stores for Spark Structured Streaming.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--version",
+        action=VersionAction,
+        help="print the version and which paths run here (compiled or reference), then exit",
+    )
     parser.add_argument(
         "-v",
         "--verbose",

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+from tests.conftest import requires_checkout
+
 
 def test_importing_the_engine_loads_no_spark_kafka_or_storage_library() -> None:
     code = (
@@ -23,6 +25,7 @@ def test_importing_the_engine_loads_no_spark_kafka_or_storage_library() -> None:
     assert facts == {"heavy": [], "threads": 1}
 
 
+@requires_checkout
 def test_setup_cfg_lists_every_package() -> None:
     """setup.cfg names packages one by one: a package missing there is missing from a wheel
     (an editable install still finds it, so nothing else would notice)."""
@@ -45,6 +48,7 @@ def test_setup_cfg_lists_every_package() -> None:
     assert listed == found
 
 
+@requires_checkout
 def test_errors_are_defined_in_errors_modules() -> None:
     """Each subsystem's public errors live in its errors.py (a newcomer looks there)."""
     import ast
@@ -66,6 +70,7 @@ def test_errors_are_defined_in_errors_modules() -> None:
     assert misplaced == []
 
 
+@requires_checkout
 def test_a_module_over_500_lines_says_why() -> None:
     """A module that passes ~500 lines is asking to be split along a seam (STYLE.md); one
     that stays whole says why at its top."""
@@ -112,6 +117,7 @@ _ENGINE_LAYERS = (
         "spark_statestore.position",
         "spark_statestore.query",
         "spark_statestore.schemas",
+        "spark_statestore.version",
     ),
     ("spark_statestore.changelog",),
     ("spark_statestore.store",),
@@ -229,6 +235,7 @@ def _within(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+@requires_checkout
 def test_no_import_circle_between_modules() -> None:
     """No two modules import each other, directly or through others (DESIGN §2): a type two
     modules need lives below both, a handle's children receive what they need."""
@@ -236,6 +243,7 @@ def test_no_import_circle_between_modules() -> None:
     assert [_describe(circle, graph) for circle in _circles(graph)] == []
 
 
+@requires_checkout
 def test_the_engine_imports_no_binding_and_no_program() -> None:
     """The engine (``spark_statestore`` but its front door) never imports the connectors,
     the CLI, the demo, the bench or the front door, and each of its modules imports only from
@@ -268,6 +276,7 @@ def test_the_engine_imports_no_binding_and_no_program() -> None:
     assert upward == []
 
 
+@requires_checkout
 def test_the_connectors_import_no_program() -> None:
     """The bindings sit below the programs (DESIGN §2): nothing in ``connectors/`` imports
     the CLI, the demo or the bench."""
@@ -283,6 +292,7 @@ def test_the_connectors_import_no_program() -> None:
     assert upward == []
 
 
+@requires_checkout
 def test_no_private_name_is_imported_from_another_module() -> None:
     """A name with a leading underscore stays in its module (STYLE 17): no module imports
     one from another module of the package. (Reaching a private attribute of another
@@ -307,3 +317,28 @@ def test_no_private_name_is_imported_from_another_module() -> None:
                     where = f"{path.relative_to(root)}:{node.lineno}"
                     crossing.append(f"{where}: from {node.module} import {', '.join(private)}")
     assert crossing == []
+
+
+@requires_checkout
+def test_the_package_and_its_extension_share_one_version() -> None:
+    import re
+    from pathlib import Path
+
+    import tomllib
+
+    from spark_statestore.version import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    cargo = tomllib.loads((root / "native" / "Cargo.toml").read_text())
+    lock = tomllib.loads((root / "native" / "Cargo.lock").read_text())
+    locked = [p["version"] for p in lock["package"] if p["name"] == cargo["package"]["name"]]
+    assert cargo["package"]["version"] == __version__
+    assert locked == [__version__]
+    # Neither Python project states a version of its own: setuptools reads version.py, maturin
+    # reads Cargo.toml.
+    for project in (root / "pyproject.toml", root / "native" / "pyproject.toml"):
+        meta = tomllib.loads(project.read_text())["project"]
+        assert "version" not in meta and meta["dynamic"] == ["version"], project
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+    changelog = (root / "CHANGELOG.md").read_text()
+    assert f"## {__version__} " in changelog or f"## {__version__}\n" in changelog

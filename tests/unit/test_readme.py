@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, requires_checkout
 
 
 def test_readme_python_tour_runs(tmp_path: Path) -> None:
@@ -17,6 +17,7 @@ def test_readme_python_tour_runs(tmp_path: Path) -> None:
     assert (tmp_path / "inventory" / "db").is_dir()
 
 
+@requires_checkout
 def test_docs_name_only_modules_and_files_that_exist() -> None:
     """README.md and docs/ name modules (``spark_statestore.x.y``) and repository files
     (``connectors/kafka/clients.py``): each must exist, so the docs follow the tree when
