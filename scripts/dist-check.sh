@@ -109,5 +109,8 @@ PY
 # app and the schema registry.
 export SPARK_STATESTORE_INTEROP_APP="$ROOT/interop/kafka-streams/target"
 export SPARK_STATESTORE_SCHEMA_REGISTRY_APP="$ROOT/interop/schema-registry/target/quarkus-app"
+# Tests that build or ship the wheels take these instead (the checkout's sources are hidden).
+export SPARK_STATESTORE_TEST_PACKAGE_WHEEL="${package[0]}"
+export SPARK_STATESTORE_TEST_NATIVE_WHEEL="${extension[0]}"
 say "the tests, with the installed wheels' interpreter ($VPY)"
 SPARK_STATESTORE_TEST_PYTHON="$VPY" bash "$ROOT/scripts/run-tests.sh" "$@"

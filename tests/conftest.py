@@ -141,20 +141,32 @@ def pip(*args: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def installed_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A site directory holding a real (non-editable) install of the project's wheel.
-
-    Spark registers ``spark_statestore`` by itself only from such an install: editable
-    installs hide the top-level ``pyspark_statestore`` module from ``pkgutil.iter_modules``.
-    """
+def package_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built from the checkout (as ``make dist`` builds it), or the one
+    under test (``$SPARK_STATESTORE_TEST_PACKAGE_WHEEL``, set by ``scripts/dist-check.sh``)."""
+    given = os.environ.get("SPARK_STATESTORE_TEST_PACKAGE_WHEEL")
+    if given:
+        return Path(given)
     root = tmp_path_factory.mktemp("wheel")
-    source, dist, site = root / "src", root / "dist", root / "site"
+    source, dist = root / "src", root / "dist"
     shutil.copytree(REPO_ROOT, source, ignore=NOT_PACKAGED)
     # Offline: the build backend comes from the venv, the dependencies are not needed.
     pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(dist), str(source))
     wheels = list(dist.glob("*.whl"))
     assert len(wheels) == 1, wheels
-    pip("install", "--no-deps", "--no-index", "--target", str(site), str(wheels[0]))
+    return wheels[0]
+
+
+@pytest.fixture(scope="session")
+def installed_package(package_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site directory holding a real (non-editable) install of the project's wheel.
+
+    Spark registers ``spark_statestore`` by itself only from such an install: a plain
+    editable install hides the top-level ``pyspark_statestore`` module from
+    ``pkgutil.iter_modules`` (the setup adds a listable link; this install needs none).
+    """
+    site = tmp_path_factory.mktemp("site")
+    pip("install", "--no-deps", "--no-index", "--target", str(site), str(package_wheel))
     assert (site / "pyspark_statestore" / "__init__.py").is_file()
     assert not list(site.glob("*.pth")), "the install must be a plain copy, not editable"
     return site

@@ -175,16 +175,19 @@ class Host:
         *,
         keep: Sequence[str | Path] = (),
         hide: Sequence[str | Path] = (),
+        hide_files: Sequence[str | Path] = (),
     ) -> list[str]:
         """``argv`` run on the host as on another machine.
 
         It gets the host's network namespace, and a mount and UTS namespace of its own: the
         hostname :attr:`namespace`, ``/etc/hosts`` from :attr:`hosts_file`, an empty private
-        ``/tmp``, and an empty tmpfs over every directory of ``hide`` (which must exist). The
-        directories of ``keep`` (the process's own, possibly under ``/tmp``) stay visible
-        and writable at their paths; what the process writes elsewhere under ``/tmp`` or in
-        a hidden directory never reaches this machine's disk. Processes it starts inherit
-        all of that. The command execs ``argv`` in the same process.
+        ``/tmp``, an empty tmpfs over every directory of ``hide`` (which must exist) and
+        ``/dev/null`` over every file of ``hide_files`` (a program or library the host must
+        not have: it can neither run nor load). The directories of ``keep`` (the process's
+        own, possibly under ``/tmp`` or under a hidden directory) stay visible and writable
+        at their paths; what the process writes elsewhere under ``/tmp`` or in a hidden
+        directory never reaches this machine's disk. Processes it starts inherit all of
+        that. The command execs ``argv`` in the same process.
         """
         kept = [os.path.abspath(k) for k in keep]
         steps = [
@@ -200,6 +203,8 @@ class Host:
             steps.append(
                 f"mount -t tmpfs -o mode=0755 statestore-hidden {shlex.quote(str(hidden))}"
             )
+        for hidden_file in hide_files:
+            steps.append(f"mount --bind /dev/null {shlex.quote(str(hidden_file))}")
         steps.append("mount -t tmpfs -o mode=1777 statestore-tmp /tmp")
         for i, directory in enumerate(kept):
             quoted = shlex.quote(directory)

@@ -21,6 +21,7 @@ from spark_statestore.cli.arguments import VersionAction, add_metrics_arguments,
 from spark_statestore.cli.arguments import integer as _integer
 from spark_statestore.cli.arguments import seconds as _seconds
 from spark_statestore.cli.membership import add_membership_commands
+from spark_statestore.cli.pack import add_pack_command
 from spark_statestore.cli.query_formats import REGISTRY_FORMAT_NAMES
 from spark_statestore.cli.signals import catch_stop_signals
 from spark_statestore.cli.store_commands import add_store_commands
@@ -439,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_cmd_bench)
     add_store_commands(sub)
     add_membership_commands(sub)
+    add_pack_command(sub)
     return parser
 
 

@@ -87,6 +87,13 @@ class LocalSparkCluster:
         How long :meth:`start` waits for every Worker to register with the Master.
     prefix
         Of the hosts' namespace and link names (1 to 5 letters).
+    driver_code
+        True (default): the hosts see the driver's Python environment and the plugin's
+        packages, and executors run the driver's interpreter. False: they see Spark's home
+        alone (the driver's environment, the checkout, the build tools and the system's
+        LevelDB and snappy are covered), as a cluster's workers would: the application must
+        ship its Python environment (``spark.archives``, see :func:`~spark_statestore.
+        connectors.spark.shipping.pack_environment`).
 
     Examples
     --------
@@ -106,6 +113,7 @@ class LocalSparkCluster:
         data_dir: str | Path | None = None,
         start_timeout_s: float = 120.0,
         prefix: str = DEFAULT_PREFIX,
+        driver_code: bool = True,
     ) -> None:
         if workers < 1:
             raise LocalSparkError(f"a local Spark cluster needs at least 1 worker, got {workers}")
@@ -117,6 +125,7 @@ class LocalSparkCluster:
         self._root = Path(data_dir).absolute() if data_dir is not None else None
         self._start_timeout_s = start_timeout_s
         self._prefix = prefix
+        self._driver_code = driver_code
         self._hosts = LocalHosts(workers, prefix=prefix)
         self._master: SparkDaemon | None = None
         self._workers: list[SparkDaemon] = []
@@ -158,7 +167,12 @@ class LocalSparkCluster:
                 worker = SparkDaemon.worker(self._root, host)
                 self._workers.append(worker)
                 worker.start_worker(
-                    home, self.master_url, cores=self._cores, memory=self._memory, hide=self._hidden
+                    home,
+                    self.master_url,
+                    cores=self._cores,
+                    memory=self._memory,
+                    hide=self._hidden,
+                    driver_code=self._driver_code,
                 )
             self._wait_for_workers()
         except BaseException:

@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spark_statestore.connectors.local.bare import builder_paths
 from spark_statestore.connectors.local.hosts import Host
 from spark_statestore.connectors.local.processes import LoggedProcess, launch, port_taken
 from spark_statestore.connectors.spark.errors import LocalSparkError, SparkClusterStartError
@@ -115,10 +116,23 @@ class SparkDaemon(LoggedProcess):
         self._launch(spark_class, self._env(home))
 
     def start_worker(
-        self, home: Path, master_url: str, *, cores: int, memory: str, hide: list[Path]
+        self,
+        home: Path,
+        master_url: str,
+        *,
+        cores: int,
+        memory: str,
+        hide: list[Path],
+        driver_code: bool = True,
     ) -> None:
         """Start this daemon as a Worker on its host, as an isolated process there: its own
-        directory stays visible to it, ``hide`` and the rest of ``/tmp`` do not."""
+        directory stays visible to it, ``hide`` and the rest of ``/tmp`` do not.
+
+        With ``driver_code`` the host also sees the driver's Python environment and the
+        plugin's packages (:func:`code_directories`); without, it sees Spark's home alone:
+        the driver's environment and the checkout are covered, and so are the build tools
+        and native libraries a cluster's worker lacks (:func:`..local.bare.builder_paths`),
+        as on a cluster whose executors get the plugin shipped with the application."""
         assert self.host is not None
         local = self.directory / "local"
         for folder in (self.work_dir, local):
@@ -133,8 +147,16 @@ class SparkDaemon(LoggedProcess):
             "--work-dir", str(self.work_dir),
             master_url,
         ]  # fmt: skip
-        keep = [self.directory, *code_directories(home)]
-        self._launch(self.host.isolated_command(spark_class, keep=keep, hide=hide), env)
+        if driver_code:
+            keep = [self.directory, *code_directories(home)]
+            command = self.host.isolated_command(spark_class, keep=keep, hide=hide)
+        else:
+            tools, libraries = builder_paths()
+            covered = [*hide, *driver_directories(), *tools]
+            command = self.host.isolated_command(
+                spark_class, keep=[self.directory, home], hide=covered, hide_files=libraries
+            )
+        self._launch(command, env)
 
     def start_error(self) -> SparkClusterStartError:
         """What went wrong, from the log of a daemon that exited while starting."""
@@ -177,6 +199,24 @@ class SparkDaemon(LoggedProcess):
             self.process = launch(command, self.log_path, env=env, cwd=self.directory)
         except OSError as exc:
             raise SparkClusterStartError(f"could not start the Spark {self.name}: {exc}") from exc
+
+
+def driver_directories() -> list[Path]:
+    """The driver's Python environment and the directories the plugin's packages are imported
+    from (the checkout, for an editable install), outside ``/tmp`` (private on every host
+    anyway), outermost only: what a host without the driver's code must not see."""
+    import sys
+
+    import spark_statestore
+    import spark_statestore.connectors
+
+    candidates = [Path(sys.prefix).resolve()]
+    for package in (spark_statestore, spark_statestore.connectors):
+        if package.__file__ is not None:
+            candidates.append(Path(package.__file__).resolve().parent.parent)
+    tmp = Path("/tmp")
+    outer = [c for c in candidates if tmp not in c.parents and c != tmp]
+    return sorted({c for c in outer if not any(o in c.parents for o in outer)})
 
 
 def code_directories(home: Path) -> list[Path]:
