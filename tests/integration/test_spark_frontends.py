@@ -6,9 +6,10 @@ installs the project in editable mode, which hides packages from that listing. T
 the setup puts in ``.venv/bin`` must also work without an activated virtualenv (they start
 Python as ``python3`` from ``PATH`` unless the setup points them at the venv's).
 
-Both tests run the venv's scripts with the venv's ``bin`` removed from ``PATH`` and no
-``PYSPARK_PYTHON``, in a directory outside the checkout, so nothing of the project is
-importable but what the install provides: ``spark-sql -e``, and the Thrift JDBC server
+Both tests run the venv's scripts with no ``PYSPARK_PYTHON``, the venv's ``bin`` removed from
+``PATH`` (after the setup; kept first for a wheel install, see :func:`user_env`), in a
+directory outside the checkout, so nothing of the project is importable but what the install
+provides: ``spark-sql -e``, and the Thrift JDBC server
 (``HiveThriftServer2``, what BI tools connect to) queried with ``beeline``.
 """
 
@@ -26,6 +27,7 @@ import pytest
 
 from spark_statestore.connectors.local.processes import free_ports, launch, log_tail
 from spark_statestore.store import Role, Store, StoreSpec
+from tests.conftest import CHECKOUT_UNDER_TEST
 
 pytestmark = [pytest.mark.integration, pytest.mark.beside]
 
@@ -49,12 +51,16 @@ START_TIMEOUT_S = 180.0
 
 
 def user_env() -> dict[str, str]:
-    """A user's shell that never activated the virtualenv."""
-    path = os.pathsep.join(
+    """A user's shell: after the README's setup, one that never activated the virtualenv;
+    with the wheels installed elsewhere (scripts/dist-check.sh), one that activated it, as
+    README's "Installing from wheels" says (a plain virtualenv's scripts start `python3`
+    from PATH)."""
+    others = [
         entry
         for entry in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
         if entry and Path(entry).resolve() != VENV_BIN.resolve()
-    )
+    ]
+    path = os.pathsep.join(others if CHECKOUT_UNDER_TEST else [str(VENV_BIN), *others])
     env = {"PATH": path or "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
     if "JAVA_HOME" in os.environ:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
