@@ -71,7 +71,7 @@ def avro(schema: dict[str, object]) -> Schema:
 
 @pytest.fixture(scope="module")
 def client(schema_registry: LocalSchemaRegistry) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": schema_registry.url})
+    return SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_avro_schema_registered_fetched_by_id_and_evolved(
     v1_id, v2_id = orders
     assert v1_id != v2_id
     # A fresh client: nothing answered from the registering client's cache.
-    fresh = SchemaRegistryClient({"url": schema_registry.url})
+    fresh = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     fetched = fresh.get_schema(v1_id)
     assert fetched.schema_type == "AVRO"
     assert json.loads(fetched.schema_str) == ORDER_V1
@@ -137,7 +137,7 @@ def test_protobuf_schema_registered_and_read_back(
     schema_registry: LocalSchemaRegistry, client: SchemaRegistryClient
 ) -> None:
     schema_id = client.register_schema("shipments-value", Schema(SHIPMENT_PROTO, "PROTOBUF"))
-    fresh = SchemaRegistryClient({"url": schema_registry.url})
+    fresh = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     fetched = fresh.get_schema(schema_id)
     assert fetched.schema_type == "PROTOBUF"
     assert _words(fetched.schema_str) == _words(SHIPMENT_PROTO)
@@ -154,7 +154,7 @@ def test_json_schema_registered_and_read_back(
 ) -> None:
     schema = Schema(json.dumps(CUSTOMER_JSON_SCHEMA), "JSON")
     schema_id = client.register_schema("customers-value", schema)
-    fresh = SchemaRegistryClient({"url": schema_registry.url})
+    fresh = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     latest = fresh.get_latest_version("customers-value")
     assert (latest.version, latest.schema_id, latest.schema.schema_type) == (1, schema_id, "JSON")
     assert json.loads(fresh.get_schema(schema_id).schema_str) == CUSTOMER_JSON_SCHEMA
@@ -169,7 +169,7 @@ def own_registry() -> Iterator[LocalSchemaRegistry]:
 
 
 def _register_and_kill(registry: LocalSchemaRegistry) -> RegisteredSchema:
-    client = SchemaRegistryClient({"url": registry.url})
+    client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
     schema_id = client.register_schema("orders-value", avro(ORDER_V1))
     before = client.get_latest_version("orders-value")
     assert before.schema_id == schema_id
@@ -187,7 +187,7 @@ def test_in_memory_registry_forgets_everything_at_a_restart(
     own_registry: LocalSchemaRegistry,
 ) -> None:
     _register_and_kill(own_registry)
-    after = SchemaRegistryClient({"url": own_registry.url})
+    after = SchemaRegistryClient({"url": own_registry.url, "timeout": 30})
     assert after.get_subjects() == []
     with pytest.raises(ClientError) as missing:
         after.get_latest_version("orders-value")
@@ -200,7 +200,7 @@ def test_in_memory_registry_forgets_everything_at_a_restart(
 def test_registry_with_a_data_dir_keeps_its_schemas_across_a_sigkill(tmp_path: Path) -> None:
     with LocalSchemaRegistry(data_dir=tmp_path / "registry") as registry:
         before = _register_and_kill(registry)
-        after = SchemaRegistryClient({"url": registry.url})
+        after = SchemaRegistryClient({"url": registry.url, "timeout": 30})
         latest = after.get_latest_version("orders-value")
         assert (latest.version, latest.schema_id) == (before.version, before.schema_id)
         assert json.loads(after.get_schema(before.schema_id).schema_str) == ORDER_V1
@@ -211,7 +211,7 @@ def test_registry_with_a_data_dir_keeps_its_schemas_across_a_sigkill(tmp_path: P
 def test_config_reaches_the_registry_global_compatibility() -> None:
     backward = {"apicurio.rules.global.compatibility": "BACKWARD"}
     with LocalSchemaRegistry(config=backward) as registry:
-        client = SchemaRegistryClient({"url": registry.url})
+        client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
         assert client.get_compatibility() == "BACKWARD"
         client.register_schema("orders-value", avro(ORDER_V2))
         assert client.test_compatibility("orders-value", avro(ORDER_BREAKING)) is False

@@ -306,7 +306,7 @@ def test_changelog_values_are_confluent_framed_with_registered_ids(
     with the id the Confluent-compatible API gives the subject's schema, and confluent-kafka's
     own ``AvroDeserializer`` reads them: folded, they equal Kafka Streams' answers."""
     app = running_app.app
-    client = SchemaRegistryClient({"url": running_app.registry.url})
+    client = SchemaRegistryClient({"url": running_app.registry.url, "timeout": 30})
     subjects = client.get_subjects()
     assert running_app.value_subject in subjects, subjects
     assert running_app.key_subject in subjects, subjects
@@ -504,7 +504,7 @@ def evolution(
 
 def test_the_app_writes_version_2_after_its_restart(evolution: Evolution) -> None:
     """Kafka Streams reads each record with its writer schema: version 1 or 2."""
-    client = SchemaRegistryClient({"url": evolution.registry.url})
+    client = SchemaRegistryClient({"url": evolution.registry.url, "timeout": 30})
     assert client.get_versions(evolution.subject) == [1, 2]
     latest = json.loads(str(client.get_latest_version(evolution.subject).schema.schema_str))
     assert [f["name"] for f in latest["fields"]][-1] == "region"
