@@ -288,7 +288,11 @@ def test_a_registry_behind_tls_and_basic_auth_is_read_with_the_clients_settings(
         from confluent_kafka.serialization import MessageField, SerializationContext
 
         client = SchemaRegistryClient(
-            {"url": registry.url, **{k.split(".", 1)[1]: v for k, v in settings.items()}}
+            {
+                "url": registry.url,
+                "timeout": 30,
+                **{k.split(".", 1)[1]: v for k, v in settings.items()},
+            }
         )
         serialize = AvroSerializer(client, json.dumps(V1), conf={"auto.register.schemas": True})
         value = serialize({"id": 1, "note": "x"}, SerializationContext(topic, MessageField.VALUE))
