@@ -2,7 +2,9 @@
 
 ``interop/kafka-streams`` (Java 17, Maven, ``org.apache.kafka:kafka-streams`` at
 :data:`~spark_statestore.connectors.kafka.local.jars.KAFKA_VERSION`) is built by the setup
-into ``interop/kafka-streams/target/``. It reads an orders topic and keeps one store of each
+into ``interop/kafka-streams/target/``. ``make compat`` builds it against other Kafka Streams
+versions into ``target-<version>/``; ``$SPARK_STATESTORE_STREAMS_VERSION`` runs that build
+(:func:`streams_version`). It reads an orders topic and keeps one store of each
 kind (``totals`` key-value, ``latest`` timestamped, ``versions`` versioned, ``counts``
 window, ``sessions`` session), exactly-once v2, with or without position headers, and
 answers Kafka Streams' own IQv2 queries on stdin. :class:`StreamsApp` starts it, waits for
@@ -44,10 +46,13 @@ __all__ = [
     "STORES",
     "StreamsApp",
     "StreamsFollower",
+    "has_headers_stores",
     "interop_app_dir",
+    "streams_version",
 ]
 
 ENV_APP = "SPARK_STATESTORE_INTEROP_APP"
+ENV_STREAMS_VERSION = "SPARK_STATESTORE_STREAMS_VERSION"
 STORES = ("totals", "latest", "versions", "counts", "sessions")
 """The app's state stores; each logs to ``<application id>-<store>-changelog``."""
 INTEROP_APP = "io.sparkstatestore.interop.InteropApp"
@@ -78,24 +83,43 @@ epoch milliseconds, decimals as strings, enums as symbols)."""
 _JAR = "spark-statestore-interop.jar"
 
 
-def interop_app_dir() -> Path:
-    """Where the built app is: ``$SPARK_STATESTORE_INTEROP_APP`` or the checkout's
-    ``interop/kafka-streams/target``."""
+def streams_version() -> str:
+    """The Kafka Streams version the app is built against: ``$SPARK_STATESTORE_STREAMS_VERSION``
+    or :data:`~spark_statestore.connectors.kafka.local.jars.KAFKA_VERSION`."""
+    return os.environ.get(ENV_STREAMS_VERSION) or KAFKA_VERSION
+
+
+def has_headers_stores(version: str | None = None) -> bool:
+    """Whether Kafka Streams ``version`` (default: :func:`streams_version`) has header-aware
+    stores (4.3 and later), so the app's build holds ``HEADERS_APP``."""
+    major, minor = (int(part) for part in (version or streams_version()).split(".")[:2])
+    return (major, minor) >= (4, 3)
+
+
+def interop_app_dir(version: str | None = None) -> Path:
+    """Where the built app is: ``$SPARK_STATESTORE_INTEROP_APP``, else the checkout's
+    ``interop/kafka-streams/target`` (``target-<version>`` for a ``version``, by default
+    ``$SPARK_STATESTORE_STREAMS_VERSION``, other than the pinned one)."""
     override = os.environ.get(ENV_APP)
     if override:
         return Path(override).expanduser()
-    return Path(__file__).resolve().parents[3] / "interop" / "kafka-streams" / "target"
+    version = version or streams_version()
+    name = "target" if version == KAFKA_VERSION else f"target-{version}"
+    return Path(__file__).resolve().parents[3] / "interop" / "kafka-streams" / name
 
 
 def _classpath() -> str:
     target = interop_app_dir()
+    version = streams_version()
     jar = target / _JAR
     libs = sorted((target / "lib").glob("*.jar")) if (target / "lib").is_dir() else []
-    if not jar.is_file() or not any(p.name == f"kafka-streams-{KAFKA_VERSION}.jar" for p in libs):
+    if not jar.is_file() or not any(p.name == f"kafka-streams-{version}.jar" for p in libs):
+        build = "mvn -B -q -f interop/kafka-streams/pom.xml package"
+        if version != KAFKA_VERSION:
+            build += f" -Dkafka.version={version} -Dbuild.dir={target}"
         raise JarsMissingError(
             f"the Kafka Streams interop app is not built in {target} (for Kafka "
-            f"{KAFKA_VERSION}): run `make setup` in the checkout, or "
-            "`mvn -B -q -f interop/kafka-streams/pom.xml package`"
+            f"{version}): run `make setup` in the checkout, or `{build}`"
         )
     return os.pathsep.join(str(p) for p in [jar, *libs])
 
