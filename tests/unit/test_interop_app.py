@@ -50,7 +50,10 @@ def test_other_versions_pick_their_own_jars_and_app_build(monkeypatch: pytest.Mo
     monkeypatch.delenv("SPARK_STATESTORE_INTEROP_APP", raising=False)
     monkeypatch.setenv(ENV_BROKER_VERSION, "3.9.2")
     monkeypatch.setenv(ENV_STREAMS_VERSION, "4.0.2")
-    assert kafka_jars().coordinates == ("org.apache.kafka:kafka_2.13:3.9.2",)  # reload4j's own
+    assert kafka_jars().coordinates == (
+        "org.apache.kafka:kafka_2.13:3.9.2",
+        "org.slf4j:slf4j-reload4j:1.7.36",
+    )
     assert kafka_jars().directory.name == "kafka-3.9.2"
     assert kafka_jars("4.4.0").coordinates[0] == "org.apache.kafka:kafka_2.13:4.4.0"
     assert interop_app_dir() == POM.parent / "target-4.0.2"

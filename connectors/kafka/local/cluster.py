@@ -129,7 +129,8 @@ logger.txn.name = kafka.coordinator.transaction
 logger.txn.level = INFO
 """
 
-# The same for a Kafka 3 broker ($SPARK_STATESTORE_BROKER_VERSION), which logs through reload4j.
+# The same for a Kafka 3 broker ($SPARK_STATESTORE_BROKER_VERSION), which logs through reload4j
+# (log4j 1's API).
 _LOG4J1 = """\
 log4j.rootLogger=INFO, stdout
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender

@@ -44,6 +44,9 @@ KAFKA_VERSION = "4.3.1"
 _LOG4J_VERSION = "2.25.4"
 """log4j's version in Kafka 4.3.1's dependency tree: its slf4j binding must match it."""
 
+_SLF4J_RELOAD4J_VERSION = "1.7.36"
+"""slf4j's reload4j binding in Kafka 3.9's distribution (libs/), for a Kafka 3 broker."""
+
 ENV_CACHE = "SPARK_STATESTORE_JARS"
 ENV_BROKER_VERSION = "SPARK_STATESTORE_BROKER_VERSION"
 _MANIFEST = "jars.txt"
@@ -136,7 +139,8 @@ def kafka_jars(version: str | None = None) -> JarSet:
 
     Kafka 4 logs through log4j 2: its slf4j binding is added at the log4j version of 4.3.1's
     tree (for another 4.x version, with log4j's API and core pinned to it, so the three
-    match). Kafka 3 logs through reload4j, which its own dependencies bring.
+    match). Kafka 3's distribution logs through reload4j, which its Maven dependencies do not
+    bring: its binding is added at the version Kafka 3.9's distribution ships.
     """
     version = version or broker_version()
     binding = f"org.apache.logging.log4j:log4j-slf4j-impl:{_LOG4J_VERSION}"
@@ -149,7 +153,7 @@ def kafka_jars(version: str | None = None) -> JarSet:
             binding,
         )
     else:
-        extra = ()
+        extra = (f"org.slf4j:slf4j-reload4j:{_SLF4J_RELOAD4J_VERSION}",)
     return JarSet(
         name="kafka",
         version=version,
