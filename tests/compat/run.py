@@ -241,6 +241,22 @@ def _pyspark_cells(version: str) -> list[Cell]:
         ),
         Cell(
             group,
+            "enrich",
+            peer,
+            version,
+            "enrich(df, path): lookups through the owner, the router, bounded",
+            ("tests/integration/test_spark_enrich.py",),
+        ),
+        Cell(
+            group,
+            "kafka-streams",
+            peer,
+            version,
+            "Spark reads the 4.3.1 app's window, session and header-aware stores = Kafka Streams",
+            ("tests/interop/test_kafka_streams_spark.py",),
+        ),
+        Cell(
+            group,
             "snapshot-reader",
             peer,
             version,

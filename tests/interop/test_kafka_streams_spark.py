@@ -226,8 +226,7 @@ def spark_headers(headers: list[Any]) -> list[tuple[str, bytes | None]]:
 
 @pytest.mark.skipif(
     not has_headers_stores(),
-    reason="the app's Kafka Streams ($SPARK_STATESTORE_STREAMS_VERSION) predates 4.3's "
-    "header-aware stores: its build has no HeadersApp",
+    reason="Kafka Streams before 4.3 has no header-aware stores (its app build has no HeadersApp)",
 )
 @pytest.mark.parametrize("position_headers", [True, False], ids=["position-headers", "none"])
 def test_spark_reads_the_headers_of_a_header_aware_store_as_kafka_streams_does(
