@@ -44,6 +44,10 @@ KAFKA_CONNECTOR_VERSIONS = ("4.2.0",)
 here (constraints.txt)."""
 
 INTEROP = "tests/interop/test_kafka_streams.py"
+DEMO = (
+    "tests/integration/test_cli.py::"
+    "test_demo_runs_end_to_end_with_the_real_kafka_streams_app_and_cleans_up"
+)
 
 
 @dataclass(frozen=True)
@@ -207,10 +211,9 @@ def _pyspark_cells(version: str) -> list[Cell]:
             "kafka-connector",
             peer,
             version,
-            'beside Spark\'s own Kafka connector (format("kafka"))',
-            (
-                "tests/integration/test_local_kafka.py::test_a_kafka_source_session_needs_a_fresh_driver",
-            ),
+            'Spark\'s own Kafka source beside ours: the demo (format("kafka"), '
+            "read_committed, Kafka 4.3.1)",
+            (DEMO,),
         )
         if version in KAFKA_CONNECTOR_VERSIONS
         else Cell(
@@ -279,10 +282,7 @@ def cells() -> list[Cell]:
             "demo (broker and Streams app)",
             "4.4.0",
             "`spark-statestore demo` end to end, twice",
-            (
-                "tests/integration/test_cli.py::"
-                "test_demo_runs_end_to_end_with_the_real_kafka_streams_app_and_cleans_up",
-            ),
+            (DEMO,),
         )
     )
     return found
