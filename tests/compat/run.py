@@ -478,6 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         for cell in every:
             print(f"{cell.id:40} {cell.what}")
+            for selector in cell.selectors:
+                print(f"{'':40}   {selector}")
         return 0
     patterns = [p.strip() for p in args.cells.split(",") if p.strip()]
     chosen = [c for c in every if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
