@@ -38,6 +38,8 @@ GROUP_TIMEOUT_S = 40 * 60
 
 STREAMS_VERSIONS = ("3.9.2", "4.0.2", "4.3.1", "4.4.0")
 BROKER_VERSIONS = ("3.9.2", "4.3.1", "4.4.0")
+BOTH_VERSIONS = ("3.9.2",)
+"""Kafka versions run as broker and Streams app at once (a 3.x shop's whole Kafka)."""
 PYSPARK_VERSIONS = ("4.2.0", "4.3.0")
 KAFKA_CONNECTOR_VERSIONS = ("4.2.0",)
 """The PySpark versions whose Kafka connector (spark-sql-kafka-0-10) Maven Central serves
@@ -92,8 +94,10 @@ class Setup:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def _streams_cells(version: str) -> list[Cell]:
-    group, peer = f"streams-{version}", "Kafka Streams app"
+def _streams_cells(
+    version: str, group: str | None = None, peer: str = "Kafka Streams app"
+) -> list[Cell]:
+    group = group or f"streams-{version}"
     return [
         Cell(
             group,
@@ -274,6 +278,9 @@ def cells() -> list[Cell]:
     """Every cell, in the table's order."""
     found = [c for v in STREAMS_VERSIONS for c in _streams_cells(v)]
     found += [c for v in BROKER_VERSIONS for c in _broker_cells(v)]
+    for version in BOTH_VERSIONS:
+        both = _streams_cells(version, f"kafka-{version}", "Kafka Streams app and broker")
+        found += [c for c in both if c.name != "headers-stores"]
     found += [c for v in PYSPARK_VERSIONS for c in _pyspark_cells(v)]
     found.append(
         Cell(
@@ -290,7 +297,7 @@ def cells() -> list[Cell]:
 
 def setup_of(group: str) -> Setup:
     from spark_statestore.connectors.kafka.local.jars import ENV_BROKER_VERSION, KAFKA_VERSION
-    from spark_statestore.connectors.kafka.local.streams_app import ENV_STREAMS_VERSION
+    from spark_statestore.connectors.kafka.local.streams_build import ENV_STREAMS_VERSION
 
     kind, _, version = group.partition("-")
     if kind == "streams":
@@ -299,7 +306,7 @@ def setup_of(group: str) -> Setup:
         return Setup(broker=version, env={ENV_BROKER_VERSION: version})
     if kind == "pyspark":
         return Setup(pyspark=version)
-    if kind == "demo":
+    if kind in ("demo", "kafka"):
         env = {ENV_STREAMS_VERSION: version, ENV_BROKER_VERSION: version}
         return Setup(streams=version, broker=version, env=env)
     raise ValueError(f"unknown group {group!r} (kafka {KAFKA_VERSION})")
@@ -308,16 +315,17 @@ def setup_of(group: str) -> Setup:
 # -- preparing a setup ----------------------------------------------------------------------
 def build_streams_app(version: str) -> str:
     """Build the interop app against Kafka Streams ``version`` (once); '' or the problem."""
-    from spark_statestore.connectors.kafka.local.streams_app import (
+    from spark_statestore.connectors.kafka.local.streams_build import (
         has_headers_stores,
         interop_app_dir,
     )
 
     target = interop_app_dir(version)
-    if (target / "lib" / f"kafka-streams-{version}.jar").is_file() and (
-        target / "spark-statestore-interop.jar"
-    ).is_file():
-        return ""
+    jar = target / "spark-statestore-interop.jar"
+    if (target / "lib" / f"kafka-streams-{version}.jar").is_file() and jar.is_file():
+        sources = [APP / "pom.xml", *(p for p in (APP / "src").rglob("*") if p.is_file())]
+        if max(p.stat().st_mtime for p in sources) <= jar.stat().st_mtime:
+            return ""  # built after its last change
     command = [
         "mvn",
         "-B",

@@ -22,7 +22,7 @@ def test_the_broker_and_streams_versions_default_to_the_pinned_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from spark_statestore.connectors.kafka.local.jars import ENV_BROKER_VERSION, kafka_jars
-    from spark_statestore.connectors.kafka.local.streams_app import (
+    from spark_statestore.connectors.kafka.local.streams_build import (
         ENV_STREAMS_VERSION,
         has_headers_stores,
         interop_app_dir,
@@ -41,7 +41,7 @@ def test_the_broker_and_streams_versions_default_to_the_pinned_one(
 
 def test_other_versions_pick_their_own_jars_and_app_build(monkeypatch: pytest.MonkeyPatch) -> None:
     from spark_statestore.connectors.kafka.local.jars import ENV_BROKER_VERSION, kafka_jars
-    from spark_statestore.connectors.kafka.local.streams_app import (
+    from spark_statestore.connectors.kafka.local.streams_build import (
         ENV_STREAMS_VERSION,
         has_headers_stores,
         interop_app_dir,
