@@ -68,11 +68,8 @@ def _wait_for_signal() -> int:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from spark_statestore.connectors.kafka.local import (
-        KAFKA_VERSION,
-        LocalKafkaCluster,
-        create_topics,
-    )
+    from spark_statestore.connectors.kafka.local import LocalKafkaCluster, create_topics
+    from spark_statestore.connectors.kafka.local.jars import broker_version
 
     bootstrap_file = Path(args.bootstrap_file) if args.bootstrap_file else None
     cluster = LocalKafkaCluster(
@@ -89,7 +86,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             print(f"topic {name} partitions={partitions}", flush=True)
         where = args.data_dir or f"{cluster.data_dir} (removed on exit)"
         print(
-            f"Apache Kafka {KAFKA_VERSION} running in KRaft mode ({args.brokers} node(s), "
+            f"Apache Kafka {broker_version()} running in KRaft mode ({args.brokers} node(s), "
             f"data in {where}); stop with Ctrl-C or SIGTERM",
             file=sys.stderr,
             flush=True,

@@ -18,6 +18,48 @@ def test_the_app_builds_against_the_broker_s_kafka_version() -> None:
     assert match is not None and match.group(1) == KAFKA_VERSION
 
 
+def test_the_broker_and_streams_versions_default_to_the_pinned_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from spark_statestore.connectors.kafka.local.jars import ENV_BROKER_VERSION, kafka_jars
+    from spark_statestore.connectors.kafka.local.streams_build import (
+        ENV_STREAMS_VERSION,
+        has_headers_stores,
+        interop_app_dir,
+    )
+
+    monkeypatch.delenv(ENV_BROKER_VERSION, raising=False)
+    monkeypatch.delenv(ENV_STREAMS_VERSION, raising=False)
+    monkeypatch.delenv("SPARK_STATESTORE_INTEROP_APP", raising=False)
+    assert kafka_jars().coordinates == (
+        f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
+        "org.apache.logging.log4j:log4j-slf4j-impl:2.25.4",
+    )
+    assert interop_app_dir() == POM.parent / "target"
+    assert has_headers_stores()
+
+
+def test_other_versions_pick_their_own_jars_and_app_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_statestore.connectors.kafka.local.jars import ENV_BROKER_VERSION, kafka_jars
+    from spark_statestore.connectors.kafka.local.streams_build import (
+        ENV_STREAMS_VERSION,
+        has_headers_stores,
+        interop_app_dir,
+    )
+
+    monkeypatch.delenv("SPARK_STATESTORE_INTEROP_APP", raising=False)
+    monkeypatch.setenv(ENV_BROKER_VERSION, "3.9.2")
+    monkeypatch.setenv(ENV_STREAMS_VERSION, "4.0.2")
+    assert kafka_jars().coordinates == (
+        "org.apache.kafka:kafka_2.13:3.9.2",
+        "org.slf4j:slf4j-reload4j:1.7.36",
+    )
+    assert kafka_jars().directory.name == "kafka-3.9.2"
+    assert kafka_jars("4.4.0").coordinates[0] == "org.apache.kafka:kafka_2.13:4.4.0"
+    assert interop_app_dir() == POM.parent / "target-4.0.2"
+    assert not has_headers_stores() and has_headers_stores("4.4.0")
+
+
 def test_an_unbuilt_app_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from spark_statestore.connectors.kafka.errors import JarsMissingError
     from spark_statestore.connectors.kafka.local.streams_app import ENV_APP, StreamsApp

@@ -44,7 +44,7 @@ from spark_statestore.connectors.kafka.errors import (
     LocalKafkaError,
     is_transient,
 )
-from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION, kafka_jars
+from spark_statestore.connectors.kafka.local.jars import kafka_jars, kafka_major
 from spark_statestore.connectors.local.processes import (
     LoggedProcess,
     free_ports,
@@ -127,6 +127,22 @@ logger.coordinator.name = org.apache.kafka.coordinator
 logger.coordinator.level = WARN
 logger.txn.name = kafka.coordinator.transaction
 logger.txn.level = INFO
+"""
+
+# The same for a Kafka 3 broker ($SPARK_STATESTORE_BROKER_VERSION), which logs through reload4j
+# (log4j 1's API).
+_LOG4J1 = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.log=WARN
+log4j.logger.kafka.log.LogCleaner=INFO
+log4j.logger.org.apache.kafka.storage.internals.log=WARN
+log4j.logger.org.apache.kafka.coordinator=WARN
+log4j.logger.kafka.coordinator.transaction=INFO
 """
 
 
@@ -298,6 +314,7 @@ class LocalKafkaCluster:
         self._admin: Any = None
         self._java: Path | None = None
         self._classpath = ""
+        self._version = ""
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -312,7 +329,9 @@ class LocalKafkaCluster:
             A node exited or did not come up in time; the message has its log's end.
         """
         self._java = find_java()
-        self._classpath = kafka_jars().classpath()
+        jar_set = kafka_jars()
+        self._classpath = jar_set.classpath()
+        self._version = jar_set.version
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="spark-statestore-kafka-"))
         self._root.mkdir(parents=True, exist_ok=True)
@@ -338,7 +357,7 @@ class LocalKafkaCluster:
             except BaseException:
                 self.close()
                 raise
-        log.info("local Kafka %s up: %s", KAFKA_VERSION, self.bootstrap_servers)
+        log.info("local Kafka %s up: %s", self._version, self.bootstrap_servers)
         return self
 
     def close(self) -> None:
@@ -660,6 +679,13 @@ class LocalKafkaCluster:
         }
         node.config_path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         (node.directory / "log4j2.properties").write_text(_LOG4J)
+        if self._log4j1:
+            (node.directory / "log4j.properties").write_text(_LOG4J1)
+
+    @property
+    def _log4j1(self) -> bool:
+        """Whether the broker is a Kafka 3, which logs through reload4j (log4j 1)."""
+        return kafka_major(self._version) < 4
 
     def _java_command(self, node: KafkaNode, main: str, *args: str) -> list[str]:
         assert self._java is not None
@@ -669,6 +695,11 @@ class LocalKafkaCluster:
             "-Xms64m",
             *_JVM_FLAGS,
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
+            *(
+                [f"-Dlog4j.configuration=file:{node.directory / 'log4j.properties'}"]
+                if self._log4j1
+                else []
+            ),
             "-cp",
             self._classpath,
             main,

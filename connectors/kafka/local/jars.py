@@ -5,6 +5,9 @@ Both come from Maven Central, resolved once by the setup (``spark-statestore jar
 ``make setup`` runs) into a cache directory, and only read afterwards: starting a broker or a
 Spark session never downloads anything. The Kafka version is pinned here, in
 :data:`KAFKA_VERSION`, and nowhere else; the connector's version is the installed PySpark's.
+``$SPARK_STATESTORE_BROKER_VERSION`` runs the local broker at another Kafka version (what
+``make compat`` does to fill the README's compatibility table); unset, it is
+:data:`KAFKA_VERSION`.
 
 The cache lives in ``$SPARK_STATESTORE_JARS`` or ``~/.cache/spark-statestore/jars``; each jar
 set gets its own directory (``kafka-4.3.1/``) holding the jars and a ``jars.txt`` manifest
@@ -25,9 +28,11 @@ from spark_statestore.connectors.kafka.errors import JarsMissingError, LocalKafk
 __all__ = [
     "KAFKA_VERSION",
     "JarSet",
+    "broker_version",
     "cache_root",
     "hdfs_minicluster_jars",
     "kafka_jars",
+    "kafka_major",
     "resolve",
     "spark_avro_jars",
     "spark_kafka_jars",
@@ -39,7 +44,11 @@ KAFKA_VERSION = "4.3.1"
 _LOG4J_VERSION = "2.25.4"
 """log4j's version in Kafka 4.3.1's dependency tree: its slf4j binding must match it."""
 
+_SLF4J_RELOAD4J_VERSION = "1.7.36"
+"""slf4j's reload4j binding in Kafka 3.9's distribution (libs/), for a Kafka 3 broker."""
+
 ENV_CACHE = "SPARK_STATESTORE_JARS"
+ENV_BROKER_VERSION = "SPARK_STATESTORE_BROKER_VERSION"
 _MANIFEST = "jars.txt"
 _SETUP_HINT = "run `spark-statestore jars` (or `make setup` in a checkout) to resolve them"
 
@@ -110,15 +119,45 @@ class JarSet:
         return os.pathsep.join(str(p) for p in self.jars())
 
 
-def kafka_jars() -> JarSet:
-    """Apache Kafka's server (KRaft broker and controller) with a log4j binding for slf4j."""
+def broker_version() -> str:
+    """The Kafka version of the local broker: ``$SPARK_STATESTORE_BROKER_VERSION`` or
+    :data:`KAFKA_VERSION`."""
+    return os.environ.get(ENV_BROKER_VERSION) or KAFKA_VERSION
+
+
+def kafka_major(version: str) -> int:
+    """The major version of a Kafka version string (``3`` for ``3.9.2``)."""
+    head = version.split(".", 1)[0]
+    if not head.isdigit():
+        raise LocalKafkaError(f"not a Kafka version: {version!r} (want e.g. 3.9.2 or 4.3.1)")
+    return int(head)
+
+
+def kafka_jars(version: str | None = None) -> JarSet:
+    """Apache Kafka's server (KRaft broker and controller) of ``version`` (default:
+    :func:`broker_version`) with a log4j binding for slf4j.
+
+    Kafka 4 logs through log4j 2: its slf4j binding is added at the log4j version of 4.3.1's
+    tree (for another 4.x version, with log4j's API and core pinned to it, so the three
+    match). Kafka 3's distribution logs through reload4j, which its Maven dependencies do not
+    bring: its binding is added at the version Kafka 3.9's distribution ships.
+    """
+    version = version or broker_version()
+    binding = f"org.apache.logging.log4j:log4j-slf4j-impl:{_LOG4J_VERSION}"
+    if version == KAFKA_VERSION:
+        extra: tuple[str, ...] = (binding,)
+    elif kafka_major(version) >= 4:
+        extra = (
+            f"org.apache.logging.log4j:log4j-api:{_LOG4J_VERSION}",
+            f"org.apache.logging.log4j:log4j-core:{_LOG4J_VERSION}",
+            binding,
+        )
+    else:
+        extra = (f"org.slf4j:slf4j-reload4j:{_SLF4J_RELOAD4J_VERSION}",)
     return JarSet(
         name="kafka",
-        version=KAFKA_VERSION,
-        coordinates=(
-            f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
-            f"org.apache.logging.log4j:log4j-slf4j-impl:{_LOG4J_VERSION}",
-        ),
+        version=version,
+        coordinates=(f"org.apache.kafka:kafka_2.13:{version}", *extra),
     )
 
 

@@ -2,7 +2,9 @@
 
 ``interop/kafka-streams`` (Java 17, Maven, ``org.apache.kafka:kafka-streams`` at
 :data:`~spark_statestore.connectors.kafka.local.jars.KAFKA_VERSION`) is built by the setup
-into ``interop/kafka-streams/target/``. It reads an orders topic and keeps one store of each
+into ``interop/kafka-streams/target/``; ``$SPARK_STATESTORE_STREAMS_VERSION`` runs a build
+against another Kafka Streams (:mod:`~spark_statestore.connectors.kafka.local.streams_build`,
+``make compat``). It reads an orders topic and keeps one store of each
 kind (``totals`` key-value, ``latest`` timestamped, ``versions`` versioned, ``counts``
 window, ``sessions`` session), exactly-once v2, with or without position headers, and
 answers Kafka Streams' own IQv2 queries on stdin. :class:`StreamsApp` starts it, waits for
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import subprocess
 import threading
@@ -33,21 +34,31 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from spark_statestore.connectors.kafka.errors import JarsMissingError, StreamsAppError
+from spark_statestore.connectors.kafka.errors import StreamsAppError
 from spark_statestore.connectors.kafka.local.cluster import find_java
-from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION
+from spark_statestore.connectors.kafka.local.streams_build import (
+    ENV_APP,
+    ENV_STREAMS_VERSION,
+    app_classpath,
+    has_headers_stores,
+    interop_app_dir,
+    streams_version,
+)
 from spark_statestore.position import Position
 
 __all__ = [
+    "ENV_APP",
+    "ENV_STREAMS_VERSION",
     "HEADERS_APP",
     "REGISTRY_APP",
     "STORES",
     "StreamsApp",
     "StreamsFollower",
+    "has_headers_stores",
     "interop_app_dir",
+    "streams_version",
 ]
 
-ENV_APP = "SPARK_STATESTORE_INTEROP_APP"
 STORES = ("totals", "latest", "versions", "counts", "sessions")
 """The app's state stores; each logs to ``<application id>-<store>-changelog``."""
 INTEROP_APP = "io.sparkstatestore.interop.InteropApp"
@@ -75,29 +86,6 @@ indexes), its schema registered as the ``.proto`` source. Its
 (``1``, or ``2``: ``note`` dropped, ``region`` added with a default). Its query ``records``
 answers every entry, Avro keys and values as JSON objects of their fields (timestamps in
 epoch milliseconds, decimals as strings, enums as symbols)."""
-_JAR = "spark-statestore-interop.jar"
-
-
-def interop_app_dir() -> Path:
-    """Where the built app is: ``$SPARK_STATESTORE_INTEROP_APP`` or the checkout's
-    ``interop/kafka-streams/target``."""
-    override = os.environ.get(ENV_APP)
-    if override:
-        return Path(override).expanduser()
-    return Path(__file__).resolve().parents[3] / "interop" / "kafka-streams" / "target"
-
-
-def _classpath() -> str:
-    target = interop_app_dir()
-    jar = target / _JAR
-    libs = sorted((target / "lib").glob("*.jar")) if (target / "lib").is_dir() else []
-    if not jar.is_file() or not any(p.name == f"kafka-streams-{KAFKA_VERSION}.jar" for p in libs):
-        raise JarsMissingError(
-            f"the Kafka Streams interop app is not built in {target} (for Kafka "
-            f"{KAFKA_VERSION}): run `make setup` in the checkout, or "
-            "`mvn -B -q -f interop/kafka-streams/pom.xml package`"
-        )
-    return os.pathsep.join(str(p) for p in [jar, *libs])
 
 
 class StreamsApp:
@@ -151,7 +139,8 @@ class StreamsApp:
             "position-headers": "true" if position_headers else "false",
             **{name: str(value) for name, value in (settings or {}).items()},
         }
-        self._command: list[str] = [str(find_java()), "-Xmx512m", "-cp", _classpath(), main_class]
+        classpath = app_classpath()
+        self._command: list[str] = [str(find_java()), "-Xmx512m", "-cp", classpath, main_class]
         for name, value in args.items():
             self._command += [f"--{name}", value]
         self._proc: subprocess.Popen[str] | None = None
