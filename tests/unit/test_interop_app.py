@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from spark_statestore.connectors.kafka.local.jars import KAFKA_VERSION
+from tests.conftest import requires_checkout
 
 POM = Path(__file__).resolve().parents[2] / "interop" / "kafka-streams" / "pom.xml"
 
@@ -18,6 +19,7 @@ def test_the_app_builds_against_the_broker_s_kafka_version() -> None:
     assert match is not None and match.group(1) == KAFKA_VERSION
 
 
+@requires_checkout  # the app's default build directory is the checkout's
 def test_the_broker_and_streams_versions_default_to_the_pinned_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -39,6 +41,7 @@ def test_the_broker_and_streams_versions_default_to_the_pinned_one(
     assert has_headers_stores()
 
 
+@requires_checkout  # the app's default build directory is the checkout's
 def test_other_versions_pick_their_own_jars_and_app_build(monkeypatch: pytest.MonkeyPatch) -> None:
     from spark_statestore.connectors.kafka.local.jars import ENV_BROKER_VERSION, kafka_jars
     from spark_statestore.connectors.kafka.local.streams_build import (
