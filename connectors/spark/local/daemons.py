@@ -201,21 +201,26 @@ class SparkDaemon(LoggedProcess):
             raise SparkClusterStartError(f"could not start the Spark {self.name}: {exc}") from exc
 
 
-def driver_directories() -> list[Path]:
+def _driver_code() -> list[Path]:
     """The driver's Python environment and the directories the plugin's packages are imported
-    from (the checkout, for an editable install), outside ``/tmp`` (private on every host
-    anyway), outermost only: what a host without the driver's code must not see."""
+    from (a checkout, for an editable install), resolved."""
     import sys
 
     import spark_statestore
     import spark_statestore.connectors
 
-    candidates = [Path(sys.prefix).resolve()]
+    found = [Path(sys.prefix).resolve()]
     for package in (spark_statestore, spark_statestore.connectors):
         if package.__file__ is not None:
-            candidates.append(Path(package.__file__).resolve().parent.parent)
+            found.append(Path(package.__file__).resolve().parent.parent)
+    return found
+
+
+def driver_directories() -> list[Path]:
+    """:func:`_driver_code` outside ``/tmp`` (private on every host anyway), outermost only:
+    what a host without the driver's code must not see."""
     tmp = Path("/tmp")
-    outer = [c for c in candidates if tmp not in c.parents and c != tmp]
+    outer = [c for c in _driver_code() if tmp not in c.parents and c != tmp]
     return sorted({c for c in outer if not any(o in c.parents for o in outer)})
 
 
@@ -224,15 +229,7 @@ def code_directories(home: Path) -> list[Path]:
     hosts): the Python environment (``PYSPARK_PYTHON`` is this interpreter), Spark's home and
     the directories the plugin's packages are imported from (a checkout, for an editable
     install), e.g. a fresh clone under ``/tmp``. Elsewhere they are visible already."""
-    import sys
-
-    import spark_statestore
-    import spark_statestore.connectors
-
-    candidates = [Path(sys.prefix), home]
-    for package in (spark_statestore, spark_statestore.connectors):
-        if package.__file__ is not None:
-            candidates.append(Path(package.__file__).resolve().parent.parent)
+    candidates = [*_driver_code(), home]
     tmp = Path("/tmp")
     found: list[Path] = []
     for candidate in candidates:
