@@ -104,6 +104,16 @@ def render_table(run: BenchRun) -> str:
     name_width = widths[0]
     for m in run.measurements:
         lines.append(f"{m.name.ljust(name_width)}  {m.candidate}  vs  {m.baseline}")
+    profiled = [m for m in run.measurements if "cpu_s_per_million_rows" in m.parameters]
+    if profiled:
+        lines += ["", "CPU seconds per million rows, by process (each side's fastest run):"]
+        for m in profiled:
+            cpu = m.parameters["cpu_s_per_million_rows"]
+            for side in ("candidate", "baseline"):
+                kinds = cpu.get(side) or {}
+                spent = ", ".join(f"{kind} {s:.2f}" for kind, s in kinds.items() if s >= 0.005)
+                total = sum(kinds.values())
+                lines.append(f"{m.name.ljust(name_width)}  {side:<9}  {total:5.2f} s: {spent}")
     below = [m.name for m in run.measurements if m.status == "BELOW"]
     lines.append("")
     if below:

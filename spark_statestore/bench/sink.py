@@ -70,6 +70,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from spark_statestore.bench.cpu import Profiles
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave, timed
 from spark_statestore.bench.spark import spark_session
@@ -232,22 +233,28 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                     SUITE,
                 )
 
-            def sides(data: SinkStream) -> dict[str, Callable[[], float]]:
+            def sides(
+                data: SinkStream, profiles: Profiles | None = None
+            ) -> dict[str, Callable[[], float]]:
+                def run(side: str, sink: str, logs: Changelogs | None, **more: Any) -> Any:
+                    during = None if profiles is None else profiles.during(side)
+                    return partial(sink_run, spark, root, data, sink, logs, during=during, **more)
+
                 runs: dict[str, Callable[[], float]] = {
-                    "store": partial(sink_run, spark, root, data, "store", None),
-                    "store_changelog": partial(sink_run, spark, root, data, "store", changelogs),
-                    "store_served": partial(
-                        sink_run, spark, root, data, "store", changelogs, serve=True
-                    ),
-                    "parquet": partial(sink_run, spark, root, data, "parquet", None),
+                    "store": run("store", "store", None),
+                    "store_changelog": run("store_changelog", "store", changelogs),
+                    "store_served": run("store_served", "store", changelogs, serve=True),
+                    "parquet": run("parquet", "parquet", None),
                 }
                 if with_kafka_sink:
-                    runs["kafka"] = partial(sink_run, spark, root, data, "kafka", kafka_sink)
+                    runs["kafka"] = run("kafka", "kafka", kafka_sink)
                 return runs
 
-            for run in sides(warmup).values():
-                run()
-            rates = interleave(sides(stream), rounds)
+            for warm in sides(warmup).values():
+                warm()
+            profiles = Profiles()
+            rates = interleave(sides(stream, profiles), rounds)
+            cpu = profiles.of_best(rates, stream.records)
             empty_rates = interleave(
                 {
                     side: partial(_empty_run, spark, root, empty_file, side, empty_batches)
@@ -284,7 +291,11 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
             candidate_rates=tuple(rates["store"]),
             baseline_rates=tuple(rates["parquet"]),
             target=SINK_TARGET,
-            parameters={**stream_parameters, "sync": StoreOptions().sync},
+            parameters={
+                **stream_parameters,
+                "sync": StoreOptions().sync,
+                **_cpu(cpu, "store", "parquet"),
+            },
         ),
         Measurement(
             suite=SUITE,
@@ -302,6 +313,7 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                 "compression": "lz4 (the changelog writer's default)",
                 "transactions": "one Kafka transaction per micro-batch",
                 "broker": "Apache Kafka (KRaft, one local node), child process",
+                **_cpu(cpu, "store_changelog", "parquet"),
             },
         ),
         *(
@@ -321,6 +333,7 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                         "baseline": "key and value into a fresh topic, compression.type=lz4, "
                         "the Java producer's defaults (acks=all, idempotent, no "
                         "transactions); no store",
+                        **_cpu(cpu, "store_changelog", "kafka"),
                     },
                 )
             ]
@@ -340,6 +353,7 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                 **stream_parameters,
                 "changelog_partitions": CHANGELOG_PARTITIONS,
                 "server": "started by the first commit (inside the timed run), stopped after",
+                **_cpu(cpu, "store_served", "store_changelog"),
             },
         ),
         Measurement(
@@ -362,6 +376,17 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
             },
         ),
     ]
+
+
+def _cpu(cpu: Mapping[str, Mapping[str, float]], candidate: str, baseline: str) -> dict[str, Any]:
+    """The measurement's parameters for the CPU profiles of its sides' fastest runs."""
+    return {
+        "cpu_s_per_million_rows": {
+            "candidate": dict(cpu.get(candidate, {})),
+            "baseline": dict(cpu.get(baseline, {})),
+            "kinds": "by process command line, see spark_statestore.bench.cpu.KINDS",
+        }
+    }
 
 
 # -- timed runs ---------------------------------------------------------------------------
