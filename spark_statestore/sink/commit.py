@@ -30,6 +30,7 @@ from spark_statestore.store.crash import crash_point
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from spark_statestore.changelog.columns import RecordColumns
     from spark_statestore.store import Store
 
 __all__ = [
@@ -287,7 +288,7 @@ def _apply_staged(
                 txn.delete(key)
         for staged in ordered:
             for records in staging.read(staged):
-                txn.put_columns(*_columns(records))
+                txn.put_records(_record_columns(records))
         position = _position(ordered, batch.source_offsets)
         if position is not None:
             txn.merge_position(position)
@@ -355,10 +356,9 @@ def _publish_and_apply(
         cached = iter(batch_parts)
         for staged in ordered:
             for records in staging.read(staged):
-                keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
                 parts = next(cached)
                 offsets, next_offset = _consecutive_offsets(parts, next_offset)
-                txn.put_columns(keys, values, parts, offsets, stamps)
+                txn.put_records(_record_columns(records, now_ms, parts, offsets, publishing=True))
         if not position.is_empty():
             txn.merge_position(position)
         for p, end in ends.items():
@@ -426,20 +426,54 @@ def _roll_forward(
 def _columns(
     records: pa.RecordBatch, default_stamp: int = -1, *, publishing: bool = False
 ) -> tuple[list[Any], ...]:
-    """``put_columns`` arguments from a staged record batch (-1: unknown partition/offset;
-    a sink without a changelog has no changelog coordinates). Rows without a timestamp get
-    ``default_stamp`` (-1: none); so do rows stamped 0 when ``publishing`` (see
-    :data:`Change`)."""
+    """Publisher arguments from a staged record batch: keys, values, -1 partitions and
+    offsets, and :func:`_stamps` (as Python lists, which the producer takes)."""
+    keys = records.column("key").to_pylist()
+    count = len(keys)
+    stamps = _stamps(records, default_stamp, publishing).to_pylist()
+    return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamps
+
+
+def _stamps(records: pa.RecordBatch, default_stamp: int, publishing: bool) -> pa.Array:
+    """The rows' timestamps; rows without one get ``default_stamp`` (-1: none), and so do
+    rows stamped 0 when ``publishing`` (see :data:`Change`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    keys = records.column("key").to_pylist()
-    count = len(keys)
     stamps = records.column("timestamp")
     if publishing:
         stamps = pc.if_else(pc.equal(stamps, 0), pa.scalar(None, pa.int64()), stamps)
-    stamp_list = stamps.fill_null(default_stamp).to_pylist()
-    return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamp_list
+    filled: pa.Array = stamps.fill_null(default_stamp)
+    return filled
+
+
+def _record_columns(
+    records: pa.RecordBatch,
+    default_stamp: int = -1,
+    partitions: Sequence[int] | None = None,
+    offsets: Sequence[int] | None = None,
+    *,
+    publishing: bool = False,
+) -> RecordColumns:
+    """A staged record batch as the store writes it, in Arrow columns (no Python object per
+    row): its changelog ``partitions`` and ``offsets`` (-1 each without a changelog: a sink
+    that publishes none has no changelog coordinates) and :func:`_stamps`."""
+    import pyarrow as pa
+
+    from spark_statestore.changelog.columns import RecordColumns
+
+    count = records.num_rows
+    return RecordColumns(
+        records.column("key"),
+        records.column("value"),
+        pa.repeat(pa.scalar(-1, pa.int32()), count)
+        if partitions is None
+        else pa.array(partitions, pa.int32()),
+        pa.repeat(pa.scalar(-1, pa.int64()), count)
+        if offsets is None
+        else pa.array(offsets, pa.int64()),
+        _stamps(records, default_stamp, publishing),
+    )
 
 
 def source_position(source_offsets: Any) -> dict[str, dict[int, int]]:

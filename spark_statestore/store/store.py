@@ -159,6 +159,7 @@ class Store:
         """
         leveldb = binding()
         path = os.path.abspath(os.fspath(path))
+        _await_background_close(path)
         options = options or StoreOptions()
         db_path = os.path.join(path, DB_DIR)
         if spec is None and not os.path.isdir(db_path):
@@ -437,6 +438,40 @@ class Store:
         if lock is not None:
             lock.release()
 
+    def close_in_background(self) -> None:
+        """Close as :meth:`close` does, on a thread of its own, after moving LevelDB's
+        memtable into a table; return at once.
+
+        For a writer that opens the store once per commit (the sink's commit process): a
+        store closed with a full memtable makes its next open replay the log and build the
+        table then (about 0.1 s per 100,000 changes, on the next commit's critical path);
+        here that work overlaps with whatever the caller does next. The store stays owned
+        by this process until the thread is done; a later :meth:`open` of the same store in
+        this process waits for it. A process that exits meanwhile leaves a consistent store
+        (LevelDB recovers its log on the next open, as after a crash).
+        """
+        thread = threading.Thread(target=self._close_flushed, name=f"close {self.path}")
+        with _BACKGROUND_CLOSE_MUTEX:
+            _BACKGROUND_CLOSES[self.path] = thread
+        thread.start()
+
+    def _close_flushed(self) -> None:
+        try:
+            db = self._db
+            if db is not None:
+                try:
+                    with self._gate:
+                        db.compact_range(start=b"\xff", stop=b"\xff")
+                except Exception as exc:  # the close below still runs
+                    _log.info("store %s: memtable not flushed at close (%s)", self.path, exc)
+            self.close()
+        except Exception as exc:
+            _log.warning("store %s: closing it in the background failed: %s", self.path, exc)
+        finally:
+            with _BACKGROUND_CLOSE_MUTEX:
+                if _BACKGROUND_CLOSES.get(self.path) is threading.current_thread():
+                    del _BACKGROUND_CLOSES[self.path]
+
     def close_database(self) -> OwnerLock | None:
         """Close as :meth:`close` does but keep ownership: the database files are then at
         rest and nobody else may write them until the caller releases the returned lock
@@ -557,6 +592,20 @@ class _Lease:
 
 
 # -- opening helpers ----------------------------------------------------------------------
+_BACKGROUND_CLOSE_MUTEX = threading.Lock()
+_BACKGROUND_CLOSES: dict[str, threading.Thread] = {}
+"""Stores of this process being closed by :meth:`Store.close_in_background`, by path."""
+
+
+def _await_background_close(path: str) -> None:
+    """Wait until this process's background close of the store at ``path`` (if any) ends."""
+    with _BACKGROUND_CLOSE_MUTEX:
+        thread = _BACKGROUND_CLOSES.get(path)
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+
+
+
 def _open_leveldb(plyvel: Any, db_path: str, create: bool, options: StoreOptions) -> plyvel.DB:
     try:
         return plyvel.DB(db_path, create_if_missing=create, **options.leveldb_options())

@@ -74,8 +74,13 @@ def commit_here(options: SinkOptions, batch: BatchToCommit) -> CommitOutcome:
     try:
         partitions = 1 if publisher is None else publisher.partition_count()
         purpose = f"spark_statestore sink commit (pid {os.getpid()})"
-        with open_leader_store(options, partitions, purpose=purpose) as store:
+        store = open_leader_store(options, partitions, purpose=purpose)
+        try:
             return commit_batch(store, StagingArea(options.path), batch, publisher)
+        finally:
+            # Spark reuses the commit process for the next micro-batch: closing while its
+            # tasks run keeps the next commit's open from replaying this one's log.
+            store.close_in_background()
     finally:
         if publisher is not None:
             publisher.close()
