@@ -31,9 +31,9 @@ import logging
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -115,6 +115,15 @@ def transactional_id_for(store_id: str, application_id: str) -> str:
             f"store_id={store_id!r}, application_id={application_id!r}"
         )
     return f"{application_id}-spark-statestore-{store_id}"
+
+
+@dataclass(slots=True)
+class _OpenBatch:
+    """The writer's open transaction: its batch, when it began, changes produced so far."""
+
+    batch_id: int
+    began: float
+    produced: int = 0
 
 
 def _is_fenced(error: KafkaError | None) -> bool:
@@ -217,6 +226,7 @@ class ChangelogWriter:
         self._timeout_s = timeout_s
         self._stats = stats
         self._state = _State.NEW
+        self._open: _OpenBatch | None = None
         self._partitions: int | None = None
         self._ends: dict[int, int] = {}
         self._delivery_error: tuple[KafkaError, str, int | None] | None = None
@@ -382,19 +392,7 @@ class ChangelogWriter:
             A change has no key, or a position that cannot be encoded (transaction aborted).
             Any exception raised by ``changes`` itself aborts the transaction and propagates.
         """
-        self._check_ready("publish")
-        producer = self._producer
-        self._drain()
-        self._ends = {}
-        self._delivery_error = None
-        if self._native is not None:
-            self._native.take_deliveries()  # reports of earlier batches' records
-        try:
-            producer.begin_transaction()
-        except KafkaException as exc:
-            raise self._failure(exc, "begin a transaction", aborted=False) from exc
-        began = time.monotonic()
-        produced = 0
+        self.begin(progress.batch_id)
         try:
             chunks = (
                 changes.chunks()
@@ -402,34 +400,89 @@ class ChangelogWriter:
                 else self._chunks(changes, progress.batch_id)
             )
             for chunk in chunks:
-                for first in range(0, len(chunk.keys), _TIMEOUT_CHECK_EVERY):
-                    self._check_age(began, produced, progress.batch_id)
-                    produced += self._produce(chunk, first, produced, progress.batch_id)
+                self._produce_chunk(chunk)
+        except BaseException as raised:
+            self._raise_failure(raised)
+        return self.commit(progress)
+
+    # -- one transaction in steps (the store host's streamed batches) ----------------------
+    def begin(self, batch_id: int) -> None:
+        """Begin the transaction of batch ``batch_id``; :meth:`produce_chunk` adds changes,
+        :meth:`commit` ends it (:meth:`publish` is these three in one call).
+
+        Raises
+        ------
+        ProducerFencedError, KafkaClientError
+            The writer is not ready, or the transaction cannot begin.
+        """
+        self._check_ready("publish")
+        self._drain()
+        self._ends = {}
+        self._delivery_error = None
+        if self._native is not None:
+            self._native.take_deliveries()  # reports of earlier batches' records
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._failure(exc, "begin a transaction", aborted=False) from exc
+        self._open = _OpenBatch(batch_id, time.monotonic())
+
+    @property
+    def transaction_age_s(self) -> float | None:
+        """Seconds since the open transaction began, or None when none is open."""
+        return None if self._open is None else time.monotonic() - self._open.began
+
+    def produce_chunk(self, chunk: ChangeChunk) -> None:
+        """Produce ``chunk``'s changes into the open transaction, in order (each to its
+        given partition).
+
+        Raises
+        ------
+        TransactionTimeoutError, ProducerFencedError, KafkaClientError
+            The transaction outlived its timeout or producing failed: it is aborted.
+        """
+        try:
+            self._produce_chunk(chunk)
+        except BaseException as raised:
+            self._raise_failure(raised)
+
+    def _produce_chunk(self, chunk: ChangeChunk) -> None:
+        batch = self._open
+        if batch is None:
+            raise KafkaClientError(
+                f"changelog writer {self._transactional_id!r}: no transaction is open"
+            )
+        for first in range(0, len(chunk.keys), _TIMEOUT_CHECK_EVERY):
+            self._check_age(batch.began, batch.produced, batch.batch_id)
+            batch.produced += self._produce(chunk, first, batch.produced, batch.batch_id)
+
+    def commit(self, progress: ProgressRecord) -> dict[int, int]:
+        """End the open transaction: wait for every change's acknowledgement, produce the
+        batch's progress record (its ``changelog_end_offsets`` filled in) and commit. See
+        :meth:`publish` for what it returns and raises."""
+        batch = self._open
+        try:
+            if batch is None or batch.batch_id != progress.batch_id:
+                raise KafkaClientError(
+                    f"changelog writer {self._transactional_id!r}: no transaction of batch "
+                    f"{progress.batch_id} is open"
+                )
             self._flush()
             ends = {p: o + 1 for p, o in sorted(self._ends.items())}
             record = replace(progress, changelog_end_offsets=ends)
             self._produce_progress(record)
             self._flush()
-            self._check_age(began, produced, progress.batch_id)
+            self._check_age(batch.began, batch.produced, batch.batch_id)
             flushed = time.monotonic()
-            self._retrying("commit the transaction", producer.commit_transaction)
+            self._retrying("commit the transaction", self._producer.commit_transaction)
         except BaseException as raised:
-            abort_error = self._abort(raised)
-            failure = self._timed_out(raised, abort_error, began, produced, progress.batch_id)
-            if not isinstance(failure, (KafkaClientError, KafkaException, SystemError)):
-                raise  # the caller's own failure (reading its changes), after the abort
-            if isinstance(failure, (ProducerFencedError, TransactionTimeoutError)) or (
-                isinstance(failure, KafkaClientError) and self._state is not _State.FENCED
-            ):
-                if failure is raised:
-                    raise
-                raise failure from raised
-            # A fatal error can surface from flush() as a bare SystemError (confluent-kafka
-            # raises it from inside its callbacks); the failed abort then names it.
-            raise self._failure(failure, "publish a batch", fallback=abort_error) from failure
+            self._raise_failure(raised)
+        self._open = None
         if self._stats is not None:
             done = time.monotonic()
-            self._stats.published(PublishReport(produced, flushed - began, done - flushed))
+            self._stats.published(
+                PublishReport(batch.produced, flushed - batch.began, done - flushed)
+            )
         _log.debug(
             "changelog writer %r committed batch %d: %s",
             self._transactional_id,
@@ -437,6 +490,34 @@ class ChangelogWriter:
             ends,
         )
         return ends
+
+    def abort_batch(self, cause: BaseException) -> None:
+        """Abort the open transaction (nothing of it becomes visible); a no-op when none is
+        open. A failing abort leaves the writer fenced or failed (see :meth:`publish`)."""
+        if self._open is not None:
+            self._open = None
+            self._abort(cause)
+
+    def _raise_failure(self, raised: BaseException) -> NoReturn:
+        """Abort the open transaction after ``raised`` and raise what the caller should see
+        (a transaction timeout named as such, the writer's classification of a client
+        error, or the caller's own exception as it is)."""
+        batch, self._open = self._open, None
+        abort_error = self._abort(raised)
+        if batch is None:
+            raise raised
+        failure = self._timed_out(raised, abort_error, batch.began, batch.produced, batch.batch_id)
+        if not isinstance(failure, (KafkaClientError, KafkaException, SystemError)):
+            raise raised  # the caller's own failure (reading its changes), after the abort
+        if isinstance(failure, (ProducerFencedError, TransactionTimeoutError)) or (
+            isinstance(failure, KafkaClientError) and self._state is not _State.FENCED
+        ):
+            if failure is raised:
+                raise raised
+            raise failure from raised
+        # A fatal error can surface from flush() as a bare SystemError (confluent-kafka
+        # raises it from inside its callbacks); the failed abort then names it.
+        raise self._failure(failure, "publish a batch", fallback=abort_error) from failure
 
     # -- internals ------------------------------------------------------------------------
     def _chunks(self, changes: Iterable[Change], batch_id: int) -> Iterator[ChangeChunk]:
