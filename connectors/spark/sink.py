@@ -345,6 +345,8 @@ class _Writer:
         from spark_statestore.sink.staging import StagingArea
 
         StagingArea(self._options.path).remove_batch(query_id, batch_id)
+        if self._options.changelog is not None and self._host is not None:
+            _abort_streamed(self._store, query_id, batch_id)
 
 
 class StreamSink(_Writer, DataSourceStreamArrowWriter):
@@ -393,6 +395,21 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._abort(self._app_id, self._version)
+
+
+def _abort_streamed(store: str, query_id: str, batch_id: int) -> None:
+    """Have the driver's store host abort what it published of an aborted batch (best
+    effort: a transaction it leaves open is aborted when the next batch begins, when it
+    idles, or by Kafka at its timeout; none of it ever commits)."""
+    from spark_statestore.connectors.spark.host.launch import driver_store_host
+    from spark_statestore.connectors.spark.host.publishing import abort_streamed
+
+    try:
+        record = driver_store_host()
+        if record is not None and record.commit_token is not None:
+            abort_streamed(record.ref, record.commit_token, store, query_id, batch_id)
+    except Exception as exc:
+        _log.warning("the store host could not abort batch %d of %s: %s", batch_id, store, exc)
 
 
 def _batch_id_of(context: Any) -> int:

@@ -7,7 +7,7 @@ pyarrow is imported when a :class:`RecordColumns` is made, not with this module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -113,15 +113,17 @@ class RecordColumns:
         selected = pc.indices_nonzero(mask).to_pylist()
         return self.take(selected), selected
 
+    def filtered(self, mask: pa.Array) -> RecordColumns:
+        """The records where ``mask`` (a boolean array of their length) is true, in order."""
+        return self._each(lambda column: column.filter(mask))
+
     def take(self, indexes: Sequence[int]) -> RecordColumns:
         """The records at ``indexes``, in that order."""
         import pyarrow as pa
 
         chosen = pa.array(indexes, pa.int64())
-        return RecordColumns(
-            self.keys.take(chosen),
-            self.values.take(chosen),
-            self.partitions.take(chosen),
-            self.offsets.take(chosen),
-            self.timestamps.take(chosen),
-        )
+        return self._each(lambda column: column.take(chosen))
+
+    def _each(self, change: Callable[[pa.Array], pa.Array]) -> RecordColumns:
+        columns = (self.keys, self.values, self.partitions, self.offsets, self.timestamps)
+        return RecordColumns(*(change(column) for column in columns))

@@ -5,7 +5,10 @@
 * :mod:`~spark_statestore.sink.commit`: the driver's commit protocol applies exactly the
   staged files Spark's commit messages name, with the batch id, the source offsets and the
   position, in one atomic store commit; with a changelog it publishes first, through a
-  :class:`~spark_statestore.sink.commit.ChangelogPublisher`, and rolls forward after a crash.
+  :class:`~spark_statestore.sink.changes.ChangelogPublisher`, and rolls forward after a crash.
+* :mod:`~spark_statestore.sink.changes`: what the protocol and a publisher exchange.
+* :mod:`~spark_statestore.sink.publication`: staged rows as a publisher produces them and as
+  the store writes them (each record's changelog partition and offset).
 
 Its bindings: the Kafka side (the publisher, the transactional changelog writer, the progress
 records, roll-forward reads) is :mod:`spark_statestore.connectors.kafka.sink`; the Spark side
@@ -15,12 +18,10 @@ records, roll-forward reads) is :mod:`spark_statestore.connectors.kafka.sink`; t
 
 from __future__ import annotations
 
+from spark_statestore.sink.changes import Change, ChangelogPublisher, PublishedBatch
 from spark_statestore.sink.commit import (
     BatchToCommit,
-    Change,
-    ChangelogPublisher,
     CommitOutcome,
-    PublishedBatch,
     commit_batch,
     is_committed,
 )

@@ -15,14 +15,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.integer_spec import INT64_MAX, ascii_integer
 from spark_statestore.position import Position
+from spark_statestore.sink.changes import (
+    ChangelogPublisher,
+    PublishedBatch,
+    StagedBatch,
+    StagedPublication,
+)
+from spark_statestore.sink.publication import (
+    kept_rows,
+    publish_staged_changes,
+    record_columns,
+)
 from spark_statestore.sink.staging import StagedFile, StagingArea
 from spark_statestore.sink.stats import CommitReport, SinkStats
 from spark_statestore.store.crash import crash_point
@@ -30,17 +40,11 @@ from spark_statestore.store.crash import crash_point
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_statestore.changelog.columns import RecordColumns
     from spark_statestore.store import Store
 
 __all__ = [
     "BatchToCommit",
-    "Change",
-    "ChangeChunk",
-    "ChangeChunks",
-    "ChangelogPublisher",
     "CommitOutcome",
-    "PublishedBatch",
     "commit_batch",
     "is_committed",
     "source_position",
@@ -60,101 +64,6 @@ class CommitOutcome(str, Enum):
     ROLLED_FORWARD = "rolled_forward"
     """Kafka had the batch but the store did not (a crash between the two commits): the
     store was brought up to date from the changelog, nothing was published again."""
-
-
-Change = tuple[bytes, "bytes | None", "Position | None", "int | None", int]
-"""A change as published: key, value (None: delete), position, timestamp (epoch ms, > 0) and
-its changelog partition (Kafka's murmur2 partition of the key).
-
-The timestamp is never 0: librdkafka's producer reads 0 as "stamp it now", so a record
-produced with 0 would carry another timestamp than the leader's envelope."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChangeChunk:
-    """Changes in columns, all carrying one position: row ``i`` is the :data:`Change`
-    ``(keys[i], values[i], position, timestamps[i], partitions[i])``."""
-
-    keys: list[bytes]
-    values: list[bytes | None]
-    timestamps: list[int]
-    partitions: list[int]
-    position: Position | None
-
-
-class ChangeChunks:
-    """A batch's changes as :class:`ChangeChunk` columns, read once.
-
-    A publisher that takes columns reads :meth:`chunks` (no Python object per change); one
-    that takes changes one by one iterates, getting :data:`Change` tuples.
-    """
-
-    def __init__(self, chunks: Iterator[ChangeChunk]) -> None:
-        self._chunks = chunks
-
-    def chunks(self) -> Iterator[ChangeChunk]:
-        """The chunks, in order (the same iterator as :meth:`__iter__` consumes)."""
-        return self._chunks
-
-    def __iter__(self) -> Iterator[Change]:
-        for chunk in self._chunks:
-            position = chunk.position
-            for key, value, stamp, partition in zip(
-                chunk.keys, chunk.values, chunk.timestamps, chunk.partitions, strict=True
-            ):
-                yield key, value, position, stamp, partition
-
-
-ChangelogRow = tuple[int, int, bytes, "bytes | None", "Position | None", int]
-"""A committed changelog record as read back: partition, offset, key, value, position, ts."""
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedBatch:
-    """The last batch a store's changelog holds (from its progress record)."""
-
-    query_id: str
-    batch_id: int
-    end_offsets: Mapping[int, int]
-    """``{partition: offset after the batch's last record}`` for the partitions it wrote."""
-
-
-class ChangelogPublisher(Protocol):
-    """The changelog side of a commit (implemented with Kafka transactions in
-    ``spark_statestore.connectors.kafka``)."""
-
-    @property
-    def topic(self) -> str:
-        """The changelog topic."""
-        ...
-
-    def partition_count(self) -> int:
-        """The changelog's partition count."""
-        ...
-
-    def published_batch(self, store_id: str) -> PublishedBatch | None:
-        """The last batch published for this store, or None."""
-        ...
-
-    def publish(
-        self,
-        changes: Iterable[Change],
-        *,
-        store_id: str,
-        query_id: str,
-        batch_id: int,
-        source_offsets: Any,
-        position: Position | None = None,
-    ) -> dict[int, int]:
-        """Publish ``changes`` and the batch's progress (with ``position``, the one its
-        records carry) in one transaction; returns the end offsets (last record + 1) of the
-        partitions written. ``changes`` may be :class:`ChangeChunks`, which a publisher may
-        read in columns."""
-        ...
-
-    def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
-        """The committed records in ``[starts[p], ends[p])``, in offset order per partition."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +170,8 @@ def _commit(
             outcome = CommitOutcome.COMMITTED
     crash_point("sink.after_store_commit")
     staging.remove_stale(batch.query_id, batch.batch_id)
+    if publisher is not None and not batch.complete:
+        _expect_next(store, batch, publisher)
     _log.info(
         "store %s: batch %d of query %s %s (%d staged rows)",
         store.path,
@@ -270,6 +181,31 @@ def _commit(
         sum(staged.rows for staged in ordered),
     )
     return outcome
+
+
+def _expect_next(store: Store, batch: BatchToCommit, publisher: ChangelogPublisher) -> None:
+    """Tell a publisher that can publish a batch while its tasks stage it (the store host)
+    which batch comes next, and the position its records start from. Best effort: the
+    commit is done, and a batch nobody expected is published when it commits."""
+    expect = getattr(publisher, "expect_batch", None)
+    if expect is None:
+        return
+    try:
+        expect(
+            store.manifest.store_id,
+            batch.query_id,
+            batch.batch_id + 1,
+            store.metadata.position,
+            store.options.uncommitted_max_bytes,
+        )
+    except Exception as exc:
+        _log.warning(
+            "store %s: the changelog will be published at the commit of batch %d (the "
+            "publisher could not prepare for it: %s)",
+            store.path,
+            batch.batch_id + 1,
+            exc,
+        )
 
 
 def _commit_record(batch: BatchToCommit, ends: Mapping[int, int]) -> Any:
@@ -288,7 +224,7 @@ def _apply_staged(
                 txn.delete(key)
         for staged in ordered:
             for records in staging.read(staged):
-                txn.put_records(_record_columns(records))
+                txn.put_records(record_columns(records))
         position = _position(ordered, batch.source_offsets)
         if position is not None:
             txn.merge_position(position)
@@ -305,84 +241,58 @@ def _publish_and_apply(
 ) -> None:
     """Publish every change in one Kafka transaction, then commit the store with the
     changelog coordinates of each record and the changelog's end offsets."""
-    from spark_statestore.changelog import partitions_for_keys
-
-    partitions = publisher.partition_count()
     absent = _absent_keys(store, staging, ordered) if batch.complete else []
     batch_position = _position(ordered, batch.source_offsets)
     seen = store.metadata.position
     position = seen if batch_position is None else seen.merge(batch_position)
     header = None if position.is_empty() else position
-
-    # Each key's partition is computed once (column-wise in Arrow), while publishing, and
-    # reused for the envelopes.
-    absent_parts = partitions_for_keys(absent, partitions)
-    batch_parts: list[list[int]] = []
-    # Rows without a timestamp get the batch's commit time, chosen once, so the changelog
-    # record, the leader's envelope and every follower (or a roll-forward) agree on it. So do
-    # rows stamped 0: a changelog record cannot carry 0 (see Change).
-    now_ms = int(time.time() * 1000)
-
-    def chunks() -> Iterator[ChangeChunk]:
-        if absent:
-            count = len(absent)
-            yield ChangeChunk(list(absent), [None] * count, [now_ms] * count, absent_parts, header)
-        for staged in ordered:
-            for records in staging.read(staged):
-                keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
-                parts = partitions_for_keys(keys, partitions)
-                batch_parts.append(parts)
-                yield ChangeChunk(keys, values, stamps, parts, header)
-
-    ends = publisher.publish(
-        ChangeChunks(chunks()),
-        store_id=store.manifest.store_id,
-        query_id=batch.query_id,
-        batch_id=batch.batch_id,
-        source_offsets=batch.source_offsets,
-        position=header,
+    staged = StagedBatch(
+        store.manifest.store_id,
+        batch.query_id,
+        batch.batch_id,
+        ordered,
+        batch.source_offsets,
+        header,
+        absent,
     )
+    # A publisher may publish the staged files itself (the store host, which may have
+    # published them while the tasks staged them), else through its publish().
+    publish_staged = getattr(publisher, "publish_staged", None)
+    if publish_staged is not None:
+        publication: StagedPublication = publish_staged(staging, staged)
+    else:
+        publication = publish_staged_changes(publisher, staging, staged)
     crash_point("sink.after_publish")
-    # The sink is the changelog's only writer (fenced by its transactional id), so a
-    # partition's records of this batch hold the offsets just below its end, in order.
-    counts: Counter[int] = Counter(absent_parts)
-    for parts in batch_parts:
-        counts.update(parts)
-    next_offset = {p: ends[p] - n for p, n in counts.items()}
+    ends = publication.ends
     with store.begin() as txn:
-        for key, p in zip(absent, absent_parts, strict=True):
+        for key in absent:
             txn.delete(key)  # a delete keeps nothing locally, but it took its offset
-            next_offset[p] += 1
-        cached = iter(batch_parts)
-        for staged in ordered:
-            for records in staging.read(staged):
-                parts = next(cached)
-                offsets, next_offset = _consecutive_offsets(parts, next_offset)
-                txn.put_records(_record_columns(records, now_ms, parts, offsets, publishing=True))
+        masks: list[pa.Array | None] = [None] * len(ordered)
+        if publication.interleaved and len(ordered) > 1:
+            masks = kept_rows(staging, ordered, publication)
+        for staged_file, (parts, offsets), mask in zip(
+            ordered, publication.files, masks, strict=True
+        ):
+            first = 0
+            for records in staging.read(staged_file):
+                last = first + records.num_rows
+                columns = record_columns(
+                    records,
+                    publication.stamp_ms,
+                    parts[first:last],
+                    offsets[first:last],
+                    publishing=True,
+                )
+                if mask is not None:
+                    columns = columns.filtered(mask.slice(first, last - first))
+                txn.put_records(columns)
+                first = last
         if not position.is_empty():
             txn.merge_position(position)
         for p, end in ends.items():
             txn.set_changelog_offset(p, end)
         txn.set_commit_record(_commit_record(batch, ends))
         txn.commit()
-
-
-def _consecutive_offsets(
-    partitions: list[int], next_offset: dict[int, int]
-) -> tuple[list[int], dict[int, int]]:
-    """The offsets of records written in order to ``partitions``, each partition's numbered
-    on from ``next_offset``; and the next offsets after them."""
-    from spark_statestore import native
-
-    extension = native.module()
-    if extension is not None:
-        offsets, after = extension.consecutive_offsets(partitions, next_offset)
-        return offsets, after
-    offsets = []
-    for p in partitions:
-        offsets.append(next_offset[p])
-        next_offset[p] += 1
-    return offsets, next_offset
 
 
 def _roll_forward(
@@ -421,59 +331,6 @@ def _roll_forward(
             txn.set_changelog_offset(p, end)
         txn.set_commit_record(_commit_record(batch, published.end_offsets))
         txn.commit()
-
-
-def _columns(
-    records: pa.RecordBatch, default_stamp: int = -1, *, publishing: bool = False
-) -> tuple[list[Any], ...]:
-    """Publisher arguments from a staged record batch: keys, values, -1 partitions and
-    offsets, and :func:`_stamps` (as Python lists, which the producer takes)."""
-    keys = records.column("key").to_pylist()
-    count = len(keys)
-    stamps = _stamps(records, default_stamp, publishing).to_pylist()
-    return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamps
-
-
-def _stamps(records: pa.RecordBatch, default_stamp: int, publishing: bool) -> pa.Array:
-    """The rows' timestamps; rows without one get ``default_stamp`` (-1: none), and so do
-    rows stamped 0 when ``publishing`` (see :data:`Change`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    stamps = records.column("timestamp")
-    if publishing:
-        stamps = pc.if_else(pc.equal(stamps, 0), pa.scalar(None, pa.int64()), stamps)
-    filled: pa.Array = stamps.fill_null(default_stamp)
-    return filled
-
-
-def _record_columns(
-    records: pa.RecordBatch,
-    default_stamp: int = -1,
-    partitions: Sequence[int] | None = None,
-    offsets: Sequence[int] | None = None,
-    *,
-    publishing: bool = False,
-) -> RecordColumns:
-    """A staged record batch as the store writes it, in Arrow columns (no Python object per
-    row): its changelog ``partitions`` and ``offsets`` (-1 each without a changelog: a sink
-    that publishes none has no changelog coordinates) and :func:`_stamps`."""
-    import pyarrow as pa
-
-    from spark_statestore.changelog.columns import RecordColumns
-
-    count = records.num_rows
-    return RecordColumns(
-        records.column("key"),
-        records.column("value"),
-        pa.repeat(pa.scalar(-1, pa.int32()), count)
-        if partitions is None
-        else pa.array(partitions, pa.int32()),
-        pa.repeat(pa.scalar(-1, pa.int64()), count)
-        if offsets is None
-        else pa.array(offsets, pa.int64()),
-        _stamps(records, default_stamp, publishing),
-    )
 
 
 def source_position(source_offsets: Any) -> dict[str, dict[int, int]]:

@@ -34,6 +34,7 @@ __all__ = [
     "StagedFile",
     "StagingArea",
     "StagingError",
+    "merge_max_offsets",
     "query_id_problem",
     "staged_schema",
 ]
@@ -207,7 +208,7 @@ class StagingArea:
                         continue
                     writer.write_batch(batch)
                     rows += batch.num_rows
-                    _merge_max_offsets(max_offsets, batch)
+                    merge_max_offsets(max_offsets, batch)
             with open(temporary, "rb") as handle:
                 os.fsync(handle.fileno())
             os.replace(temporary, final)
@@ -262,7 +263,9 @@ class StagingArea:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def _merge_max_offsets(into: dict[str, dict[int, int]], batch: pa.RecordBatch) -> None:
+def merge_max_offsets(into: dict[str, dict[int, int]], batch: pa.RecordBatch) -> None:
+    """Merge the largest input offset per topic and partition of ``batch`` (staged schema)
+    into ``into``."""
     topics = batch.column("topic")
     if topics.null_count == len(topics):
         return

@@ -20,7 +20,8 @@ ways to act at a point:
   someone sends SIGCONT or SIGKILL), and ``hang <point>`` blocks only the thread that reached
   it, for good (a commit stuck in a process that still answers): the hung-server tests.
 
-The points: :data:`SINK_POINTS`, and the store's chunked commit: ``redo.sealed``,
+The points: :data:`SINK_POINTS`, :data:`STREAMED_POINTS` (in the store host), the store's
+background close (``store.background_close``), and the store's chunked commit: ``redo.sealed``,
 ``redo.marked``, ``redo.after_chunk.<n>``, ``redo.before_metadata`` and
 ``redo.after_metadata``.
 """
@@ -39,6 +40,7 @@ __all__ = [
     "HANG",
     "SINK_POINTS",
     "STOP",
+    "STREAMED_POINTS",
     "crash_point",
     "hook",
 ]
@@ -56,6 +58,13 @@ SINK_POINTS = (
     "sink.before_publish",  # the driver commit starts, nothing published yet
     "sink.after_publish",  # the Kafka transaction is committed, the store is not
     "sink.after_store_commit",  # the store is committed, Spark's commit log is not
+)
+STREAMED_POINTS = (
+    # The store host publishes a batch while its tasks stage it (a batch it was told comes
+    # next, so never a run's first batch):
+    "sink.streamed_produce",  # a chunk of a task's rows is in the open transaction
+    "sink.streamed_before_commit",  # every row is in it; the commit asked to commit it
+    "sink.streamed_after_commit",  # the host committed it; the commit has no answer yet
 )
 
 hook: Callable[[str], None] | None = None

@@ -25,6 +25,7 @@ from spark_statestore.store.errors import StoreLockedError
 from spark_statestore.store.files import open_private
 
 __all__ = [
+    "CLOSING_WAIT_S",
     "OWNER_FILE",
     "OwnerInfo",
     "OwnerLock",
@@ -59,6 +60,10 @@ class OwnerInfo:
         The owner will serve the store over Flight (a follower query): until
         ``flight_location`` is set it is starting up, and a reader should wait for it rather
         than for the store to be free.
+    closing
+        The owner is closing the store (:meth:`~spark_statestore.store.Store.close_in_background`):
+        it gives it up in a moment, so whoever wants it waits for that (up to
+        :data:`CLOSING_WAIT_S`) rather than failing at once.
     """
 
     pid: int
@@ -68,6 +73,7 @@ class OwnerInfo:
     started_at: str
     flight_location: str | None = None
     serves: bool = False
+    closing: bool = False
 
     @classmethod
     def for_this_process(cls, role: str, purpose: str, *, serves: bool = False) -> OwnerInfo:
@@ -116,11 +122,17 @@ def read_owner(path: str) -> OwnerInfo | None:
             started_at=str(data.get("started_at", "")),
             flight_location=data.get("flight_location"),
             serves=data.get("serves") is True,
+            closing=data.get("closing") is True,
         )
     except (OSError, ValueError, KeyError, TypeError):
         # Missing, half-written by a process killed mid-write, or foreign: not an owner.
         return None
 
+
+CLOSING_WAIT_S = 60.0
+"""How long :meth:`OwnerLock.acquire` waits for an owner that says it is closing the store
+(whatever the caller's ``owner_wait_seconds``): a commit process flushing the store's
+memtable into a table, well under a second for a 100,000-change batch."""
 
 _UNDESCRIBED = OwnerInfo(-1, "?", "unknown", "starting up", "")
 """What :func:`live_owner` answers while the lock is held and ``_owner.json`` says nothing: an
@@ -209,7 +221,12 @@ class OwnerLock:
                         ) from None
                     now = time.monotonic()
                     live = owner is not None and owner.is_alive_here()
-                    if (live and now >= owner_deadline) or (not live and now >= deadline):
+                    closing = live and owner is not None and owner.closing
+                    if (
+                        (closing and now >= started + max(owner_wait_seconds, CLOSING_WAIT_S))
+                        or (live and not closing and now >= owner_deadline)
+                        or (not live and now >= deadline)
+                    ):
                         who = owner.describe() if owner else "a process that did not say who"
                         raise StoreLockedError(
                             f"store {path} is owned by {who}; one process at a time may open "

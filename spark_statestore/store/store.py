@@ -445,11 +445,16 @@ class Store:
         For a writer that opens the store once per commit (the sink's commit process): a
         store closed with a full memtable makes its next open replay the log and build the
         table then (about 0.1 s per 100,000 changes, on the next commit's critical path);
-        here that work overlaps with whatever the caller does next. The store stays owned
-        by this process until the thread is done; a later :meth:`open` of the same store in
-        this process waits for it. A process that exits meanwhile leaves a consistent store
-        (LevelDB recovers its log on the next open, as after a crash).
+        here that work overlaps with whatever the caller does next. The store stays owned by
+        this process until the thread is done, marked as closing: an :meth:`open` of it
+        meanwhile, in this process or another, waits for the close. A process that exits
+        meanwhile leaves a consistent store (LevelDB recovers its log on the next open, as
+        after a crash).
         """
+        with self._mutex:
+            if self._db is not None:
+                # Whoever wants the store meanwhile waits for it (OwnerLock.acquire).
+                self._lock.update(closing=True)
         thread = threading.Thread(target=self._close_flushed, name=f"close {self.path}")
         with _BACKGROUND_CLOSE_MUTEX:
             _BACKGROUND_CLOSES[self.path] = thread
@@ -457,6 +462,7 @@ class Store:
 
     def _close_flushed(self) -> None:
         try:
+            crash_point("store.background_close")
             db = self._db
             if db is not None:
                 try:
@@ -603,7 +609,6 @@ def _await_background_close(path: str) -> None:
         thread = _BACKGROUND_CLOSES.get(path)
     if thread is not None and thread is not threading.current_thread():
         thread.join()
-
 
 
 def _open_leveldb(plyvel: Any, db_path: str, create: bool, options: StoreOptions) -> plyvel.DB:

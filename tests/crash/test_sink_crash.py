@@ -97,7 +97,13 @@ CI_PHASES = [
     ("sink.after_publish", False),  # in the very first commit: the restart rolls the brand
     # new store forward from the changelog
     ("redo.after_chunk.1", True),  # the restart completes the store commit from its redo file
+    # The store host dies (with the application) while the tasks' rows of a batch stream
+    # into its transaction: the restart fences that transaction and commits the batch anew.
+    ("sink.streamed_produce", False),
 ]
+STREAMED = {"sink.streamed_produce", "sink.streamed_before_commit", "sink.streamed_after_commit"}
+"""Points in the store host's publishing of a batch while its tasks stage it: reached in the
+second batch of a run (the first, not expected, is published at its commit)."""
 SERVED_PHASES = {"redo.after_chunk.1"}
 """Phases whose crashing run writes with option ``serve``: the sink's store server commits,
 and it is the process that dies at the point (with the driver); the restart, without
@@ -121,6 +127,11 @@ SOAK_PHASES = [
     ("redo.marked", False),
     ("redo.before_metadata", True),
     ("redo.after_metadata", False),
+    # The store host has every row in the transaction, about to commit it: aborted by the
+    # restart's fence, published anew.
+    ("sink.streamed_before_commit", False),
+    # The store host committed the transaction, the store not: rolled forward.
+    ("sink.streamed_after_commit", False),
 ]
 REDO_MARKED = {"redo.marked", "redo.after_chunk.1", "redo.before_metadata"}
 
@@ -129,6 +140,26 @@ REDO_MARKED = {"redo.marked", "redo.after_chunk.1", "redo.before_metadata"}
 
 Envelope = tuple[bytes, "int | None", "int | None", "int | None"]
 """A stored record as checked: value, changelog partition, offset, timestamp."""
+
+
+def within(low: dict[str, dict[int, int]], high: dict[str, dict[int, int]]) -> bool:
+    """Whether position ``high`` contains position ``low`` (every offset at least as far)."""
+    return all(
+        high.get(topic, {}).get(partition, -1) >= offset
+        for topic, offsets in low.items()
+        for partition, offset in offsets.items()
+    )
+
+
+def merged_position(
+    a: dict[str, dict[int, int]], b: dict[str, dict[int, int]]
+) -> dict[str, dict[int, int]]:
+    merged = {topic: dict(offsets) for topic, offsets in a.items()}
+    for topic, offsets in b.items():
+        slot = merged.setdefault(topic, {})
+        for partition, offset in offsets.items():
+            slot[partition] = max(offset, slot.get(partition, -1))
+    return merged
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,9 +526,11 @@ class Pipeline:
 
     # -- kills ------------------------------------------------------------------------------
     def crash_at(self, point: str, *, serve: bool = False) -> int:
-        """Run the query until it SIGKILLs itself at ``point``; returns the batch it died in.
-        With ``serve``, the sink's store server commits and dies there, with the driver."""
-        batch = self.last_in("commits") + 1
+        """Run the query until it SIGKILLs itself at ``point``; returns the batch it died in
+        (the run's first, or its second for a point of the store host's streamed
+        publishing). With ``serve``, the sink's store server commits and dies there, with
+        the driver."""
+        batch = self.last_in("commits") + 1 + (1 if point in STREAMED else 0)
         child = self.spawn(point, serve=serve)
         out = child.wait()
         if serve:
@@ -515,7 +548,7 @@ class Pipeline:
             f"the query did not die at {point} (exit {child.proc.returncode}, {out!r}):\n"
             f"{child.log_tail()}"
         )
-        # It died committing the first batch of this run: Spark planned no further one.
+        # It died in the batch: Spark planned no further one.
         assert (self.last_in("offsets"), self.last_in("commits")) == (batch, batch - 1)
         self.kills.append(f"{point} in batch {batch}")
         return batch
@@ -653,11 +686,11 @@ class Pipeline:
             "topic must keep everything"
         )
         ends_of = self.batch_ends(last)
-        batch_of = {json.dumps(self.input.position(end)): b for b, end in enumerate(ends_of)}
         batch_of_file: list[int] = []  # the Spark batch of each input file
         for batch, end in enumerate(ends_of):
             batch_of_file += [batch] * (end + 1 - len(batch_of_file))
         seen: dict[tuple[int, int], tuple[int, int]] = {}  # (file, row) -> (partition, offset)
+        reached: dict[int, dict[str, dict[int, int]]] = {}  # batch -> its records' headers
         latest: dict[int, tuple[int, dict[int, int]]] = {}  # partition -> (batch, file -> row)
         fold: dict[bytes, Envelope] = {}
         ends: dict[int, int] = {}
@@ -674,11 +707,21 @@ class Pipeline:
             row = self.input.files[file][index]
             assert (record.key, record.value) == (row.key, row.value), f"{where}: {found}"
             assert record.partition == partition_for_key(row.key, CHANGELOG_PARTITIONS), where
-            header = json.dumps(record.position.to_map() if record.position else None)
             batch = batch_of_file[file] if file < len(batch_of_file) else None
-            assert batch_of.get(header) == batch, (
-                f"{where}: row {found} of batch {batch} has the position header {header}"
+            assert batch is not None, f"{where}: row {found} is in no committed batch"
+            # A record's header is its batch's position as far as the batch had got when it
+            # was published: after the previous batch, within its own batch, past its row.
+            header = record.position.to_map() if record.position else {}
+            before = self.input.position(ends_of[batch - 1]) if batch else {}
+            after = self.input.position(ends_of[batch])
+            assert within(before, header) and within(header, after), (
+                f"{where}: row {found} of batch {batch} has the position header {header}, not "
+                f"between {before} and {after}"
             )
+            assert header.get(INPUT_TOPIC, {}).get(row.partition, -1) >= row.offset, (
+                f"{where}: the position header {header} of row {found} is before the row"
+            )
+            reached[batch] = merged_position(reached.get(batch, before), header)
             previous_batch, rows = latest.get(record.partition, (-1, {}))
             assert batch >= previous_batch, f"{where}: batch {batch} after {previous_batch}"
             if batch > previous_batch:
@@ -691,6 +734,8 @@ class Pipeline:
             else:
                 fold[record.key] = (record.value, record.partition, record.offset, record.timestamp)
             ends[record.partition] = record.offset + 1
+        for batch, position in reached.items():  # a batch's records reach its position
+            assert position == self.input.position(ends_of[batch]), (batch, position)
         missing = [(f, r) for f in range(ends_of[-1] + 1) for r in range(len(self.input.files[f]))]
         missing = [found for found in missing if found not in seen]
         assert not missing, (
@@ -771,6 +816,9 @@ class Pipeline:
             "sink.before_publish": (batch, batch - 1, batch - 1, batch - 1),
             "sink.after_publish": (batch, batch, batch - 1, batch - 1),
             "sink.after_store_commit": (batch, batch, batch, batch - 1),
+            "sink.streamed_produce": (batch, batch - 1, batch - 1, batch - 1),
+            "sink.streamed_before_commit": (batch, batch - 1, batch - 1, batch - 1),
+            "sink.streamed_after_commit": (batch, batch, batch - 1, batch - 1),
         }[point]
         assert seen == expected, f"{point}: planned/published/stored/finished {seen}"
         if point in ("sink.staged", "sink.before_publish"):
@@ -823,8 +871,11 @@ def pipeline(
 def run_phase(pipeline: Pipeline, point: str, big: bool, *, random_kill: bool = True) -> None:
     first = pipeline.input.add(big=big)
     pipeline.input.add()
+    if point in STREAMED:
+        pipeline.input.add()  # the run's first batch is not streamed: it dies in the second
     batch = pipeline.crash_at(point, serve=point in SERVED_PHASES)
-    assert pipeline.last_file(batch - 1) + 1 == first  # it died committing the first new file
+    # It died committing the first new file (the second for a streamed point).
+    assert pipeline.last_file(batch - 1) + 1 == first + (1 if point in STREAMED else 0)
     pipeline.check_crash(point, batch)
     if random_kill:
         pipeline.kill_at_random("commit", COMMIT_WINDOW_S)

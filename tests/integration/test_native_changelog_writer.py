@@ -23,7 +23,7 @@ from spark_statestore.connectors.kafka.sink.progress import ProgressRecord
 from spark_statestore.connectors.kafka.sink.writer import ChangelogWriter
 from spark_statestore.native import ENV
 from spark_statestore.position import Position
-from spark_statestore.sink.commit import ChangeChunk, ChangeChunks
+from spark_statestore.sink.changes import ChangeChunk, ChangeChunks
 from tests.kafka_util import settled_progress, wait_until_settled
 from tests.native_util import native_or_skip
 

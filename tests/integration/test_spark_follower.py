@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +14,7 @@ import pytest
 
 from spark_statestore.changelog import partition_for_key
 from spark_statestore.store import Store
-from spark_statestore.store.ownership import read_owner
+from spark_statestore.store.ownership import read_owner, wait_for_release
 from tests.integration.test_follower import INPUT, ChangelogWriter, random_changes
 
 pytestmark = pytest.mark.integration
@@ -25,23 +23,19 @@ FORMAT = "spark_statestore"
 
 
 def wait_for_owner_exit(path: Path, timeout_s: float = 60) -> None:
-    """Wait until the process that owns the store (a stopped query's reader) has exited.
+    """Wait until the process that owns the store (a stopped query's reader, or a sink's
+    commit process closing it) has given it up or exited.
 
     Spark kills the reader process when a query ends, but not synchronously with
-    ``stop()`` / ``awaitTermination()``; a pidfd becomes readable when the process exits.
+    ``stop()`` / ``awaitTermination()``; a commit process (which Spark keeps for the next
+    batch) closes the store on a thread of its own after the commit.
     """
     owner = read_owner(str(path))
     if owner is None:
         return
-    try:
-        fd = os.pidfd_open(owner.pid)
-    except ProcessLookupError:
-        return
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout_s)
-        assert ready, f"the owner of {path} (pid {owner.pid}) did not exit in {timeout_s} s"
-    finally:
-        os.close(fd)
+    assert wait_for_release(str(path), owner.pid, timeout_s), (
+        f"the owner of {path} (pid {owner.pid}) did not give it up in {timeout_s} s"
+    )
 
 
 class FeedCollector:

@@ -9,7 +9,7 @@ record metadata, so the leader has a position) into two stores through
 read-only state stores (``Topology#addReadOnlyStateStore``, KIP-813), in another as global
 tables (``StreamsBuilder#globalTable``). After every batch:
 
-* the leader's position (the batch's input offsets, what its ``c`` headers carry) is turned
+* the leader's position (the batch's input offsets, what its progress record names) is turned
   into changelog offsets with :func:`changelog_bound` (equal to the offsets our store
   committed), and Kafka Streams' IQv2 ``RangeQuery`` bounded by
   ``PositionBound.at(those offsets)`` must equal our store's ``RangeQuery``, key for key,
@@ -42,13 +42,14 @@ from spark_statestore.connectors.kafka.local import LocalKafkaCluster
 from spark_statestore.connectors.kafka.local.streams_app import StreamsFollower
 from spark_statestore.connectors.kafka.sink.bound import (
     changelog_bound,
-    changelog_bound_from_records,
+    changelog_bound_from_progress,
 )
+from spark_statestore.connectors.kafka.sink.progress import read_progress
 from spark_statestore.position import Position, PositionBound
 from spark_statestore.query import RangeQuery, StateQueryRequest
 from spark_statestore.store import Store
 from tests.integration.test_spark_follower import wait_for_owner_exit
-from tests.kafka_util import poll_until, settled_changelog, wait_until_settled
+from tests.kafka_util import poll_until, wait_until_settled
 
 pytestmark = pytest.mark.integration
 
@@ -257,9 +258,9 @@ def test_kafka_streams_follows_the_sinks_changelog(
 
         # Every batch's input position maps to the changelog offsets the leader had then.
         for name in stores:
-            records = settled_changelog(bootstrap, changelogs[name])
+            records = read_progress(bootstrap, changelogs[name])
             for index, rows in enumerate(batches):
-                bound = changelog_bound_from_records(
+                bound = changelog_bound_from_progress(
                     changelogs[name], records, input_position(rows)
                 )
                 assert bound == ends_seen[index][name], f"batch {index}"

@@ -260,12 +260,83 @@ def test_changelog_offsets_number_each_partition_on_from_its_next(
 ) -> None:
     """A batch's records take consecutive offsets per partition, in order, on both paths."""
     from spark_statestore.native import ENV
-    from spark_statestore.sink.commit import _consecutive_offsets
+    from spark_statestore.sink.publication import consecutive_offsets
 
     parts = [2, 0, 2, 2, 1, 0]
     expected = ([10, 0, 11, 12, 5, 1], {0: 2, 1: 6, 2: 13})
     for path in ("0", "auto"):
         monkeypatch.setenv(ENV, path)
-        assert _consecutive_offsets(parts, {0: 0, 1: 5, 2: 10}) == expected
+        assert consecutive_offsets(parts, {0: 0, 1: 5, 2: 10}) == expected
         with pytest.raises(KeyError):
-            _consecutive_offsets([3], {0: 0})
+            consecutive_offsets([3], {0: 0})
+
+
+class InterleavingPublisher:
+    """A changelog whose batches were published while the tasks staged them: the rows of
+    different files interleave in a partition, in the order ``order`` gives as
+    ``(file, row)`` pairs (what the store host's ``publish_staged`` reports)."""
+
+    topic = "app-store-changelog"
+
+    def __init__(self, order: list[tuple[int, int]]) -> None:
+        self.order = order
+
+    def partition_count(self) -> int:
+        return 1
+
+    def published_batch(self, store_id: str) -> None:
+        return None
+
+    def publish(self, changes: Any, **_: Any) -> dict[int, int]:
+        raise AssertionError("the batch was streamed: publish_staged commits it")
+
+    def publish_staged(self, staging: StagingArea, batch: Any) -> Any:
+        from spark_statestore.sink.changes import StagedPublication
+
+        offsets: list[list[int]] = [[0] * staged.rows for staged in batch.files]
+        for offset, (file, row) in enumerate(self.order):
+            offsets[file][row] = offset
+        files = [([0] * len(o), o) for o in offsets]
+        return StagedPublication({0: len(self.order)}, 5_000, ([], []), files, interleaved=True)
+
+
+def test_interleaved_files_are_applied_as_the_changelog_orders_them(
+    make_store: MakeStore,
+) -> None:
+    """Rows of two tasks streamed into one transaction: a key both wrote keeps the value of
+    its last record in the changelog (a follower's), even when that is the earlier file's."""
+    store = make_store(topic="app-store-changelog")
+    staging = StagingArea(store.path)
+    first = stage(
+        staging, 0, 0, [(b"shared", b"from-0", None, None, None), (b"a", b"1", None, None, None)]
+    )
+    second = stage(
+        staging, 0, 1, [(b"shared", b"from-1", None, None, None), (b"b", b"2", None, None, None)]
+    )
+    # The changelog: file 1's "shared", file 0's "shared", then the rest.
+    publisher = InterleavingPublisher([(1, 0), (0, 0), (0, 1), (1, 1)])
+    batch = BatchToCommit("q1", 0, [second, first])
+    assert commit_batch(store, staging, batch, publisher) is CommitOutcome.COMMITTED  # type: ignore[arg-type]
+    with store.snapshot() as snapshot:
+        shared = snapshot.get_record(b"shared")
+        assert shared is not None and (shared.value, shared.offset) == (b"from-0", 1)
+        assert snapshot.get(b"a") == b"1" and snapshot.get(b"b") == b"2"
+        assert snapshot.get_record(b"b").offset == 3  # type: ignore[union-attr]
+
+
+def test_a_key_written_twice_by_the_last_file_keeps_its_last_row(make_store: MakeStore) -> None:
+    store = make_store(topic="app-store-changelog")
+    staging = StagingArea(store.path)
+    first = stage(
+        staging, 0, 0, [(b"k", b"early", None, None, None), (b"k", b"late", None, None, None)]
+    )
+    second = stage(staging, 0, 1, [(b"k", b"middle", None, None, None)])
+    publisher = InterleavingPublisher([(0, 0), (1, 0), (0, 1)])
+    commit_batch(store, staging, BatchToCommit("q1", 0, [first, second]), publisher)  # type: ignore[arg-type]
+    with store.snapshot() as snapshot:
+        record = snapshot.get_record(b"k")
+        assert record is not None and (record.value, record.offset, record.timestamp) == (
+            b"late",
+            2,
+            1_000,
+        )

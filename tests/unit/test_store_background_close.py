@@ -4,6 +4,7 @@ replays no log."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import threading
@@ -69,3 +70,56 @@ def test_a_store_closed_meanwhile_is_left_closed(tmp_path: Path) -> None:
     store.close_in_background()  # nothing to flush, nothing to close: no error
     with Store.open(path, LEADER) as again:
         assert again.get(b"missing") is None
+
+
+def test_another_process_opening_the_store_waits_for_the_close(tmp_path: Path) -> None:
+    """Spark's next step after a commit may open the store in another process (a snapshot
+    read, a test): it waits for the closing commit process instead of failing."""
+    import subprocess
+    import sys
+
+    from spark_statestore.store import crash
+
+    path = tmp_path / "store"
+    store = Store.open(path, LEADER, purpose="a commit")
+    _write(store, 10, b"x")
+    reached, go = threading.Event(), threading.Event()
+
+    def hold(point: str) -> None:
+        if point == "store.background_close":
+            reached.set()
+            go.wait(60)
+
+    crash.hook = hold
+    try:
+        store.close_in_background()
+        assert reached.wait(30)
+        owner = read_owner(str(path))
+        assert owner is not None and owner.closing
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys\n"
+                "from spark_statestore.store import Store\n"
+                "print('opening', flush=True)\n"
+                "with Store.open(sys.argv[1]) as s:\n"
+                "    print(s.get(b'key-000003').decode())\n",
+                str(path),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"opening\n"
+        # Without the closing mark it would fail at once (StoreLockedError): it waits.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=1)
+        assert child.poll() is None, child.communicate()
+        go.set()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err.decode()
+        assert out.decode().strip() == "x" * 40, out
+    finally:
+        go.set()
+        crash.hook = None

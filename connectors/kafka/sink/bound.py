@@ -13,7 +13,9 @@ partition *n* on store partition *n*, which holds other keys).
 
 So the bound Kafka Streams can answer is in changelog offsets. :func:`changelog_bound`
 translates a position of the leader (what a writer knows: "my order is orders-0 offset 41")
-into one: the ``c`` headers say which changelog records hold the writes up to that position.
+into one, from the sink's progress records: each names a batch's position (the store's, the
+batch merged) and the changelog offsets after its records. The first batch whose position
+reaches the wanted one holds the last of the writes up to it.
 """
 
 from __future__ import annotations
@@ -21,77 +23,68 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from spark_statestore.changelog import ChangelogRecord
+from spark_statestore.connectors.kafka.sink.progress import ProgressRecord
 from spark_statestore.errors import InvalidPositionError
 from spark_statestore.position import Position
 from spark_statestore.sink.errors import PositionNotPublishedError
 
-__all__ = ["changelog_bound", "changelog_bound_from_records"]
+__all__ = ["changelog_bound", "changelog_bound_from_progress"]
 
 
-def changelog_bound_from_records(
-    topic: str, records: Iterable[ChangelogRecord], position: Position
+def changelog_bound_from_progress(
+    topic: str, records: Iterable[ProgressRecord], position: Position, store_id: str | None = None
 ) -> Position:
     """The changelog offsets a follower of ``topic`` must have processed to reflect every
     write of the leader up to ``position``.
 
-    ``records`` are the committed records of the sink's changelog, each with its ``c``
-    header (the position of the leader after the batch that wrote it; every record of a
-    batch carries the same one, and they grow batch by batch). The batch that first reached
-    ``position`` is the one whose header is the smallest of those that reach it; the bound
-    is, per partition, the offset of the last record of that batch or an earlier one.
-    Partitions none of them wrote have no entry (nothing to wait for).
+    ``records`` are the sink's progress records, in order; those of ``store_id`` count (by
+    default the store of the last record: the changelog's current writer). Each batch's
+    position contains the last one's, so the first batch whose position reaches
+    ``position`` is the one that completed it, and the bound is, per partition, the offset
+    of the last record of that batch or an earlier one. Partitions none of them wrote have
+    no entry (nothing to wait for). So ``records`` must go back to the store's first batch:
+    the progress topic keeps its records (the sink never compacts or deletes them; a
+    compacted or short-retention topic would drop the end offsets of earlier batches).
 
     Raises
     ------
     PositionNotPublishedError
-        No record's header reaches ``position``: the leader has not published it (yet), or
-        reached it with batches that changed nothing (which publish no record). Nothing
-        tells these apart in the changelog, and guessing "every record so far" would give a
-        bound too weak in the first case.
+        No batch's position reaches ``position``: the leader has not committed it (yet), or
+        its commit is not readable yet.
     InvalidPositionError
-        A record has no position header (its leader knew no position: nothing links its
-        changelog to input offsets), or the headers that reach ``position`` do not grow
-        batch by batch (not one sink's changelog).
+        The batches name no position (a leader that knew no input position, or an older
+        sink), or their positions do not grow batch by batch (not one sink's).
     """
-    # Offsets per distinct header: as many entries as batches, not records.
-    last: dict[Position, dict[int, int]] = {}
-    count = 0
-    for record in records:
-        count += 1
+    chosen = [r for r in records if store_id is None or r.store_id == store_id]
+    if store_id is None and chosen:
+        last = chosen[-1].store_id
+        chosen = [r for r in chosen if r.store_id == last]
+    bound: dict[int, int] = {}
+    previous: Position | None = None
+    for record in chosen:
         if record.position is None:
             raise InvalidPositionError(
-                f"changelog {topic!r} partition {record.partition} offset {record.offset} has "
-                "no position header: its leader had no input position, so no bound in input "
-                "offsets can be translated; use the changelog's offsets directly"
+                f"changelog {topic!r}: batch {record.batch_id} of query {record.query_id} "
+                "names no position (its leader had no input position, or is older): no bound "
+                "in input offsets can be translated; use the changelog's offsets directly"
             )
-        offsets = last.setdefault(record.position, {})
-        if record.offset > offsets.get(record.partition, -1):
-            offsets[record.partition] = record.offset
-    reaching = [header for header in last if header.dominates(position)]
-    if not reaching:
-        raise PositionNotPublishedError(
-            f"none of the {count} records read from changelog {topic!r} carries a position "
-            f"that reaches {position}: the leader has not published it, or its commit is not "
-            "readable yet (wait for it and ask again), or it got there with batches that "
-            "changed nothing"
-        )
-    # In a chain the smallest has the smallest sum of offsets, or as small a sum and fewer
-    # topic-partitions.
-    first = min(reaching, key=lambda h: (sum(o for _, _, o in h), len(h.entries)))
-    unordered = [h for h in reaching if not h.dominates(first)]
-    if unordered:
-        raise InvalidPositionError(
-            f"changelog {topic!r}: position headers {first} and {unordered[0]} both reach "
-            f"{position} but neither contains the other; they do not come from one sink's "
-            "batches"
-        )
-    bound: dict[int, int] = {}
-    for header, offsets in last.items():
-        if first.dominates(header):
-            for partition, offset in offsets.items():
-                bound[partition] = max(offset, bound.get(partition, -1))
-    return Position.from_map({topic: bound})
+        if previous is not None and not record.position.dominates(previous):
+            raise InvalidPositionError(
+                f"changelog {topic!r}: batch {record.batch_id}'s position {record.position} "
+                f"does not contain the previous batch's {previous}; they do not come from one "
+                "sink's batches"
+            )
+        previous = record.position
+        for partition, end in record.changelog_end_offsets.items():
+            if end > 0:
+                bound[partition] = max(end - 1, bound.get(partition, -1))
+        if record.position.dominates(position):
+            return Position.from_map({topic: bound}) if bound else Position.from_map({})
+    raise PositionNotPublishedError(
+        f"none of the {len(chosen)} batches in {topic}-progress reached {position}: the "
+        "leader has not committed it, or its commit is not readable yet (wait for it and ask "
+        "again)"
+    )
 
 
 def changelog_bound(
@@ -101,27 +94,26 @@ def changelog_bound(
     *,
     timeout_s: float = 30.0,
     consumer_config: dict[str, Any] | None = None,
+    store_id: str | None = None,
 ) -> Position:
-    """:func:`changelog_bound_from_records` over the committed records of ``changelog``
-    (read from its start to its current last stable offset with ``read_committed``).
+    """:func:`changelog_bound_from_progress` over the committed records of
+    ``<changelog>-progress`` (one per batch; read up to its last stable offset).
 
-    It reads the records committed and readable when it is called: call it once the commit
-    that reached ``position`` is readable (its transaction markers written, a moment after
-    the commit returned). It reads the whole changelog: meant for tests and occasional
-    lookups, not per query.
-    ``PositionBound.at(changelog_bound(...))`` is then a bound a Kafka Streams store
-    following ``changelog`` (``addReadOnlyStateStore``) answers once it has those writes.
+    Call it once the commit that reached ``position`` is readable (its transaction markers
+    written, a moment after the commit returned). ``PositionBound.at(changelog_bound(...))``
+    is then a bound a Kafka Streams store following ``changelog``
+    (``addReadOnlyStateStore``) answers once it has those writes.
 
     Raises
     ------
     PositionNotPublishedError, InvalidPositionError
-        See :func:`changelog_bound_from_records`.
+        See :func:`changelog_bound_from_progress`.
     KafkaClientError
-        The changelog cannot be read within ``timeout_s``.
+        The progress topic cannot be read within ``timeout_s``.
     """
-    from spark_statestore.connectors.kafka.tail import tail_changelog
+    from spark_statestore.connectors.kafka.sink.progress import read_progress
 
-    records = tail_changelog(
-        bootstrap_servers, changelog, timeout_s=timeout_s, consumer_config=consumer_config
+    records = read_progress(
+        bootstrap_servers, changelog, config=consumer_config, timeout_s=timeout_s
     )
-    return changelog_bound_from_records(changelog, records, position)
+    return changelog_bound_from_progress(changelog, records, position, store_id)

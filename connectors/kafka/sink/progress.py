@@ -13,9 +13,10 @@ and only each store's latest record matters.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "ProgressRecord",
     "parse_progress_message",
     "read_last_progress",
+    "read_progress",
     "require_progress_topic",
 ]
 
@@ -269,17 +271,9 @@ def read_last_progress(
     ProgressRecordError
         The store's latest record is malformed (the error names its offset).
     """
-    topic = changelog_topic + PROGRESS_SUFFIX
     wanted = store_id.encode("utf-8")
-    consumer = clients.consumer(
-        bootstrap_servers,
-        config,
-        group="spark-statestore-progress",
-        what=f"progress topic {topic!r}",
-    )
-    try:
-        require_progress_topic(consumer, topic, timeout_s)
-        low, end = clients.watermarks(consumer, topic, 0, timeout_s)
+    with _progress_reader(bootstrap_servers, changelog_topic, config, timeout_s) as found:
+        consumer, topic, low, end = found
         window = _PROGRESS_WINDOW
         while end > low:
             start = max(low, end - window)
@@ -297,6 +291,56 @@ def read_last_progress(
                 return _parse_progress(latest, topic, store_id)
             end, window = start, window * 4
         return None
+
+
+def read_progress(
+    bootstrap_servers: str,
+    changelog_topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = 30.0,
+) -> list[ProgressRecord]:
+    """Every committed progress record of ``<changelog>-progress`` still in the topic, in
+    order (read_committed, up to its last stable offset when called).
+
+    Raises
+    ------
+    KafkaClientError
+        The progress topic is missing or has more than one partition, or cannot be read.
+    ProgressRecordError
+        A record is malformed (the error names its offset).
+    """
+    with _progress_reader(bootstrap_servers, changelog_topic, config, timeout_s) as found:
+        consumer, topic, low, end = found
+        return [
+            parse_progress_message(message, topic)
+            for message in read_ranges(
+                consumer,
+                topic,
+                {0: (low, end)},
+                fail_on_data_loss=False,  # a compacted topic keeps the last of each store
+                timeout_s=timeout_s,
+            )
+        ]
+
+
+@contextlib.contextmanager
+def _progress_reader(
+    bootstrap_servers: str, changelog_topic: str, config: Mapping[str, Any] | None, timeout_s: float
+) -> Iterator[tuple[Consumer, str, int, int]]:
+    """A consumer of ``<changelog>-progress`` (checked to exist with one partition), the
+    topic, and its first and last stable offsets."""
+    topic = changelog_topic + PROGRESS_SUFFIX
+    consumer = clients.consumer(
+        bootstrap_servers,
+        config,
+        group="spark-statestore-progress",
+        what=f"progress topic {topic!r}",
+    )
+    try:
+        require_progress_topic(consumer, topic, timeout_s)
+        low, end = clients.watermarks(consumer, topic, 0, timeout_s)
+        yield consumer, topic, low, end
     finally:
         consumer.close()
 

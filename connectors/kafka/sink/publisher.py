@@ -20,7 +20,7 @@ from spark_statestore.connectors.kafka.sink.progress import ProgressRecord, read
 from spark_statestore.connectors.kafka.sink.ranges import read_changelog_range
 from spark_statestore.connectors.kafka.sink.writer import ChangelogWriter, transactional_id_for
 from spark_statestore.position import Position
-from spark_statestore.sink.commit import Change, ChangelogRow, PublishedBatch
+from spark_statestore.sink.changes import Change, ChangeChunk, ChangelogRow, PublishedBatch
 from spark_statestore.sink.stats import SinkStats
 
 __all__ = ["KafkaChangelogPublisher"]
@@ -133,6 +133,56 @@ class KafkaChangelogPublisher:
         ends = writer.publish(changes, progress=progress)
         self._published = PublishedBatch(query_id, batch_id, dict(ends))
         return ends
+
+    # -- one batch in steps: the store host publishes a batch while its tasks stage it -----
+    def begin(self, store_id: str, batch_id: int) -> None:
+        """Begin batch ``batch_id``'s transaction (see :meth:`ChangelogWriter.begin`)."""
+        self._writer_for(store_id).begin(batch_id)
+
+    def produce_chunk(self, store_id: str, chunk: ChangeChunk) -> None:
+        """Produce ``chunk`` into the open transaction (see
+        :meth:`ChangelogWriter.produce_chunk`)."""
+        self._writer_for(store_id).produce_chunk(chunk)
+
+    def transaction_timeout_ms(self) -> int:
+        """The producer's ``transaction.timeout.ms`` (once its writer exists)."""
+        if self._writer is None:
+            raise KafkaClientError(f"changelog {self._topic!r}: no producer yet")
+        return self._writer.transaction_timeout_ms
+
+    def transaction_age_s(self) -> float | None:
+        """Seconds the open transaction has been open, or None."""
+        return None if self._writer is None else self._writer.transaction_age_s
+
+    def commit(
+        self,
+        *,
+        store_id: str,
+        query_id: str,
+        batch_id: int,
+        source_offsets: Any,
+        position: Position | None = None,
+    ) -> dict[int, int]:
+        """Commit the open transaction with the batch's progress record; its end offsets
+        (see :meth:`ChangelogWriter.commit`)."""
+        progress = ProgressRecord.for_batch(
+            store_id, query_id, batch_id, source_offsets, position=position
+        )
+        writer = self._writer_for(store_id)
+        self._published = None  # unknown until this transaction commits
+        ends = writer.commit(progress)
+        self._published = PublishedBatch(query_id, batch_id, dict(ends))
+        return ends
+
+    def abort(self, cause: BaseException) -> None:
+        """Abort the open transaction, if any (nothing of it becomes visible)."""
+        if self._writer is not None:
+            self._writer.abort_batch(cause)
+
+    @property
+    def healthy(self) -> bool:
+        """False once its writer is fenced or failed: make a new publisher."""
+        return self._writer is None or self._writer.ready
 
     def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
         for entry in read_changelog_range(

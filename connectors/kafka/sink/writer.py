@@ -62,7 +62,7 @@ from spark_statestore.connectors.kafka.sink.progress import (
     require_progress_topic,
 )
 from spark_statestore.position import Position
-from spark_statestore.sink.commit import ChangeChunk, ChangeChunks
+from spark_statestore.sink.changes import ChangeChunk, ChangeChunks
 from spark_statestore.sink.stats import PublishReport, SinkStats
 
 __all__ = [
@@ -269,6 +269,16 @@ class ChangelogWriter:
     @property
     def transactional_id(self) -> str:
         return self._transactional_id
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        """Its ``transaction.timeout.ms``."""
+        return self._txn_timeout_ms
+
+    @property
+    def ready(self) -> bool:
+        """True while it can publish (initialized, not fenced, failed or closed)."""
+        return self._state is _State.READY
 
     def partition_count(self) -> int:
         """The changelog's partition count (asks the cluster).

@@ -194,6 +194,38 @@ class StoreHostClient:
             raise self._error(exc) from exc
         return table, _position(table.schema)
 
+    def exchange(self, descriptor: Any, timeout_s: float | None) -> tuple[Any, Any]:
+        """A ``DoExchange`` call with this client's headers: ``(writer, reader)``."""
+        return self._client.do_exchange(descriptor, self._options(timeout_s))  # type: ignore[no-any-return]
+
+    def action(self, name: str, body: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
+        """A Flight action with a JSON body; its JSON reply.
+
+        Raises
+        ------
+        ServeError
+            If the host is unreachable or refuses the call.
+        """
+        import pyarrow as pa
+        import pyarrow.flight as flight
+
+        try:
+            results = list(
+                self._client.do_action(
+                    flight.Action(name, json.dumps(body).encode()), self._options(timeout_s)
+                )
+            )
+        except pa.ArrowException as exc:
+            raise self._error(exc) from exc
+        if not results:
+            return {}
+        reply = json.loads(results[-1].body.to_pybytes())
+        return reply if isinstance(reply, dict) else {"reply": reply}
+
+    def error(self, exc: BaseException) -> Exception:
+        """The store's error for a failed call of this client."""
+        return self._error(exc)
+
     def close(self) -> None:
         """Close the connection."""
         self._client.close()
@@ -207,7 +239,7 @@ class StoreHostClient:
 
 def _position(schema: pa.Schema) -> Position:
     """The snapshot position the host put in a reply's schema metadata."""
-    from spark_statestore.connectors.spark.host.server import POSITION_METADATA
+    from spark_statestore.connectors.spark.host.requests import POSITION_METADATA
     from spark_statestore.serve.errors import ServeError
 
     raw = (schema.metadata or {}).get(POSITION_METADATA)

@@ -35,6 +35,7 @@ __all__ = [
     "METRICS_PORT_VARIABLE",
     "PORT_VARIABLE",
     "START_TIMEOUT_S",
+    "driver_store_host",
     "ensure_store_host",
     "start_store_host",
 ]
@@ -42,6 +43,15 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0
+
+
+def driver_store_host() -> HostRecord | None:
+    """The record of this process's Spark driver's store host (started when none runs), for
+    the driver's own processes (a sink commit); None outside a Spark driver."""
+    driver = spark_jvm()
+    if driver is None:
+        return None
+    return start_store_host(driver, driver_deployment())
 
 
 def ensure_store_host() -> HostRef | None:
@@ -88,6 +98,9 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
 
     host = deployment.host if previous is None else previous.host
     token = new_token() if previous is None else previous.ref.token
+    commit_token = (
+        new_token() if previous is None or previous.commit_token is None else previous.commit_token
+    )
     tls: tuple[bytes, bytes] | None = None
     # A host on TLS is in mutual-TLS mode with the one client certificate the plans carry:
     # a peer without it never gets a message buffered (gRPC reads a whole message before
@@ -105,7 +118,7 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
     metrics_port = _configured_port(METRICS_PORT_VARIABLE)
     errors = []
     for port in ports:
-        reply, process = _launch(driver, host, port, token, tls, client, metrics_port)
+        reply, process = _launch(driver, host, port, token, tls, client, metrics_port, commit_token)
         if "ready" in reply:
             pid = ProcessId.of(process.pid)
             if pid is None:
@@ -137,6 +150,7 @@ def _start(driver: ProcessId, deployment: Deployment, previous: HostRecord | Non
                 ),
                 None if tls is None else tls[1],
                 None if metrics is None else str(metrics),
+                commit_token,
             )
         errors.append(str(reply.get("error", reply)))
     raise SparkSourceError(
@@ -178,6 +192,7 @@ def _launch(
     tls: tuple[bytes, bytes] | None,
     client: tuple[bytes, bytes] | None,
     metrics_port: int | None,
+    commit_token: str,
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
     request = {
         "host": host,
@@ -188,6 +203,7 @@ def _launch(
         "tls_client_ca": None if client is None else client[0].decode("ascii"),
         "watch": [driver.pid, driver.start],
         "metrics_port": metrics_port,
+        "commit_token": commit_token,
     }
     return start_detached(
         "spark_statestore.connectors.spark.host", request, _log_path(driver), START_TIMEOUT_S

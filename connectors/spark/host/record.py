@@ -62,6 +62,9 @@ class HostRecord:
         The private key of its certificate (PEM), to restart it with the same one.
     metrics_url
         Where it serves its metrics (``SPARK_STATESTORE_HOST_METRICS_PORT``), or None.
+    commit_token
+        The token the sink's commits carry to have it publish a changelog (never in the
+        plan); None for a host started by an earlier version.
     """
 
     process: ProcessId
@@ -71,6 +74,7 @@ class HostRecord:
     ref: HostRef
     tls_key: bytes | None = None
     metrics_url: str | None = None
+    commit_token: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         certs = self.ref.tls_root_certs
@@ -87,6 +91,7 @@ class HostRecord:
             "tls_client_cert": None if client_cert is None else client_cert.decode("ascii"),
             "tls_client_key": None if client_key is None else client_key.decode("ascii"),
             "metrics_url": self.metrics_url,
+            "commit_token": self.commit_token,
         }
 
     @classmethod
@@ -97,6 +102,7 @@ class HostRecord:
             # A host started by an earlier version has no client certificate (no mutual TLS).
             client_cert, client_key = data.get("tls_client_cert"), data.get("tls_client_key")
             metrics_url = data.get("metrics_url")
+            commit_token = data.get("commit_token")
             return cls(
                 ProcessId(int(data["process"][0]), str(data["process"][1])),
                 ProcessId(int(data["driver"][0]), str(data["driver"][1])),
@@ -111,6 +117,7 @@ class HostRecord:
                 ),
                 None if key is None else str(key).encode("ascii"),
                 None if metrics_url is None else str(metrics_url),
+                None if commit_token is None else str(commit_token),
             )
         except (KeyError, IndexError, TypeError, ValueError, UnicodeError):
             return None

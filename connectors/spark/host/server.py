@@ -40,6 +40,16 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.driver import ProcessId
+from spark_statestore.connectors.spark.host.changelogs import (
+    HostChangelogs,
+    published_while_staged,
+)
+from spark_statestore.connectors.spark.host.requests import (
+    POSITION_METADATA,
+    bad_request,
+    decode_request,
+    store_path,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,9 +60,6 @@ __all__ = ["POSITION_METADATA", "StoreHostServer", "main"]
 
 _log = logging.getLogger(__name__)
 
-POSITION_METADATA = b"spark_statestore.position"
-"""Schema metadata of a scan or lookup reply: the snapshot's position (offsets JSON)."""
-MAX_REQUEST_BYTES = 64 * 1024
 DEFAULT_WAIT_S = 0.0
 STAGE, SCAN, LOOKUP = "stage", "scan", "lookup"
 """The kinds of call a host answers (its metrics' ``kind``)."""
@@ -86,6 +93,7 @@ class StoreHostServer:
         tls_client_ca: bytes | None = None,
         *,
         metrics_port: int | None = None,
+        commit_token: str | None = None,
     ) -> None:
         from spark_statestore.serve.auth import check_token, require_tls_beyond_loopback
         from spark_statestore.serve.calls import CallStats
@@ -102,6 +110,7 @@ class StoreHostServer:
         self._staged_lock = threading.Lock()
         self._staged_rows = 0
         self._staged_bytes = 0
+        self._commit_token = commit_token
         self.metrics: MetricsServer | None = None
         scheme = "grpc+tcp" if tls_certificates is None else "grpc+tls"
         bracketed = f"[{host}]" if ":" in host else host
@@ -110,6 +119,9 @@ class StoreHostServer:
         )
         self.port: int = self._service.port
         self.location = f"{scheme}://{bracketed}:{self.port}"
+        # The stores' changelogs it publishes while their tasks stage (the commit's calls
+        # carry the commit token; the tasks' token, in the plan, lets nobody publish).
+        self.changelogs = HostChangelogs(self.location, commit_token)
         self._thread = threading.Thread(target=self._service.wait, name="store-host", daemon=True)
         self._thread.start()
         _log.info("store host serving at %s", self.location)
@@ -146,19 +158,31 @@ class StoreHostServer:
         """Write a task's rows into its store's staging area; the staged file, as JSON."""
         from spark_statestore.sink.staging import StagingArea
 
-        store = _store_path(request)
+        store = store_path(request)
         numbers = {}
         for name in ("batch_id", "partition_id", "attempt"):
             value = request.get(name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise _bad(f"stage: {name} must be an int >= 0, got {value!r}")
+                raise bad_request(f"stage: {name} must be an int >= 0, got {value!r}")
             numbers[name] = value
         query_id = request.get("query_id")
         if not isinstance(query_id, str):
-            raise _bad("stage: query_id must be a string")
-        staged = StagingArea(store).stage(
-            query_id, numbers["batch_id"], numbers["partition_id"], numbers["attempt"], batches
+            raise bad_request("stage: query_id must be a string")
+        streaming = self.changelogs.streaming(
+            store, query_id, numbers["batch_id"], numbers["partition_id"], numbers["attempt"]
         )
+        if streaming is not None:
+            batches = published_while_staged(*streaming, batches)
+        try:
+            staged = StagingArea(store).stage(
+                query_id, numbers["batch_id"], numbers["partition_id"], numbers["attempt"], batches
+            )
+        except BaseException:
+            if streaming is not None:
+                streaming[0].broken(streaming[1])
+            raise
+        if streaming is not None:
+            streaming[0].staged(streaming[1], staged)
         with self._staged_lock:
             self._staged_rows += staged.rows
             self._staged_bytes += staged.size
@@ -187,7 +211,9 @@ class StoreHostServer:
             not isinstance(framed_ids, list)
             or not all(isinstance(i, int) and not isinstance(i, bool) for i in framed_ids)
         ):
-            raise _bad(f"lookup: framed_ids must be a list of schema ids, got {framed_ids!r}")
+            raise bad_request(
+                f"lookup: framed_ids must be a list of schema ids, got {framed_ids!r}"
+            )
         return lookup_current(
             store,
             keys,
@@ -201,7 +227,7 @@ class StoreHostServer:
         """The store, bound and wait (capped at 600 s) of a scan or lookup request."""
         from spark_statestore.position import PositionBound
 
-        store = _store_path(request)
+        store = store_path(request)
         raw_bound = request.get("bound")
         try:
             bound = (
@@ -210,10 +236,10 @@ class StoreHostServer:
                 else PositionBound.from_dict(raw_bound)
             )
         except Exception as exc:  # a StateStoreError or a type error from a bad body
-            raise _bad(f"{what}: bad bound {str(raw_bound)[:200]!r}: {exc}") from exc
+            raise bad_request(f"{what}: bad bound {str(raw_bound)[:200]!r}: {exc}") from exc
         wait_s = request.get("wait_s", DEFAULT_WAIT_S)
         if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or wait_s < 0:
-            raise _bad(f"{what}: wait_s must be a number >= 0, got {wait_s!r}")
+            raise bad_request(f"{what}: wait_s must be a number >= 0, got {wait_s!r}")
         return store, bound, min(float(wait_s), 600.0)
 
     def run(self, watch: ProcessId | None) -> None:
@@ -223,28 +249,13 @@ class StoreHostServer:
         wait_until_stopped(self.stopped, watch, "the store host")
 
     def close(self) -> None:
-        """Stop serving (the metrics endpoint too)."""
+        """Stop serving (the metrics endpoint too), aborting open changelog transactions."""
         self.stopped.set()
+        self.changelogs.close()
         if self.metrics is not None:
             self.metrics.close()
         with contextlib.suppress(Exception):
             self._service.shutdown()
-
-
-def _bad(message: str) -> Exception:
-    from spark_statestore.serve.errors import BadRequestError
-
-    return BadRequestError(message)
-
-
-def _store_path(request: Mapping[str, Any]) -> str:
-    """The request's store directory: an absolute, normalized path."""
-    store = request.get("store")
-    if not isinstance(store, str) or not os.path.isabs(store) or "\0" in store:
-        raise _bad(f"the store must be an absolute path, got {str(store)[:200]!r}")
-    if os.path.normpath(store) != store.rstrip("/") or store.rstrip("/") == "":
-        raise _bad(f"the store path {store[:200]!r} is not normalized")
-    return store.rstrip("/")
 
 
 def _until_end_marker(reader: Any) -> Iterator[pa.RecordBatch]:
@@ -256,28 +267,16 @@ def _until_end_marker(reader: Any) -> Iterator[pa.RecordBatch]:
     for chunk in reader:
         if chunk.data is not None and chunk.data.num_rows:
             if end is not None:
-                raise _bad("stage: rows after the end marker")
+                raise bad_request("stage: rows after the end marker")
             rows += chunk.data.num_rows
             yield chunk.data
         if chunk.app_metadata is not None:
-            end = _decode(chunk.app_metadata.to_pybytes(), "stage end marker").get("end")
+            end = decode_request(chunk.app_metadata.to_pybytes(), "stage end marker").get("end")
     if end != rows:
-        raise _bad(
+        raise bad_request(
             f"stage: the task's stream ended after {rows} rows without its end marker "
             f"(got {end!r}): it failed mid-write; nothing is staged"
         )
-
-
-def _decode(raw: bytes, what: str) -> dict[str, Any]:
-    if len(raw) > MAX_REQUEST_BYTES:
-        raise _bad(f"{what}: request of {len(raw)} bytes, more than {MAX_REQUEST_BYTES}")
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise _bad(f"{what}: not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise _bad(f"{what}: not a JSON object")
-    return data
 
 
 @functools.cache
@@ -346,9 +345,9 @@ def _service_class() -> type:
             server = self._server
             try:
                 with server.calls.call(STAGE):
-                    request = _decode(descriptor.command, "stage")
+                    request = decode_request(descriptor.command, "stage")
                     if not reader.schema.equals(staged_schema()):
-                        raise _bad(
+                        raise bad_request(
                             f"stage: rows of schema {reader.schema} instead of the staged schema"
                         )
                     reply = server.stage(request, _until_end_marker(reader))
@@ -361,7 +360,7 @@ def _service_class() -> type:
             began = time.monotonic()
             stack = contextlib.ExitStack()
             try:
-                request = _decode(ticket.ticket, "scan")
+                request = decode_request(ticket.ticket, "scan")
                 spec = ScanSpec.from_json(str(request.get("scan", "")))
                 snapshot = stack.enter_context(server.snapshot(request, "scan"))
                 schema = with_position(snapshot.position)
@@ -386,13 +385,39 @@ def _service_class() -> type:
             return flight.GeneratorStream(schema, stream())
 
         def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+            from spark_statestore.connectors.spark.host.publishing import PUBLISH_STAGED
+
+            try:
+                request = decode_request(descriptor.command, "exchange")
+            except Exception as exc:
+                raise to_flight_error(self._server, exc) from exc
+            if request.get("kind") == PUBLISH_STAGED:
+                try:
+                    self._server.changelogs.publish_staged(request, reader, writer)
+                except Exception as exc:
+                    raise to_flight_error(self._server, exc) from exc
+                return
             with self._server.calls.call(LOOKUP):
                 self._lookup(descriptor, reader, writer)
+
+        def do_action(self, context: Any, action: Any) -> Iterator[Any]:
+            from spark_statestore.connectors.spark.host import publishing
+
+            server = self._server
+            name = action.type
+            try:
+                if name not in (publishing.EXPECT, publishing.PUBLISHED, publishing.ABORT):
+                    raise bad_request(f"the store host has no action {name!r}")
+                body = decode_request(action.body.to_pybytes(), name)
+                reply = server.changelogs.action(name, body)
+            except Exception as exc:
+                raise to_flight_error(server, exc) from exc
+            return iter([flight.Result(json.dumps(reply).encode())])
 
         def _lookup(self, descriptor: Any, reader: Any, writer: Any) -> None:
             server = self._server
             try:
-                request = _decode(descriptor.command, "lookup")
+                request = decode_request(descriptor.command, "lookup")
                 arrays = [
                     chunk.data.column(0).cast(pa.binary())
                     for chunk in reader
@@ -426,6 +451,7 @@ def main() -> int:
             None if tls is None else (tls[0].encode("ascii"), tls[1].encode("ascii")),
             None if client_ca is None else client_ca.encode("ascii"),
             metrics_port=None if metrics_port is None else int(metrics_port),
+            commit_token=request.get("commit_token"),
         )
 
     def ready(server: Any) -> dict[str, Any]:

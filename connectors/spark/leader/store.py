@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
+    from spark_statestore.connectors.spark.host.publishing import HostPublisher
+    from spark_statestore.connectors.spark.host.record import HostRecord
     from spark_statestore.connectors.spark.options import SinkOptions
     from spark_statestore.sink.commit import BatchToCommit, CommitOutcome
     from spark_statestore.sink.stats import SinkStats
@@ -26,15 +28,29 @@ OWNER_WAIT_S = 120.0
 
 
 def changelog_publisher(
-    options: SinkOptions, stats: SinkStats | None = None
-) -> KafkaChangelogPublisher | None:
+    options: SinkOptions, stats: SinkStats | None = None, host: HostRecord | None = None
+) -> KafkaChangelogPublisher | HostPublisher | None:
     """The publisher of the sink's changelog, or None when it publishes none; ``stats``
-    counts what it publishes (the sink's store server's, for its metrics)."""
+    counts what it publishes (the sink's store server's, for its metrics). With the
+    driver's store ``host``, the host publishes (while the tasks stage, when it can)."""
     if options.changelog is None:
         return None
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 
     assert options.bootstrap_servers is not None and options.application_id is not None
+    if host is not None and host.commit_token is not None:
+        from spark_statestore.connectors.spark.host.publishing import HostPublisher
+
+        return HostPublisher(
+            host.ref,
+            host.commit_token,
+            os.path.abspath(options.path),
+            options.bootstrap_servers,
+            options.changelog,
+            application_id=options.application_id,
+            config=options.kafka,
+            stats=stats,
+        )
     return KafkaChangelogPublisher(
         options.bootstrap_servers,
         options.changelog,
@@ -67,10 +83,11 @@ def open_leader_store(
 
 def commit_here(options: SinkOptions, batch: BatchToCommit) -> CommitOutcome:
     """Commit ``batch`` in this process: open the store and the publisher, commit, close."""
+    from spark_statestore.connectors.spark.host.launch import driver_store_host
     from spark_statestore.sink.commit import commit_batch
     from spark_statestore.sink.staging import StagingArea
 
-    publisher = changelog_publisher(options)
+    publisher = changelog_publisher(options, host=driver_store_host())
     try:
         partitions = 1 if publisher is None else publisher.partition_count()
         purpose = f"spark_statestore sink commit (pid {os.getpid()})"

@@ -1,0 +1,233 @@
+"""A batch's staged rows as a changelog publisher produces them and as the store writes
+them: columns for the producer, each record's partition and offset, the store's Arrow
+columns, and which rows a store applies when the files' records interleave in the changelog
+(the store host published them while the tasks staged them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from spark_statestore.sink.changes import (
+    ChangeChunk,
+    ChangeChunks,
+    ChangelogPublisher,
+    StagedBatch,
+    StagedPublication,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from spark_statestore.changelog.columns import RecordColumns
+    from spark_statestore.sink.staging import StagedFile, StagingArea
+
+__all__ = [
+    "consecutive_offsets",
+    "kept_rows",
+    "publish_staged_changes",
+    "publishing_columns",
+    "record_columns",
+]
+
+
+def publish_staged_changes(
+    publisher: ChangelogPublisher, staging: StagingArea, batch: StagedBatch
+) -> StagedPublication:
+    """Publish ``batch`` through ``publisher.publish`` in one transaction, in commit order
+    (the tombstones, then each file's rows), and say where each record went."""
+    from spark_statestore.changelog import partitions_for_keys
+
+    partitions = publisher.partition_count()
+    absent = list(batch.absent)
+    header = batch.header
+    # Each key's partition is computed once (column-wise in Arrow), while publishing, and
+    # reused for the envelopes.
+    absent_parts = partitions_for_keys(absent, partitions)
+    file_parts: list[list[list[int]]] = [[] for _ in batch.files]
+    # Rows without a timestamp get the batch's commit time, chosen once, so the changelog
+    # record, the leader's envelope and every follower (or a roll-forward) agree on it. So do
+    # rows stamped 0: a changelog record cannot carry 0 (see Change).
+    now_ms = int(time.time() * 1000)
+
+    def chunks() -> Iterator[ChangeChunk]:
+        if absent:
+            count = len(absent)
+            yield ChangeChunk(list(absent), [None] * count, [now_ms] * count, absent_parts, header)
+        for staged, parts_of_file in zip(batch.files, file_parts, strict=True):
+            for records in staging.read(staged):
+                keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
+                parts = partitions_for_keys(keys, partitions)
+                parts_of_file.append(parts)
+                yield ChangeChunk(keys, values, stamps, parts, header)
+
+    ends = publisher.publish(
+        ChangeChunks(chunks()),
+        store_id=batch.store_id,
+        query_id=batch.query_id,
+        batch_id=batch.batch_id,
+        source_offsets=batch.source_offsets,
+        position=header,
+    )
+    # The sink is the changelog's only writer (fenced by its transactional id), so a
+    # partition's records of this batch hold the offsets just below its end, in order.
+    counts: Counter[int] = Counter(absent_parts)
+    for chunks_of_file in file_parts:
+        for parts in chunks_of_file:
+            counts.update(parts)
+    next_offset = {p: ends[p] - n for p, n in counts.items()}
+    absent_offsets, next_offset = consecutive_offsets(absent_parts, next_offset)
+    files: list[tuple[Sequence[int], Sequence[int]]] = []
+    for chunks_of_file in file_parts:
+        parts_all: list[int] = []
+        offsets_all: list[int] = []
+        for parts in chunks_of_file:
+            offsets, next_offset = consecutive_offsets(parts, next_offset)
+            parts_all += parts
+            offsets_all += offsets
+        files.append((parts_all, offsets_all))
+    return StagedPublication(ends, now_ms, (absent_parts, absent_offsets), files)
+
+
+def kept_rows(
+    staging: StagingArea, ordered: Sequence[StagedFile], publication: StagedPublication
+) -> list[pa.Array | None]:
+    """Per staged file, which of its rows the store applies (None: all of them) when the
+    files' records interleave in the changelog: a key written by several files keeps only
+    the rows of the file that published its last record. Applied file by file, each file's
+    rows in order, every key then ends at its last record in the changelog (a key's records
+    are all in its partition, and one file's in offset order), as its followers' do. Reads
+    the keys only (and keeps them in memory: the store host streams a batch only while its
+    keys fit the commit's memory budget)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = []
+    for number, (staged_file, (_, offsets)) in enumerate(
+        zip(ordered, publication.files, strict=True)
+    ):
+        column = [records.column("key") for records in staging.read(staged_file)]
+        count = sum(len(chunk) for chunk in column)
+        keys.append(
+            pa.table(
+                {
+                    "key": pa.chunked_array(column, pa.binary()),
+                    "file": pa.repeat(pa.scalar(number, pa.int32()), count),
+                    "row": pa.array(range(count), pa.int64()),
+                    "offset": _int_array(offsets, pa.int64()),
+                }
+            )
+        )
+    if not keys:
+        return []
+    table = pa.concat_tables(keys)
+    counts = table.group_by("key").aggregate([("file", "count_distinct"), ("offset", "max")])
+    shared = counts.filter(pc.greater(counts.column("file_count_distinct"), 1))
+    if shared.num_rows == 0:
+        return [None] * len(ordered)
+    winners = (
+        table.join(shared.select(["key", "offset_max"]), keys="key", join_type="inner")
+        .filter(pc.equal(pc.field("offset"), pc.field("offset_max")))
+        .select(["key", "file"])
+        .rename_columns(["key", "winner"])
+    )
+    marked = table.join(winners, keys="key", join_type="left outer")
+    keep = pc.or_(pc.is_null(marked.column("winner")), pc.equal(marked["winner"], marked["file"]))
+    marked = marked.append_column("keep", pc.fill_null(keep, True))
+    masks: list[pa.Array | None] = []
+    for number in range(len(ordered)):
+        rows = marked.filter(pc.equal(marked.column("file"), number))
+        rows = rows.take(pc.sort_indices(rows.column("row")))
+        masks.append(rows.column("keep").combine_chunks())
+    return masks
+
+
+def _int_array(values: Sequence[int] | pa.Array, kind: pa.DataType) -> pa.Array:
+    import pyarrow as pa
+
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values.cast(kind)
+    return pa.array(values, kind)
+
+
+def consecutive_offsets(
+    partitions: list[int], next_offset: dict[int, int]
+) -> tuple[list[int], dict[int, int]]:
+    """The offsets of records written in order to ``partitions``, each partition's numbered
+    on from ``next_offset``; and the next offsets after them."""
+    from spark_statestore import native
+
+    extension = native.module()
+    if extension is not None:
+        offsets, after = extension.consecutive_offsets(partitions, next_offset)
+        return offsets, after
+    offsets = []
+    for p in partitions:
+        offsets.append(next_offset[p])
+        next_offset[p] += 1
+    return offsets, next_offset
+
+
+def publishing_columns(
+    records: pa.RecordBatch, stamp_ms: int
+) -> tuple[list[bytes], list[bytes | None], list[int]]:
+    """A staged record batch's keys, values and timestamps as a publisher produces them
+    (Python lists; rows without a timestamp, or with 0, stamped ``stamp_ms``)."""
+    keys, values, _, _, stamps = _columns(records, stamp_ms, publishing=True)
+    return keys, values, stamps
+
+
+def _columns(
+    records: pa.RecordBatch, default_stamp: int = -1, *, publishing: bool = False
+) -> tuple[list[Any], ...]:
+    """Publisher arguments from a staged record batch: keys, values, -1 partitions and
+    offsets, and :func:`_stamps` (as Python lists, which the producer takes)."""
+    keys = records.column("key").to_pylist()
+    count = len(keys)
+    stamps = _stamps(records, default_stamp, publishing).to_pylist()
+    return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamps
+
+
+def _stamps(records: pa.RecordBatch, default_stamp: int, publishing: bool) -> pa.Array:
+    """The rows' timestamps; rows without one get ``default_stamp`` (-1: none), and so do
+    rows stamped 0 when ``publishing`` (see :data:`Change`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    stamps = records.column("timestamp")
+    if publishing:
+        stamps = pc.if_else(pc.equal(stamps, 0), pa.scalar(None, pa.int64()), stamps)
+    filled: pa.Array = stamps.fill_null(default_stamp)
+    return filled
+
+
+def record_columns(
+    records: pa.RecordBatch,
+    default_stamp: int = -1,
+    partitions: Sequence[int] | pa.Array | None = None,
+    offsets: Sequence[int] | pa.Array | None = None,
+    *,
+    publishing: bool = False,
+) -> RecordColumns:
+    """A staged record batch as the store writes it, in Arrow columns (no Python object per
+    row): its changelog ``partitions`` and ``offsets`` (-1 each without a changelog: a sink
+    that publishes none has no changelog coordinates) and :func:`_stamps`."""
+    import pyarrow as pa
+
+    from spark_statestore.changelog.columns import RecordColumns
+
+    count = records.num_rows
+    return RecordColumns(
+        records.column("key"),
+        records.column("value"),
+        pa.repeat(pa.scalar(-1, pa.int32()), count)
+        if partitions is None
+        else _int_array(partitions, pa.int32()),
+        pa.repeat(pa.scalar(-1, pa.int64()), count)
+        if offsets is None
+        else _int_array(offsets, pa.int64()),
+        _stamps(records, default_stamp, publishing),
+    )
