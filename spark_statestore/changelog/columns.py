@@ -113,10 +113,6 @@ class RecordColumns:
         selected = pc.indices_nonzero(mask).to_pylist()
         return self.take(selected), selected
 
-    def filtered(self, mask: pa.Array) -> RecordColumns:
-        """The records where ``mask`` (a boolean array of their length) is true, in order."""
-        return self._each(lambda column: column.filter(mask))
-
     def take(self, indexes: Sequence[int]) -> RecordColumns:
         """The records at ``indexes``, in that order."""
         import pyarrow as pa

@@ -158,7 +158,3 @@ class StagedPublication:
     """Partitions and offsets of the tombstones, in :attr:`StagedBatch.absent` order."""
     files: Sequence[tuple[Sequence[int] | pa.Array, Sequence[int] | pa.Array]]
     """Per staged file (commit order): each row's partition and offset, in row order."""
-    interleaved: bool = False
-    """True when the rows of different files may interleave within a partition (published
-    while the tasks staged them): the store then applies them in offset order, so a key's
-    last record in the changelog is its value in the store."""

@@ -29,7 +29,6 @@ from spark_statestore.sink.changes import (
     StagedPublication,
 )
 from spark_statestore.sink.publication import (
-    kept_rows,
     publish_staged_changes,
     record_columns,
 )
@@ -267,25 +266,19 @@ def _publish_and_apply(
     with store.begin() as txn:
         for key in absent:
             txn.delete(key)  # a delete keeps nothing locally, but it took its offset
-        masks: list[pa.Array | None] = [None] * len(ordered)
-        if publication.interleaved and len(ordered) > 1:
-            masks = kept_rows(staging, ordered, publication)
-        for staged_file, (parts, offsets), mask in zip(
-            ordered, publication.files, masks, strict=True
-        ):
+        for staged_file, (parts, offsets) in zip(ordered, publication.files, strict=True):
             first = 0
             for records in staging.read(staged_file):
                 last = first + records.num_rows
-                columns = record_columns(
-                    records,
-                    publication.stamp_ms,
-                    parts[first:last],
-                    offsets[first:last],
-                    publishing=True,
+                txn.put_records(
+                    record_columns(
+                        records,
+                        publication.stamp_ms,
+                        parts[first:last],
+                        offsets[first:last],
+                        publishing=True,
+                    )
                 )
-                if mask is not None:
-                    columns = columns.filtered(mask.slice(first, last - first))
-                txn.put_records(columns)
                 first = last
         if not position.is_empty():
             txn.merge_position(position)

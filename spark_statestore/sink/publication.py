@@ -1,7 +1,6 @@
 """A batch's staged rows as a changelog publisher produces them and as the store writes
-them: columns for the producer, each record's partition and offset, the store's Arrow
-columns, and which rows a store applies when the files' records interleave in the changelog
-(the store host published them while the tasks staged them).
+them: columns for the producer, each record's partition and offset, and the store's Arrow
+columns.
 """
 
 from __future__ import annotations
@@ -23,11 +22,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from spark_statestore.changelog.columns import RecordColumns
-    from spark_statestore.sink.staging import StagedFile, StagingArea
+    from spark_statestore.sink.staging import StagingArea
 
 __all__ = [
     "consecutive_offsets",
-    "kept_rows",
     "publish_staged_changes",
     "publishing_columns",
     "record_columns",
@@ -90,59 +88,6 @@ def publish_staged_changes(
             offsets_all += offsets
         files.append((parts_all, offsets_all))
     return StagedPublication(ends, now_ms, (absent_parts, absent_offsets), files)
-
-
-def kept_rows(
-    staging: StagingArea, ordered: Sequence[StagedFile], publication: StagedPublication
-) -> list[pa.Array | None]:
-    """Per staged file, which of its rows the store applies (None: all of them) when the
-    files' records interleave in the changelog: a key written by several files keeps only
-    the rows of the file that published its last record. Applied file by file, each file's
-    rows in order, every key then ends at its last record in the changelog (a key's records
-    are all in its partition, and one file's in offset order), as its followers' do. Reads
-    the keys only (and keeps them in memory: the store host streams a batch only while its
-    keys fit the commit's memory budget)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    keys = []
-    for number, (staged_file, (_, offsets)) in enumerate(
-        zip(ordered, publication.files, strict=True)
-    ):
-        column = [records.column("key") for records in staging.read(staged_file)]
-        count = sum(len(chunk) for chunk in column)
-        keys.append(
-            pa.table(
-                {
-                    "key": pa.chunked_array(column, pa.binary()),
-                    "file": pa.repeat(pa.scalar(number, pa.int32()), count),
-                    "row": pa.array(range(count), pa.int64()),
-                    "offset": _int_array(offsets, pa.int64()),
-                }
-            )
-        )
-    if not keys:
-        return []
-    table = pa.concat_tables(keys)
-    counts = table.group_by("key").aggregate([("file", "count_distinct"), ("offset", "max")])
-    shared = counts.filter(pc.greater(counts.column("file_count_distinct"), 1))
-    if shared.num_rows == 0:
-        return [None] * len(ordered)
-    winners = (
-        table.join(shared.select(["key", "offset_max"]), keys="key", join_type="inner")
-        .filter(pc.equal(pc.field("offset"), pc.field("offset_max")))
-        .select(["key", "file"])
-        .rename_columns(["key", "winner"])
-    )
-    marked = table.join(winners, keys="key", join_type="left outer")
-    keep = pc.or_(pc.is_null(marked.column("winner")), pc.equal(marked["winner"], marked["file"]))
-    marked = marked.append_column("keep", pc.fill_null(keep, True))
-    masks: list[pa.Array | None] = []
-    for number in range(len(ordered)):
-        rows = marked.filter(pc.equal(marked.column("file"), number))
-        rows = rows.take(pc.sort_indices(rows.column("row")))
-        masks.append(rows.column("keep").combine_chunks())
-    return masks
 
 
 def _int_array(values: Sequence[int] | pa.Array, kind: pa.DataType) -> pa.Array:

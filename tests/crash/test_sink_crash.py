@@ -16,8 +16,9 @@ file, and checks:
   apart, in that order (nothing is committed twice, nothing committed is lost);
 * after each completed restart, in addition: the store is the fold of all the input; the
   changelog read with read_committed holds every input row exactly once and nothing else,
-  each with its timestamp and the position header of its batch, batches in order and each
-  file's rows in order (Spark orders the files of one batch as it likes); each key's
+  each with its timestamp and a position header within its batch's (past its row), batches
+  in order, and each key's last record of a batch is its last row in the batch (a batch's
+  tasks may publish while they stage, so their rows interleave); each key's
   envelope names the changelog record that wrote it (partition, offset, timestamp); a
   follower of the changelog converges to the leader (data, envelopes, position); no staged or
   redo file is left behind;
@@ -70,6 +71,7 @@ INPUT_TOPIC = "orders"
 INPUT_PARTITIONS = 2
 CHANGELOG_PARTITIONS = 8
 KEYS = 1500  # later files overwrite and delete earlier files' keys
+UNIQUE_ROWS = 300  # a file of keys written once each (of the KEYS // WINDOW its slot has)
 SMALL_ROWS = 2000
 VALUE_BYTES = 100
 DELETE_RATE = 0.08
@@ -78,6 +80,7 @@ DELETE_RATE = 0.08
 BIG_ROWS = 4500
 BIG_VALUE_BYTES = 1000
 BUDGET_BYTES = 65536  # the sink's uncommitted.max.bytes: every batch spills to a redo file
+STREAMED_BUDGET_BYTES = 1 << 20  # the same in the runs that die while a batch streams
 SEED = 20261130
 EPOCH_MS = 1_790_000_000_000  # row r of file f has timestamp EPOCH_MS + f * FILE_STRIDE + r
 FILE_STRIDE = 100_000
@@ -100,6 +103,8 @@ CI_PHASES = [
     # The store host dies (with the application) while the tasks' rows of a batch stream
     # into its transaction: the restart fences that transaction and commits the batch anew.
     ("sink.streamed_produce", False),
+    # The store host committed a streamed batch, the store not: the restart rolls forward.
+    ("sink.streamed_after_commit", False),
 ]
 STREAMED = {"sink.streamed_produce", "sink.streamed_before_commit", "sink.streamed_after_commit"}
 """Points in the store host's publishing of a batch while its tasks stage it: reached in the
@@ -130,8 +135,6 @@ SOAK_PHASES = [
     # The store host has every row in the transaction, about to commit it: aborted by the
     # restart's fence, published anew.
     ("sink.streamed_before_commit", False),
-    # The store host committed the transaction, the store not: rolled forward.
-    ("sink.streamed_after_commit", False),
 ]
 REDO_MARKED = {"redo.marked", "redo.after_chunk.1", "redo.before_metadata"}
 
@@ -207,9 +210,10 @@ class Input:
         self._mtime = int(time.time()) - 86_400
         directory.mkdir(parents=True, exist_ok=True)
 
-    def add(self, rows: int | None = None, *, big: bool = False) -> int:
+    def add(self, rows: int | None = None, *, big: bool = False, unique: bool = False) -> int:
         """Write the next input file (``rows`` rows; by default ``SMALL_ROWS``, or ``BIG_ROWS``
-        for a big file of fresh ~1 KB keys); returns its index."""
+        for a big file of fresh ~1 KB keys; with ``unique``, :data:`UNIQUE_ROWS` rows, each
+        key once, as a keyed source's batch has them); returns its index."""
         number = len(self.files)
         # Older big files' keys, for this file to delete some.
         doomed = [
@@ -219,8 +223,14 @@ class Input:
             for i in range(BIG_ROWS)
         ]
         made = []
-        for index in range(rows or (BIG_ROWS if big else SMALL_ROWS)):
-            if big:
+        count = rows or (BIG_ROWS if big else UNIQUE_ROWS if unique else SMALL_ROWS)
+        distinct = iter(self.rng.sample(range(KEYS // WINDOW), count) if unique else ())
+        for index in range(count):
+            if unique:
+                key = b"k%04d" % (number % WINDOW + WINDOW * next(distinct))
+                deleted = self.rng.random() < DELETE_RATE
+                value = None if deleted else self._value(number, index, VALUE_BYTES)
+            elif big:
                 key = b"b%03d-%05d" % (number, index)
                 value: bytes | None = self._value(number, index, BIG_VALUE_BYTES)
             elif doomed and self.rng.random() < 0.02:
@@ -323,7 +333,13 @@ def kill_session(session: int, timeout_s: float = 60.0) -> None:
 class SinkChild:
     """One run of :mod:`tests.crash.sink_child`, in a new session (whose id is its pid)."""
 
-    def __init__(self, pipeline: Pipeline, crash_at: str | None, serve: bool = False) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        crash_at: str | None,
+        serve: bool = False,
+        budget: int = BUDGET_BYTES,
+    ) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable)
         env.pop(CRASH_AT, None)
         env.pop(CRASH_PGID, None)  # the child sets it to its own process group
@@ -341,7 +357,7 @@ class SinkChild:
                     *(sys.executable, "-m", "tests.crash.sink_child"),
                     *(str(pipeline.input.directory), str(pipeline.store)),
                     *(str(pipeline.checkpoint), pipeline.bootstrap, pipeline.changelog, APP),
-                    str(BUDGET_BYTES),
+                    str(budget),
                 ],
                 cwd=REPO_ROOT,
                 stdout=subprocess.PIPE,
@@ -456,8 +472,10 @@ class Pipeline:
         self.kills: list[str] = []
         self.store_id: str | None = None
 
-    def spawn(self, crash_at: str | None = None, *, serve: bool = False) -> SinkChild:
-        child = SinkChild(self, crash_at, serve)
+    def spawn(
+        self, crash_at: str | None = None, *, serve: bool = False, budget: int = BUDGET_BYTES
+    ) -> SinkChild:
+        child = SinkChild(self, crash_at, serve, budget)
         self.children.append(child)
         return child
 
@@ -531,7 +549,10 @@ class Pipeline:
         publishing). With ``serve``, the sink's store server commits and dies there, with
         the driver."""
         batch = self.last_in("commits") + 1 + (1 if point in STREAMED else 0)
-        child = self.spawn(point, serve=serve)
+        # The store host streams a batch only while its keys fit the commit's memory budget:
+        # the run that dies in a streamed batch has room for a small file's.
+        budget = STREAMED_BUDGET_BYTES if point in STREAMED else BUDGET_BYTES
+        child = self.spawn(point, serve=serve, budget=budget)
         out = child.wait()
         if serve:
             assert (self.store / LOG_FILE).is_file(), "no sink store server was started"
@@ -670,9 +691,9 @@ class Pipeline:
         assert not self.has_redo() or not os.listdir(self.store / REDO_DIR), "redo files left"
 
     def check_changelog(self, last: int) -> None:
-        """Every input row of batches ``0..last`` exactly once, with its batch's position
-        header, batches in order and each file's rows in order; the store's envelopes and
-        changelog offsets name the records."""
+        """Every input row of batches ``0..last`` exactly once, with a position header within
+        its batch's, batches in order, each key's last record of a batch its last row there;
+        the store's envelopes and changelog offsets name the records."""
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "sink-crash"})
         try:
             lows = {
@@ -691,7 +712,8 @@ class Pipeline:
             batch_of_file += [batch] * (end + 1 - len(batch_of_file))
         seen: dict[tuple[int, int], tuple[int, int]] = {}  # (file, row) -> (partition, offset)
         reached: dict[int, dict[str, dict[int, int]]] = {}  # batch -> its records' headers
-        latest: dict[int, tuple[int, dict[int, int]]] = {}  # partition -> (batch, file -> row)
+        latest: dict[int, int] = {}  # partition -> batch of its last record
+        last_record: dict[tuple[int, bytes], tuple[int, int]] = {}  # (batch, key) -> row
         fold: dict[bytes, Envelope] = {}
         ends: dict[int, int] = {}
         for record in sorted(
@@ -722,18 +744,22 @@ class Pipeline:
                 f"{where}: the position header {header} of row {found} is before the row"
             )
             reached[batch] = merged_position(reached.get(batch, before), header)
-            previous_batch, rows = latest.get(record.partition, (-1, {}))
+            previous_batch = latest.get(record.partition, -1)
             assert batch >= previous_batch, f"{where}: batch {batch} after {previous_batch}"
-            if batch > previous_batch:
-                rows = {}
-            assert rows.get(file, -1) < index, f"{where}: row {found} after row {rows[file]}"
-            rows[file] = index
-            latest[record.partition] = (batch, rows)
+            latest[record.partition] = batch
+            # The tasks of a batch may publish while they stage (the store host), so their
+            # rows interleave; a key's last record in a batch is its last row in it.
+            last_record[(batch, record.key)] = found
             if record.value is None:
                 fold.pop(record.key, None)
             else:
                 fold[record.key] = (record.value, record.partition, record.offset, record.timestamp)
             ends[record.partition] = record.offset + 1
+        last_row: dict[tuple[int, bytes], tuple[int, int]] = {}
+        for file in range(ends_of[-1] + 1):
+            for index, row in enumerate(self.input.files[file]):
+                last_row[(batch_of_file[file], row.key)] = (file, index)
+        assert last_record == last_row, "a key's last record in a batch is not its last row"
         for batch, position in reached.items():  # a batch's records reach its position
             assert position == self.input.position(ends_of[batch]), (batch, position)
         missing = [(f, r) for f in range(ends_of[-1] + 1) for r in range(len(self.input.files[f]))]
@@ -869,10 +895,16 @@ def pipeline(
 
 
 def run_phase(pipeline: Pipeline, point: str, big: bool, *, random_kill: bool = True) -> None:
-    first = pipeline.input.add(big=big)
-    pipeline.input.add()
-    if point in STREAMED:
-        pipeline.input.add()  # the run's first batch is not streamed: it dies in the second
+    # The store host commits a streamed batch as it is only when the keys several of its
+    # tasks wrote reached the changelog in the commit's order: its phases write files of
+    # unique keys (two tasks each), as a keyed source's batches are.
+    unique = point in STREAMED
+    first = pipeline.input.add(big=big, unique=unique)
+    pipeline.input.add(unique=unique)
+    if unique:
+        pipeline.input.add(
+            unique=True
+        )  # the run's first batch is not streamed: it dies in the second
     batch = pipeline.crash_at(point, serve=point in SERVED_PHASES)
     # It died committing the first new file (the second for a streamed point).
     assert pipeline.last_file(batch - 1) + 1 == first + (1 if point in STREAMED else 0)

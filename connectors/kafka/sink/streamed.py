@@ -27,9 +27,12 @@ the commit protocol asks the host to publish, see :meth:`publish_staged`). Exact
   ``transaction.timeout.ms`` while staging, or the host's exit aborts it (a killed host's is
   fenced by the next producer of the store, or aborted by Kafka at its timeout).
 
-Rows of different tasks interleave in the changelog's partitions, so the commit applies the
-batch to the store in changelog order: a key's last record in the changelog is its value
-in the store, and its followers'.
+Rows of different tasks interleave in the changelog's partitions. The commit applies a batch
+in Spark partition order (a later task's write of a key wins), so a streamed transaction is
+committed only when every key several tasks wrote has its last record in the changelog from
+its last write in that order (:func:`order_conflict`); then a key's value in the store is
+its last record's, as in its followers. Otherwise the batch is published again in commit
+order.
 
 Why one module of over 500 lines: the state of one store's streamed batch (what was expected,
 which attempt of each partition publishes, what each produced, why a batch stopped
@@ -48,7 +51,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -152,6 +155,8 @@ class StreamedAttempt:
     chunks: list[tuple[list[int], list[int]]] = field(default_factory=list)
     """Per produced chunk: each row's partition and rank (its offset from the first of the
     batch's records in that partition)."""
+    keys: list[pa.Array] = field(default_factory=list)
+    """Per produced chunk, its keys (to check the order of keys several attempts wrote)."""
     max_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
     staged: str | None = None
     """Its staged file's name, once its stream was whole."""
@@ -321,7 +326,7 @@ class StreamedChangelog:
                 for p, rank in zip(chunk_parts, ranks, strict=True)
             ]
             files.append((pa.array(parts, pa.int32()), pa.array(offsets, pa.int64())))
-        return StagedPublication(ends, streaming.stamp_ms, ([], []), files, interleaved=True)
+        return StagedPublication(ends, streaming.stamp_ms, ([], []), files)
 
     # -- the tasks' side ------------------------------------------------------------------
     def join(
@@ -391,6 +396,7 @@ class StreamedChangelog:
                     self.target.store_id, ChangeChunk(keys, values, stamps, parts, header)
                 )
                 handle.chunks.append((parts, ranks))
+                handle.keys.append(records.column("key"))
                 handle.rows += len(keys)
                 crash_point("sink.streamed_produce")
             except _StopStreaming as stop:
@@ -496,7 +502,11 @@ class StreamedChangelog:
             self._publisher.abort(KafkaClientError(reason))
         except Exception as exc:
             _log.warning("changelog %s: aborting a transaction failed: %s", self.target.topic, exc)
-        self._renew()
+        # A fresh producer for what comes next, as after any failed transaction: librdkafka
+        # can refuse to produce in the transaction after one aborted with records in flight
+        # ("Erroneous state"); a new one starts from a clean state (and fences the old).
+        self._publisher.close()
+        self._publisher = self._new_publisher()
 
     def _drop(self, reason: str) -> None:
         streaming, self._batch = self._batch, None
@@ -545,7 +555,54 @@ def _not_streamable(
     for name, staged in wanted.items():
         if producing[name].rows != staged.rows:
             return f"staged file {name} has {staged.rows} rows, {producing[name].rows} published"
-    return None
+    return order_conflict([producing[staged.name] for staged in batch.files if staged.rows])
+
+
+def order_conflict(attempts: Sequence[StreamedAttempt]) -> str | None:
+    """Why the changelog's order of the attempts' records differs from the commit's, or None.
+
+    The commit applies the staged files in Spark partition order, each in its rows' order,
+    and a later write of a key wins. Streamed, the records of different attempts interleave
+    as they arrive; for every key several attempts wrote, its last record in the changelog
+    (the one followers keep) must then be its last write in commit order, else the batch is
+    published again in commit order. ``attempts`` are in commit order.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(attempts) < 2:
+        return None
+    tables = []
+    for number, attempt in enumerate(attempts):
+        ranks = [rank for _, chunk_ranks in attempt.chunks for rank in chunk_ranks]
+        keys = pa.chunked_array(attempt.keys, pa.binary())
+        tables.append(
+            pa.table(
+                {
+                    "key": keys,
+                    "file": pa.repeat(pa.scalar(number, pa.int32()), len(ranks)),
+                    "rank": pa.array(ranks, pa.int64()),
+                }
+            )
+        )
+    table = pa.concat_tables(tables)
+    grouped = table.group_by("key").aggregate(
+        [("file", "count_distinct"), ("file", "max"), ("rank", "max")]
+    )
+    shared = grouped.filter(pc.greater(grouped.column("file_count_distinct"), 1))
+    if shared.num_rows == 0:
+        return None
+    # Ranks count a partition's records, and all of a key's records are in its partition.
+    last = table.join(
+        shared.select(["key", "rank_max", "file_max"]), keys="key", join_type="inner"
+    ).filter(pc.equal(pc.field("rank"), pc.field("rank_max")))
+    wrong = last.filter(pc.not_equal(pc.field("file"), pc.field("file_max")))
+    if wrong.num_rows == 0:
+        return None
+    return (
+        f"{wrong.num_rows:,} keys written by several tasks reached the changelog in another "
+        "order than the commit applies (Spark partition order)"
+    )
 
 
 def describe_json(changelogs: Mapping[str, StreamedChangelog]) -> str:

@@ -179,6 +179,13 @@ class HostChangelogs:
         except Exception as exc:
             if not _publishing_error(exc):
                 raise
+            _log.warning(
+                "changelog of %s: publishing batch %d of query %s failed: %s",
+                store,
+                batch_id,
+                query_id,
+                exc,
+            )
             reply = {"error": publishing.error_to_json(exc)}
             writer.write_metadata(pa.py_buffer(json.dumps(reply).encode()))
             return
@@ -194,7 +201,6 @@ class HostChangelogs:
         meta = {
             "ends": {str(p): o for p, o in publication.ends.items()},
             "stamp_ms": publication.stamp_ms,
-            "interleaved": publication.interleaved,
             "report": [produced, time.monotonic() - began, 0.0],
         }
         writer.write_metadata(pa.py_buffer(json.dumps(meta).encode()))

@@ -263,7 +263,6 @@ class HostPublisher:
             int(meta["stamp_ms"]),
             (absent_part.column(0).to_pylist(), absent_part.column(1).to_pylist()),
             [(b.column(0), b.column(1)) for b in batches[1:]],
-            interleaved=bool(meta["interleaved"]),
         )
 
     def read(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> Iterator[ChangelogRow]:
