@@ -607,6 +607,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "uncommitted.max.bytes", int, _SINKS, "a commit's memory budget before chunking", minimum=1
     ),
     OptionSpec(
+        "publishWhileStaging",
+        bool,
+        _SINKS,
+        "with changelog: the driver's store host publishes a batch's rows while the tasks stage "
+        "them, in the transaction the commit then commits; false: everything at the commit",
+        default="true",
+    ),
+    OptionSpec(
         "serve",
         bool,
         _SINKS,

@@ -179,6 +179,9 @@ class SinkOptions:
     """With ``serve``: the store server stops after this long without a commit (0: never)."""
     metrics: MetricsEndpoint | None = None
     """With ``serve``: the store server's metrics endpoint (options ``metrics*``)."""
+    publish_while_staging: bool = True
+    """With a changelog: the driver's store host publishes a batch's rows while its tasks
+    stage them (option ``publishWhileStaging``)."""
     raw: Mapping[str, str] = field(default_factory=dict)
     """The options as given (the sink's store server parses them again)."""
     checkpoint: QueryCheckpoint | None = None
@@ -471,6 +474,7 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
         serve_liveness_timeout_ms=liveness_ms,
         serve_idle_timeout_ms=idle_ms,
         metrics=metrics_endpoint(options),
+        publish_while_staging=options.boolean("publishWhileStaging"),
         raw={str(name): str(value) for name, value in raw.items()},
         checkpoint=_query_checkpoint(checkpoint, options) if streaming else None,
         key_registry_column=key_typed,

@@ -117,6 +117,9 @@ QUICK_EMPTY_BATCHES = 2
 KEYS_PER_ROW = 4
 """The key space is a quarter of the rows: each key is written about four times."""
 CHANGELOG_PARTITIONS = 8
+CHANGELOG_SIDES = 4
+"""Runs publishing a changelog per round (each gets a fresh one): streamed, at the commit,
+with ``serve``, and the shared-keys stream's."""
 APPLICATION_ID = "spark-statestore-bench-sink"
 SCHEMA = "key STRING, value STRING, topic STRING, partition INT, offset BIGINT"
 FORMAT = "spark_statestore"
@@ -194,11 +197,12 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
     empty_batches = QUICK_EMPTY_BATCHES if options.quick else EMPTY_BATCHES
     # One fresh changelog per changelog run: the warm-up and every round; one fresh topic
     # per run of Spark's Kafka sink.
-    topics = [f"{APPLICATION_ID}-{n}-changelog" for n in range(2 * (rounds + 1))]
-    kafka_topics = [f"{APPLICATION_ID}-kafka-sink-{n}" for n in range(rounds + 1)]
+    topics = [f"{APPLICATION_ID}-{n}-changelog" for n in range(CHANGELOG_SIDES * (rounds + 1))]
+    kafka_topics = [f"{APPLICATION_ID}-kafka-sink-{n}" for n in range(2 * (rounds + 1))]
     with tempfile.TemporaryDirectory(prefix="spark-statestore-bench-") as root:
         start = time.perf_counter()
         stream = write_stream(os.path.join(root, "input"), records, batches)
+        shared = write_stream(os.path.join(root, "shared"), records, batches, shared_keys=True)
         warmup = write_stream(
             os.path.join(root, "warmup"), min(WARMUP_RECORDS, records), QUICK_BATCHES
         )
@@ -234,26 +238,38 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                 )
 
             def sides(
-                data: SinkStream, profiles: Profiles | None = None
+                data: SinkStream, other: SinkStream, profiles: Profiles | None = None
             ) -> dict[str, Callable[[], float]]:
-                def run(side: str, sink: str, logs: Changelogs | None, **more: Any) -> Any:
+                def run(
+                    side: str,
+                    sink: str,
+                    logs: Changelogs | None,
+                    stream: SinkStream = data,
+                    **more: Any,
+                ) -> Any:
                     during = None if profiles is None else profiles.during(side)
-                    return partial(sink_run, spark, root, data, sink, logs, during=during, **more)
+                    return partial(sink_run, spark, root, stream, sink, logs, during=during, **more)
 
+                at_commit = {"publishWhileStaging": "false"}
                 runs: dict[str, Callable[[], float]] = {
                     "store": run("store", "store", None),
                     "store_changelog": run("store_changelog", "store", changelogs),
+                    "store_changelog_at_commit": run(
+                        "store_changelog_at_commit", "store", changelogs, options=at_commit
+                    ),
                     "store_served": run("store_served", "store", changelogs, serve=True),
+                    "store_shared": run("store_shared", "store", changelogs, other),
                     "parquet": run("parquet", "parquet", None),
                 }
                 if with_kafka_sink:
                     runs["kafka"] = run("kafka", "kafka", kafka_sink)
+                    runs["kafka_shared"] = run("kafka_shared", "kafka", kafka_sink, other)
                 return runs
 
-            for warm in sides(warmup).values():
+            for warm in sides(warmup, warmup).values():
                 warm()
             profiles = Profiles()
-            rates = interleave(sides(stream, profiles), rounds)
+            rates = interleave(sides(stream, shared, profiles), rounds)
             cpu = profiles.of_best(rates, stream.records)
             empty_rates = interleave(
                 {
@@ -272,7 +288,8 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
         "records": stream.records,
         "distinct_keys": stream.keys,
         "micro_batches": stream.batches,
-        "input": f"{stream.files} Parquet files (snappy), maxFilesPerTrigger={FILES_PER_BATCH}",
+        "input": f"{stream.files} Parquet files (snappy), maxFilesPerTrigger={FILES_PER_BATCH}, "
+        "keyed: the files of a batch write disjoint keys, each key's input partition fixed",
         "input_bytes": stream.input_bytes,
         "schema": SCHEMA,
         "key_chars": len(KEY_FORMAT % 0),
@@ -338,6 +355,47 @@ def run_sink_suite(options: BenchOptions) -> list[Measurement]:
                 )
             ]
             if "kafka" in rates
+            else []
+        ),
+        Measurement(
+            suite=SUITE,
+            name="sink_changelog_streamed",
+            unit="rows/s",
+            candidate="publishing a changelog, the store host publishing while the tasks stage",
+            baseline="the same with publishWhileStaging=false (the whole batch at the commit)",
+            candidate_rates=tuple(rates["store_changelog"]),
+            baseline_rates=tuple(rates["store_changelog_at_commit"]),
+            target=None,
+            parameters={
+                **stream_parameters,
+                "changelog_partitions": CHANGELOG_PARTITIONS,
+                **_cpu(cpu, "store_changelog", "store_changelog_at_commit"),
+            },
+        ),
+        *(
+            [
+                Measurement(
+                    suite=SUITE,
+                    name="sink_changelog_shared_keys_vs_kafka_sink",
+                    unit="rows/s",
+                    candidate="publishing a changelog, a stream whose batches' tasks share keys",
+                    baseline="writeStream.format('kafka') (Spark's Kafka sink), same rows",
+                    candidate_rates=tuple(rates["store_shared"]),
+                    baseline_rates=tuple(rates["kafka_shared"]),
+                    target=None,
+                    parameters={
+                        **stream_parameters,
+                        "input": f"{shared.files} Parquet files, both of a batch drawing from "
+                        "the whole key space (a key may be written by both tasks of a batch: "
+                        "the store host then publishes it again at the commit, in Spark "
+                        "partition order)",
+                        "distinct_keys": shared.keys,
+                        "input_bytes": shared.input_bytes,
+                        **_cpu(cpu, "store_shared", "kafka_shared"),
+                    },
+                )
+            ]
+            if "kafka_shared" in rates
             else []
         ),
         Measurement(
@@ -624,31 +682,53 @@ def _arrow_schema() -> Any:
     )
 
 
-def write_stream(directory: str, records: int, batches: int) -> SinkStream:
+def write_stream(
+    directory: str, records: int, batches: int, *, shared_keys: bool = False
+) -> SinkStream:
     """Write ``records`` input rows as up to ``batches * FILES_PER_BATCH`` Parquet files.
 
-    Row ``i`` has key ``(i * 7919) % keys`` (7919 is prime, so every key of the space
-    occurs and consecutive rows hit distant keys), the input record ``partition i % 8``,
-    ``offset i // 8``.
+    Keys are drawn from a space of ``records / KEYS_PER_ROW`` with stride 7919 (prime: every
+    key of the space occurs, consecutive rows hit distant keys). By default the stream is
+    keyed, as a Kafka source's is: the files (tasks) of one micro-batch write disjoint keys
+    (file ``n`` those whose number is ``n`` modulo :data:`FILES_PER_BATCH`), and each key's
+    input record metadata is one partition's (``key % 8``), its offsets counting on. With
+    ``shared_keys`` both files of a batch draw from the whole space, so a key may be written
+    by both tasks of a batch (row ``i``: key ``i * 7919 % keys``, partition ``i % 8``,
+    offset ``i // 8``).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     os.makedirs(directory)
-    keys = max(1, records // KEYS_PER_ROW)
+    keys = max(FILES_PER_BATCH, records // KEYS_PER_ROW)
     files = min(batches * FILES_PER_BATCH, records)
     schema = _arrow_schema()
     size = 0
     bounds = [records * n // files for n in range(files + 1)]
+    next_offset = [0] * INPUT_PARTITIONS
+    written: set[int] = set()
     for n in range(files):
         rows = range(bounds[n], bounds[n + 1])
+        if shared_keys:
+            numbers = [i * 7919 % keys for i in rows]
+            partitions = [i % INPUT_PARTITIONS for i in rows]
+            offsets = [i // INPUT_PARTITIONS for i in rows]
+        else:
+            share = keys // FILES_PER_BATCH
+            numbers = [(i * 7919 % share) * FILES_PER_BATCH + n % FILES_PER_BATCH for i in rows]
+            partitions = [k % INPUT_PARTITIONS for k in numbers]
+            offsets = []
+            for partition in partitions:
+                offsets.append(next_offset[partition])
+                next_offset[partition] += 1
+        written.update(numbers)
         table = pa.Table.from_arrays(
             [
-                pa.array([KEY_FORMAT % (i * 7919 % keys) for i in rows], pa.string()),
+                pa.array([KEY_FORMAT % k for k in numbers], pa.string()),
                 pa.array([VALUE_FORMAT % i for i in rows], pa.string()),
                 pa.array([INPUT_TOPIC] * len(rows), pa.string()),
-                pa.array([i % INPUT_PARTITIONS for i in rows], pa.int32()),
-                pa.array([i // INPUT_PARTITIONS for i in rows], pa.int64()),
+                pa.array(partitions, pa.int32()),
+                pa.array(offsets, pa.int64()),
             ],
             schema=schema,
         )
@@ -657,8 +737,7 @@ def write_stream(directory: str, records: int, batches: int) -> SinkStream:
         # The file source orders files by modification time; make it the written order.
         os.utime(path, ns=(time.time_ns(), 1_700_000_000_000_000_000 + n * 1_000_000_000))
         size += os.path.getsize(path)
-    distinct = len({i * 7919 % keys for i in range(records)})
-    return SinkStream(directory, records, distinct, -(-files // FILES_PER_BATCH), files, size)
+    return SinkStream(directory, records, len(written), -(-files // FILES_PER_BATCH), files, size)
 
 
 def _write_empty_file(path: str) -> str:

@@ -38,7 +38,7 @@ def changelog_publisher(
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 
     assert options.bootstrap_servers is not None and options.application_id is not None
-    if host is not None and host.commit_token is not None:
+    if host is not None and host.commit_token is not None and options.publish_while_staging:
         from spark_statestore.connectors.spark.host.publishing import HostPublisher
 
         return HostPublisher(
