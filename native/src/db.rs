@@ -19,6 +19,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::errors::leveldb_error;
 use crate::leveldb as ffi;
+use crate::point;
 
 pub(crate) struct Handle {
     pub(crate) db: *mut ffi::leveldb_t,
@@ -282,6 +283,18 @@ impl DB {
         get_with(py, handle.db, handle.read, key, default)
     }
 
+    /// The value stored at `prefix + key`, its envelope decoded (None: absent; a malformed
+    /// envelope raises `EnvelopeError(envelope)`); see `point.rs`.
+    fn get_value<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, prefix: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        point::value(py, key, prefix, |key| self.stored(py, key))
+    }
+
+    /// The record stored at `prefix + key`: None, `(value, partition, offset, timestamp)`,
+    /// or the envelope's bytes when it keeps headers or is malformed; see `point.rs`.
+    fn get_record<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, prefix: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        point::record(py, key, prefix, |key| self.stored(py, key))
+    }
+
     #[pyo3(signature = (key, value, *, sync=false))]
     fn put(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, sync: bool) -> PyResult<()> {
         let batch = crate::batch::RawBatch::new();
@@ -379,6 +392,13 @@ impl DB {
 }
 
 impl DB {
+    /// The value at `key` (a copy, read with the database locked; the lock is released on return).
+    fn stored(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<point::Stored>> {
+        let guard = self.inner.open(py)?;
+        let handle = guard.as_ref().expect("open");
+        unsafe { point::stored_at(handle.db, handle.read, key) }
+    }
+
     pub(crate) fn write_raw(&self, py: Python<'_>, batch: &crate::batch::RawBatch, sync: bool) -> PyResult<()> {
         crate::batch::write(py, &self.inner, batch, sync)
     }
@@ -391,19 +411,9 @@ pub(crate) fn get_with<'py>(
     key: &[u8],
     default: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    unsafe {
-        let mut len = 0usize;
-        let mut err = ptr::null_mut();
-        let value = ffi::leveldb_get(db, read, key.as_ptr() as *const _, key.len(), &mut len, &mut err);
-        if let Some(message) = ffi::take_error(err) {
-            return Err(leveldb_error(&message));
-        }
-        if value.is_null() {
-            return Ok(default.unwrap_or_else(|| py.None().into_bound(py)));
-        }
-        let bytes = PyBytes::new(py, std::slice::from_raw_parts(value as *const u8, len));
-        ffi::leveldb_free(value as *mut libc::c_void);
-        Ok(bytes.into_any())
+    match unsafe { point::stored_at(db, read, key)? } {
+        None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+        Some(stored) => Ok(PyBytes::new(py, stored.bytes()).into_any()),
     }
 }
 
@@ -422,6 +432,7 @@ pub(crate) struct SnapshotState {
     pub(crate) snapshot: Mutex<SnapshotPtrs>,
 }
 
+unsafe impl Send for SnapshotPtrs {}
 unsafe impl Send for SnapshotState {}
 unsafe impl Sync for SnapshotState {}
 
@@ -472,6 +483,19 @@ impl Snapshot {
         }
         Ok((db, ptrs.read))
     }
+
+    /// The value at `key` in this snapshot (a copy, read with the database and the snapshot
+    /// locked, so that neither a close nor a release can run meanwhile; both locks are
+    /// released on return).
+    fn stored(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<point::Stored>> {
+        let guard = self.inner.open(py)?;
+        let db = guard.as_ref().expect("open").db;
+        let ptrs = lock_released(py, &self.state.snapshot);
+        if ptrs.snapshot.is_null() {
+            return Err(PyRuntimeError::new_err("Snapshot is closed"));
+        }
+        unsafe { point::stored_at(db, ptrs.read, key) }
+    }
 }
 
 #[pymethods]
@@ -487,6 +511,16 @@ impl Snapshot {
         let guard = self.inner.open(py)?;
         let (db, read) = self.read_options(&guard)?;
         get_with(py, db, read, key, default)
+    }
+
+    /// `DB.get_value` in this snapshot.
+    fn get_value<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, prefix: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        point::value(py, key, prefix, |key| self.stored(py, key))
+    }
+
+    /// `DB.get_record` in this snapshot.
+    fn get_record<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, prefix: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        point::record(py, key, prefix, |key| self.stored(py, key))
     }
 
     /// An iterator (plyvel's keyword arguments: reverse, start, stop, include_start,

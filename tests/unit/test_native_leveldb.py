@@ -166,6 +166,45 @@ def test_closing_ends_iterators_and_snapshots(tmp_path: Path) -> None:
     snapshot.release()
 
 
+def test_point_reads_decode_envelopes_under_a_prefix(tmp_path: Path) -> None:
+    from spark_statestore.store.layout import pack_header, pack_headers_envelope
+
+    db = native.DB(str(tmp_path), create_if_missing=True)
+    with_headers = pack_headers_envelope(1, 2, 3, (("h", b"x"),)) + b"H"
+    db.put(b"dplain", pack_header(1, -1, 5) + b"P")
+    db.put(b"dheaders", with_headers)
+    db.put(b"dbad", b"\x07" + bytes(20))
+    db.put(b"plain", b"not under the prefix")
+    snapshot = db.snapshot()
+    db.put(b"dlater", pack_header(0, 0, 0) + b"L")
+    for source in (db, snapshot):
+        assert source.get_value(b"plain", b"d") == b"P"
+        assert source.get_value(b"headers", b"d") == b"H"
+        assert source.get_value(b"absent", b"d") is None
+        assert source.get_record(b"plain", b"d") == (b"P", 1, None, 5)
+        assert source.get_record(b"headers", b"d") == with_headers  # Python decodes headers
+        assert source.get_record(b"bad", b"d") == b"\x07" + bytes(20)  # ... and names this
+        with pytest.raises(native.EnvelopeError) as refused:
+            source.get_value(b"bad", b"d")
+        assert refused.value.args == (b"\x07" + bytes(20),)
+        assert source.get_value(bytearray(b"plain"), b"d") == b"P"  # as b"d" + key joins
+        with pytest.raises(TypeError):
+            source.get_value("plain", b"d")
+    assert db.get_value(b"later", b"d") == b"L"
+    assert snapshot.get_value(b"later", b"d") is None  # the snapshot's state
+    snapshot.release()
+    with pytest.raises(RuntimeError, match="Snapshot is closed"):
+        snapshot.get_value(b"plain", b"d")
+    with pytest.raises(RuntimeError, match="Snapshot is closed"):
+        snapshot.get_record(b"plain", b"d")
+    other = db.snapshot()
+    db.close()
+    for source in (db, other):
+        for read in (source.get_value, source.get_record):
+            with pytest.raises(RuntimeError, match="closed"):
+                read(b"plain", b"d")
+
+
 def test_a_close_waits_for_readers_in_other_threads(tmp_path: Path) -> None:
     db = native.DB(str(tmp_path), create_if_missing=True)
     batch = db.write_batch()
