@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from pathlib import Path
 
 import plyvel
@@ -233,6 +234,41 @@ def test_a_close_waits_for_readers_in_other_threads(tmp_path: Path) -> None:
         t.join(30)
     assert not any(t.is_alive() for t in threads)
     assert len(outcomes) == 4 and all("closed" in o for o in outcomes)
+
+
+def test_a_snapshot_release_waits_for_a_multi_get_in_flight(tmp_path: Path) -> None:
+    # A bug fixed: get_records reads without the GIL, and a release from another thread
+    # freed the snapshot and its read options under it (LevelDB then read freed memory).
+    db = native.DB(str(tmp_path), create_if_missing=True)
+    count = 300_000
+    batch = db.write_batch()
+    for i in range(count):
+        batch.put(b"d%07d" % i, bytes(21) + b"v")
+    batch.write()
+    snapshot = db.snapshot()
+    keys = pa.array([b"%07d" % i for i in range(count)], pa.binary())
+    calling = threading.Event()
+    finished: list[float | None] = []
+
+    def lookups() -> None:
+        calling.set()
+        try:
+            rows = snapshot.get_records(keys, b"d")[0]
+        except RuntimeError:  # released before the call began: nothing to check
+            finished.append(None)
+        else:
+            assert rows == count
+            finished.append(time.monotonic())
+
+    thread = threading.Thread(target=lookups)
+    thread.start()
+    calling.wait()
+    time.sleep(0.02)  # into the call, which reads for far longer than this
+    snapshot.release()
+    released = time.monotonic()
+    thread.join(60)
+    assert finished and (finished[0] is None or finished[0] <= released)
+    db.close()
 
 
 def test_errors_are_plyvels_kinds(tmp_path: Path) -> None:
