@@ -320,16 +320,12 @@ class Snapshot:
         return decode_stream_times(raw, self.path)
 
     def multi_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
-        """``{key: value}`` of the ``keys`` that exist."""
-        if self._snapshot is None:
-            raise self._closed()
-        get = self._get
+        """``{key: value}`` of the ``keys`` that exist (raises as :meth:`get` does)."""
         found = {}
-        with self._gate:
-            for key in keys:
-                raw = get(DATA_PREFIX + key)
-                if raw is not None:
-                    found[key] = envelope_value(raw)
+        for key in keys:
+            value = self.get(key)
+            if value is not None:
+                found[key] = value
         return found
 
     # -- scans ----------------------------------------------------------------------------

@@ -175,10 +175,11 @@ def test_a_value_that_is_not_an_envelope_is_corruption_naming_the_key(
     Store.open(tmp_path, SPEC).close()
     _write_raw(tmp_path, {b"bad": bad, b"good": pack_header(0, 1, 2) + b"fine"})
     with Store.open(tmp_path) as store, store.snapshot() as snap:
-        for read in (snap.get, snap.get_record, store.get):
+        for read in (snap.get, snap.get_record, store.get, lambda k: snap.multi_get([k])):
             with pytest.raises(StoreCorruptedError, match=r"key b'bad' is not a valid envelope"):
                 read(b"bad")
         assert snap.get(b"good") == store.get(b"good") == b"fine"
+        assert snap.multi_get([b"good", b"absent"]) == {b"good": b"fine"}
 
 
 # -- closing -------------------------------------------------------------------------------
