@@ -8,6 +8,7 @@ import struct
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import plyvel
 import pyarrow as pa
@@ -238,36 +239,47 @@ def test_a_close_waits_for_readers_in_other_threads(tmp_path: Path) -> None:
 
 def test_a_snapshot_release_waits_for_a_multi_get_in_flight(tmp_path: Path) -> None:
     # A bug fixed: get_records reads without the GIL, and a release from another thread
-    # freed the snapshot and its read options under it (LevelDB then read freed memory).
+    # freed the snapshot and its read options under it (LevelDB then read freed memory);
+    # the release returned at once, long before the multi-get.
     db = native.DB(str(tmp_path), create_if_missing=True)
     count = 300_000
-    batch = db.write_batch()
-    for i in range(count):
-        batch.put(b"d%07d" % i, bytes(21) + b"v")
-    batch.write()
+
+    def write_all(value: bytes) -> None:
+        batch = db.write_batch()
+        for i in range(count):
+            batch.put(b"d%07d" % i, bytes(21) + value)
+        batch.write()
+
+    write_all(b"old")
     snapshot = db.snapshot()
+    write_all(b"new")
     keys = pa.array([b"%07d" % i for i in range(count)], pa.binary())
     calling = threading.Event()
-    finished: list[float | None] = []
+    outcome: list[tuple[float, Any] | None] = []
 
     def lookups() -> None:
         calling.set()
         try:
-            rows = snapshot.get_records(keys, b"d")[0]
+            decoded = snapshot.get_records(keys, b"d")
         except RuntimeError:  # released before the call began: nothing to check
-            finished.append(None)
+            outcome.append(None)
         else:
-            assert rows == count
-            finished.append(time.monotonic())
+            outcome.append((time.monotonic(), decoded))
 
     thread = threading.Thread(target=lookups)
     thread.start()
     calling.wait()
     time.sleep(0.02)  # into the call, which reads for far longer than this
+    started = time.monotonic()
     snapshot.release()
     released = time.monotonic()
     thread.join(60)
-    assert finished and (finished[0] is None or finished[0] <= released)
+    assert outcome
+    if outcome[0] is not None:
+        finished, decoded = outcome[0]
+        # It waited (a release alone takes microseconds), unless the reads ended before it.
+        assert released - started > 0.001 or finished <= started
+        assert decoded[0] == count and decoded[2][2] == b"old" * count  # the snapshot's
     db.close()
 
 
