@@ -5,7 +5,7 @@
 
 On the fast path one call of the compiled binding (``get_value``/``get_record``, the
 extension's ``point.rs``) joins the key namespace and the key, reads LevelDB and decodes the
-envelope; Python takes no lock and builds nothing for it. The store's
+envelope; around it a snapshot's read runs one Python method and takes no lock. The store's
 :class:`~spark_statestore.store.gate.Gate` is not needed there: the extension's database
 counts its own calls in flight (every call holds its lock for reading, ``close()`` for
 writing, so a close waits for a get and every get after it fails), and a get holds its
