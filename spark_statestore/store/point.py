@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_statestore.store.errors import StoreClosedError, StoreCorruptedError
 from spark_statestore.store.gate import translate
-from spark_statestore.store.layout import ENVELOPE_VERSION, HEADER_SIZE, StoredRecord, decode_record
+from spark_statestore.store.layout import StoredRecord, checked_value, decode_record
 from spark_statestore.store.leveldb import refused_envelope
 
 if TYPE_CHECKING:
@@ -50,11 +50,7 @@ def point_reads(source: Any, gate: Gate, path: str) -> tuple[ValueRead, RecordRe
     def value(key: bytes, prefix: bytes) -> bytes | None:
         with gate:
             raw: bytes | None = get(prefix + key)
-        if raw is None:
-            return None
-        if len(raw) >= HEADER_SIZE and raw[0] == ENVELOPE_VERSION:
-            return raw[HEADER_SIZE:]
-        return decode_record(key, raw, path).value  # headers, or a bad envelope: named
+        return None if raw is None else checked_value(key, raw, path)
 
     def record(key: bytes, prefix: bytes) -> StoredRecord | None:
         with gate:

@@ -182,6 +182,21 @@ def test_a_value_that_is_not_an_envelope_is_corruption_naming_the_key(
         assert snap.multi_get([b"good", b"absent"]) == {b"good": b"fine"}
 
 
+@pytest.mark.parametrize("bad", BAD_ENVELOPES.values(), ids=BAD_ENVELOPES.keys())
+def test_a_transaction_reading_a_value_that_is_not_an_envelope_names_the_key(
+    tmp_path: Path, native_on: bool, bad: bytes
+) -> None:
+    # A bug fixed: Transaction.get decoded the stored value unchecked, as Snapshot.get did.
+    Store.open(tmp_path, SPEC).close()
+    _write_raw(tmp_path, {b"bad": bad})
+    with Store.open(tmp_path, SPEC) as store, store.begin() as txn:
+        for read in (txn.get, txn.get_record):
+            with pytest.raises(StoreCorruptedError, match=r"key b'bad' is not a valid envelope"):
+                read(b"bad")
+        txn.put(b"bad", b"mended")
+        assert txn.get(b"bad") == b"mended"
+
+
 # -- closing -------------------------------------------------------------------------------
 def test_reads_after_close_raise_what_they_raised_before(
     make_store: Callable[..., Store], native_on: bool
