@@ -4,10 +4,12 @@
 //! Locking: the database handle sits behind a read-write lock; every call holds it for
 //! reading, `close()` for writing, so a close waits for calls in flight and every call after
 //! it fails with "Database is closed" (a RuntimeError, as plyvel's). Iterators and
-//! snapshots are registered with their database and destroyed by its close. A lock is only
-//! ever waited for with the GIL released, and the GIL is never taken while a lock is held
-//! by a thread that waited for it: a call that finds the lock free takes it at once (a
-//! try-lock never blocks), otherwise it releases the GIL to wait.
+//! snapshots are registered with their database and destroyed by its close. Each has a lock
+//! of its own, held by a call that reads through it (a multi-get holds its snapshot's while
+//! it reads without the GIL), so a release from another thread waits for that call. A lock
+//! is only ever waited for with the GIL released, and the GIL is never taken while a lock
+//! is held by a thread that waited for it: a call that finds the lock free takes it at once
+//! (a try-lock never blocks), otherwise it releases the GIL to wait.
 
 use std::ffi::CString;
 use std::ptr;
@@ -19,6 +21,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::errors::leveldb_error;
 use crate::leveldb as ffi;
+use crate::point;
 
 pub(crate) struct Handle {
     pub(crate) db: *mut ffi::leveldb_t,
@@ -82,6 +85,16 @@ pub(crate) trait Child: Send + Sync {
     fn ended(&self) -> bool;
 }
 
+/// A child's `ended`, asked with the GIL held: a child whose lock a call holds (reading
+/// through it without the GIL) is in use, so not ended; waiting for it here could deadlock.
+fn ended<T>(mutex: &Mutex<T>, is_ended: impl FnOnce(&T) -> bool) -> bool {
+    match mutex.try_lock() {
+        Ok(ptrs) => is_ended(&ptrs),
+        Err(std::sync::TryLockError::Poisoned(e)) => is_ended(&e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => false,
+    }
+}
+
 pub(crate) struct Inner {
     pub(crate) path: String,
     handle: RwLock<Option<Handle>>,
@@ -125,7 +138,10 @@ impl Inner {
             Err(_) => py.detach(|| SameThread(self.handle.read())).0.unwrap_or_else(|e| e.into_inner()),
         };
         if let Some(handle) = guard.as_ref() {
-            child.end(handle.db);
+            // Without the GIL: a call reading through the child (a multi-get) may hold it
+            // while it reads without the GIL, and the end waits for that call.
+            let db = SameThread(handle.db);
+            py.detach(move || child.end(db.get()));
         }
     }
 
@@ -276,10 +292,20 @@ impl DB {
         key: &Bound<'py, PyAny>,
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let key = as_bytes(key, "key")?;
-        let guard = self.inner.open(py)?;
-        let handle = guard.as_ref().expect("open");
-        get_with(py, handle.db, handle.read, key, default)
+        let stored = self.stored(py, as_bytes(key, "key")?)?;
+        Ok(bytes_or(py, stored, default))
+    }
+
+    /// The value stored at `prefix + key`, its envelope decoded (None: absent; a malformed
+    /// envelope raises `EnvelopeError(envelope)`); see `point.rs`.
+    fn get_value<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, prefix: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        point::value(py, key, prefix, |key| self.stored(py, key))
+    }
+
+    /// The record stored at `prefix + key`: None, `(value, partition, offset, timestamp)`,
+    /// or the envelope's bytes when it keeps headers or is malformed; see `point.rs`.
+    fn get_record<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, prefix: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        point::record(py, key, prefix, |key| self.stored(py, key))
     }
 
     #[pyo3(signature = (key, value, *, sync=false))]
@@ -379,31 +405,23 @@ impl DB {
 }
 
 impl DB {
+    /// The value at `key` (a copy, read with the database locked; the lock is released on return).
+    fn stored(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<point::Stored>> {
+        let guard = self.inner.open(py)?;
+        let handle = guard.as_ref().expect("open");
+        unsafe { point::stored_at(handle.db, handle.read, key) }
+    }
+
     pub(crate) fn write_raw(&self, py: Python<'_>, batch: &crate::batch::RawBatch, sync: bool) -> PyResult<()> {
         crate::batch::write(py, &self.inner, batch, sync)
     }
 }
 
-pub(crate) fn get_with<'py>(
-    py: Python<'py>,
-    db: *mut ffi::leveldb_t,
-    read: *const ffi::leveldb_readoptions_t,
-    key: &[u8],
-    default: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    unsafe {
-        let mut len = 0usize;
-        let mut err = ptr::null_mut();
-        let value = ffi::leveldb_get(db, read, key.as_ptr() as *const _, key.len(), &mut len, &mut err);
-        if let Some(message) = ffi::take_error(err) {
-            return Err(leveldb_error(&message));
-        }
-        if value.is_null() {
-            return Ok(default.unwrap_or_else(|| py.None().into_bound(py)));
-        }
-        let bytes = PyBytes::new(py, std::slice::from_raw_parts(value as *const u8, len));
-        ffi::leveldb_free(value as *mut libc::c_void);
-        Ok(bytes.into_any())
+/// A stored value as bytes, or `default` (None if not given) when absent (plyvel's `get`).
+fn bytes_or<'py>(py: Python<'py>, stored: Option<point::Stored>, default: Option<Bound<'py, PyAny>>) -> Bound<'py, PyAny> {
+    match stored {
+        None => default.unwrap_or_else(|| py.None().into_bound(py)),
+        Some(stored) => PyBytes::new(py, stored.bytes()).into_any(),
     }
 }
 
@@ -422,6 +440,7 @@ pub(crate) struct SnapshotState {
     pub(crate) snapshot: Mutex<SnapshotPtrs>,
 }
 
+unsafe impl Send for SnapshotPtrs {}
 unsafe impl Send for SnapshotState {}
 unsafe impl Sync for SnapshotState {}
 
@@ -441,7 +460,7 @@ impl Child for SnapshotState {
         1
     }
     fn ended(&self) -> bool {
-        self.snapshot.lock().unwrap_or_else(|e| e.into_inner()).snapshot.is_null()
+        ended(&self.snapshot, |ptrs| ptrs.snapshot.is_null())
     }
 }
 
@@ -459,18 +478,23 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The read options of this snapshot with the database read-locked, or the error a
-    /// closed database or a released snapshot gives.
-    pub(crate) fn read_options<'a>(
-        &self,
-        guard: &Guard<'a>,
-    ) -> PyResult<(*mut ffi::leveldb_t, *mut ffi::leveldb_readoptions_t)> {
-        let db = guard.as_ref().expect("open").db;
-        let ptrs = self.state.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+    /// The database and this snapshot, both locked (the snapshot's lock waited for without
+    /// the GIL), or the error a closed database or a released snapshot gives. Whoever holds
+    /// them may read without the GIL: neither a close nor a release can run meanwhile.
+    pub(crate) fn held<'a>(&'a self, py: Python<'_>) -> PyResult<(Guard<'a>, std::sync::MutexGuard<'a, SnapshotPtrs>)> {
+        let guard = self.inner.open(py)?;
+        let ptrs = lock_released(py, &self.state.snapshot);
         if ptrs.snapshot.is_null() {
             return Err(PyRuntimeError::new_err("Snapshot is closed"));
         }
-        Ok((db, ptrs.read))
+        Ok((guard, ptrs))
+    }
+
+    /// The value at `key` in this snapshot (a copy, read with the database and the snapshot
+    /// locked; both locks are released on return).
+    fn stored(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<point::Stored>> {
+        let (guard, ptrs) = self.held(py)?;
+        unsafe { point::stored_at(guard.as_ref().expect("open").db, ptrs.read, key) }
     }
 }
 
@@ -483,10 +507,18 @@ impl Snapshot {
         key: &Bound<'py, PyAny>,
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let key = as_bytes(key, "key")?;
-        let guard = self.inner.open(py)?;
-        let (db, read) = self.read_options(&guard)?;
-        get_with(py, db, read, key, default)
+        let stored = self.stored(py, as_bytes(key, "key")?)?;
+        Ok(bytes_or(py, stored, default))
+    }
+
+    /// `DB.get_value` in this snapshot.
+    fn get_value<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, prefix: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        point::value(py, key, prefix, |key| self.stored(py, key))
+    }
+
+    /// `DB.get_record` in this snapshot.
+    fn get_record<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, prefix: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        point::record(py, key, prefix, |key| self.stored(py, key))
     }
 
     /// An iterator (plyvel's keyword arguments: reverse, start, stop, include_start,
@@ -505,8 +537,9 @@ impl Snapshot {
         if !keys.is_binary() {
             return Err(PyTypeError::new_err("keys must be a binary or string array"));
         }
-        let guard = self.inner.open(py)?;
-        let (db, read) = self.read_options(&guard)?;
+        // Both locks stay held while the keys are read without the GIL.
+        let (guard, ptrs) = self.held(py)?;
+        let (db, read) = (guard.as_ref().expect("open").db, ptrs.read);
         let mut decoded = crate::envelopes::Decoded::new(keys.len);
         let error = {
             let decoded = SameThread(&mut decoded);
@@ -542,6 +575,7 @@ impl Snapshot {
                 None
             })
         };
+        drop(ptrs);
         drop(guard);
         if let Some(message) = error {
             return Err(leveldb_error(&message));
@@ -757,7 +791,7 @@ impl Child for IterState {
         0
     }
     fn ended(&self) -> bool {
-        self.ptrs.lock().unwrap_or_else(|e| e.into_inner()).it.is_null()
+        ended(&self.ptrs, |ptrs| ptrs.it.is_null())
     }
 }
 
@@ -791,7 +825,7 @@ impl Iterator {
             let read = ffi::leveldb_readoptions_create();
             ffi::leveldb_readoptions_set_fill_cache(read, fill_cache as u8);
             if let Some(snapshot) = snapshot {
-                let ptrs = snapshot.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+                let ptrs = lock_released(py, &snapshot.snapshot);
                 if ptrs.snapshot.is_null() {
                     ffi::leveldb_readoptions_destroy(read);
                     return Err(PyRuntimeError::new_err("Snapshot is closed"));

@@ -12,6 +12,72 @@ use crate::arrow::{as_bytes_i32, as_bytes_i64, BinaryBuilder};
 
 pub const HEADER_SIZE: usize = 21;
 
+/// The fields of one stored envelope (negative: unknown), its value bytes, and whether it
+/// keeps headers (version 1: Python decodes those).
+pub struct Envelope<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: i64,
+    pub value: &'a [u8],
+    pub has_headers: bool,
+}
+
+impl<'a> Envelope<'a> {
+    /// The envelope's fields, or None when it is malformed (too short, an unknown version,
+    /// a headers length that does not fit): Python's decoder names what is wrong then.
+    pub fn parse(envelope: &'a [u8]) -> Option<Self> {
+        if envelope.len() < HEADER_SIZE {
+            return None;
+        }
+        let (value, has_headers) = match envelope[0] {
+            0 => (&envelope[HEADER_SIZE..], false),
+            1 => {
+                let length = i32::from_be_bytes(envelope.get(HEADER_SIZE..HEADER_SIZE + 4)?.try_into().ok()?);
+                let end = (HEADER_SIZE + 4).checked_add(usize::try_from(length).ok()?)?;
+                (envelope.get(end..)?, true)
+            }
+            _ => return None,
+        };
+        Some(Envelope {
+            partition: i32::from_be_bytes(envelope[1..5].try_into().unwrap()),
+            offset: i64::from_be_bytes(envelope[5..13].try_into().unwrap()),
+            timestamp: i64::from_be_bytes(envelope[13..21].try_into().unwrap()),
+            value,
+            has_headers,
+        })
+    }
+}
+
+/// The value bytes of `envelope` when Python's decoder (`layout.decode_record`) accepts it
+/// whole, headers included (each header: an int32 key length and a UTF-8 key, an int32 value
+/// length, -1 for null, and the value bytes, all inside the headers block); None otherwise.
+pub fn checked_value(envelope: &[u8]) -> Option<&[u8]> {
+    let fields = Envelope::parse(envelope)?;
+    if !fields.has_headers {
+        return Some(fields.value);
+    }
+    let block = &envelope[HEADER_SIZE + 4..envelope.len() - fields.value.len()];
+    let length = |at: usize| -> Option<i32> {
+        Some(i32::from_be_bytes(block.get(at..at.checked_add(4)?)?.try_into().ok()?))
+    };
+    let mut at = 0usize;
+    while at < block.len() {
+        let size = usize::try_from(length(at)?).ok()?;
+        let key = block.get(at + 4..)?.get(..size)?;
+        std::str::from_utf8(key).ok()?;
+        at += 4 + size;
+        let size = match length(at)? {
+            -1 => 0,
+            s => usize::try_from(s).ok()?,
+        };
+        if block.len() - (at + 4) < size {
+            return None;
+        }
+        at += 4 + size;
+    }
+    Some(fields.value)
+}
+
 /// A validity bitmap being built.
 #[derive(Default)]
 pub struct Validity {
@@ -70,37 +136,11 @@ impl Decoded {
     /// Decodes `envelope` as the next row (key `key`); false (and `bad` set) when it is
     /// malformed, or when its partition is not `wanted` (nothing added then).
     pub fn push(&mut self, key: &[u8], envelope: &[u8], wanted: Option<&[i32]>) -> bool {
-        if envelope.len() < HEADER_SIZE {
+        let Some(fields) = Envelope::parse(envelope) else {
             self.bad = Some((key.to_vec(), envelope.to_vec()));
             return false;
-        }
-        let version = envelope[0];
-        let partition = i32::from_be_bytes(envelope[1..5].try_into().unwrap());
-        let offset = i64::from_be_bytes(envelope[5..13].try_into().unwrap());
-        let timestamp = i64::from_be_bytes(envelope[13..21].try_into().unwrap());
-        let (value, headers) = match version {
-            0 => (&envelope[HEADER_SIZE..], None),
-            1 => {
-                let length = if envelope.len() >= HEADER_SIZE + 4 {
-                    i32::from_be_bytes(envelope[21..25].try_into().unwrap())
-                } else {
-                    -1
-                };
-                match 25usize.checked_add(length.max(0) as usize) {
-                    Some(end) if length >= 0 && end <= envelope.len() => {
-                        (&envelope[end..], Some(envelope.to_vec()))
-                    }
-                    _ => {
-                        self.bad = Some((key.to_vec(), envelope.to_vec()));
-                        return false;
-                    }
-                }
-            }
-            _ => {
-                self.bad = Some((key.to_vec(), envelope.to_vec()));
-                return false;
-            }
         };
+        let Envelope { partition, offset, timestamp, value, has_headers } = fields;
         if let Some(wanted) = wanted {
             if !wanted.contains(&partition) {
                 return true;
@@ -117,8 +157,8 @@ impl Decoded {
         self.offset_valid.push(offset >= 0);
         self.timestamps.push(timestamp);
         self.timestamp_valid.push(timestamp >= 0);
-        if let Some(block) = headers {
-            self.header_rows.push((self.rows, block));
+        if has_headers {
+            self.header_rows.push((self.rows, envelope.to_vec()));
         }
         self.rows += 1;
         self.bytes += key.len() + value.len();

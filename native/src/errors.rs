@@ -1,7 +1,7 @@
 //! The exceptions LevelDB's errors become (the same kinds as plyvel's).
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyOSError};
+use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::PyErr;
 
 create_exception!(spark_statestore_native, Error, PyException, "A LevelDB error.");
@@ -29,3 +29,11 @@ pub fn leveldb_error(message: &str) -> PyErr {
         Error::new_err(message.to_string())
     }
 }
+
+create_exception!(
+    spark_statestore_native,
+    EnvelopeError,
+    PyValueError,
+    "A stored value is not a valid envelope; args: (the envelope's bytes,), for the store's \
+     Python decoder to name what is wrong."
+);

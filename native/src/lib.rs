@@ -14,6 +14,7 @@ mod kafka;
 mod leveldb;
 mod positions;
 mod partitioner;
+mod point;
 mod producer;
 mod pyobj;
 
@@ -41,6 +42,7 @@ fn spark_statestore_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("CorruptionError", py.get_type::<errors::CorruptionError>())?;
     m.add("IOError", py.get_type::<errors::IOError>())?;
+    m.add("EnvelopeError", py.get_type::<errors::EnvelopeError>())?;
     m.add(
         "LIBRDKAFKA_VERSION",
         unsafe { std::ffi::CStr::from_ptr(rdkafka_sys::rd_kafka_version_str()) }

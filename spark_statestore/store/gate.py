@@ -7,7 +7,9 @@ uses: the process dies with SIGSEGV. Every LevelDB call of a store therefore run
 :class:`Gate`: entering counts the call, :meth:`Gate.close` refuses new calls and waits until
 the calls in flight have left, and only then is the database closed. Iterators are read in
 chunks, each chunk one call (:func:`gated_chunks`), so a reader that stops half-way through
-a scan never holds up ``close()``.
+a scan never holds up ``close()``. The one exception: the compiled extension's point reads
+(:mod:`~spark_statestore.store.point`) skip the gate, since its database counts its calls
+in flight itself and its close waits for them.
 
 Errors leaving a gated call are translated here, and nowhere else: plyvel's
 ``CorruptionError``, ``IOError`` and ``Error``, its ``RuntimeError`` for a closed database,

@@ -123,6 +123,14 @@ def envelope_value(raw: bytes) -> bytes:
     return raw[_HEADERS_AT + _INT32.unpack_from(raw, HEADER_SIZE)[0] :]
 
 
+def checked_value(key: bytes, raw: bytes, path: str | None = None) -> bytes:
+    """The value bytes of envelope ``raw`` stored under user key ``key``, checked as
+    :func:`decode_record` checks it (a :class:`StoreCorruptedError` naming the key)."""
+    if len(raw) >= HEADER_SIZE and raw[0] == ENVELOPE_VERSION:
+        return raw[HEADER_SIZE:]
+    return decode_record(key, raw, path).value  # headers, or not an envelope: named
+
+
 def decode_record(key: bytes, raw: bytes, path: str | None = None) -> StoredRecord:
     """Decode the envelope ``raw`` stored under user key ``key``."""
     version = raw[0] if raw else None

@@ -23,6 +23,7 @@ from spark_statestore.store.layout import (
     iterate,
 )
 from spark_statestore.store.manifest import CommitRecord, StoreMetadata
+from spark_statestore.store.point import point_reads, raise_read_error
 from spark_statestore.store.versions import (
     RawGet,
     RawRange,
@@ -230,6 +231,7 @@ class Snapshot:
         self._snapshot: plyvel.Snapshot | None = snapshot
         self._get = snapshot.get
         self._gate = owner.gate
+        self._value, self._record = point_reads(snapshot, owner.gate, owner.path)
         self.path = owner.path
         """The store's directory."""
         self.manifest = owner.manifest
@@ -259,20 +261,31 @@ class Snapshot:
 
     # -- point reads ----------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
-        """The value of ``key``, or None."""
+        """The value of ``key``, or None.
+
+        Raises
+        ------
+        StoreClosedError
+            The snapshot or its store handle is closed (or closes during the read).
+        StoreCorruptedError
+            The stored value is not a valid envelope (the message names the key).
+        """
         if self._snapshot is None:
             raise self._closed()
-        with self._gate:
-            raw: bytes | None = self._get(DATA_PREFIX + key)
-        return None if raw is None else envelope_value(raw)
+        try:
+            return self._value(key, DATA_PREFIX)
+        except Exception as exc:  # closed meanwhile, or LevelDB's or the envelope's error
+            raise_read_error(key, exc, self.path, self._closed() if self.closed else None)
 
     def get_record(self, key: bytes) -> StoredRecord | None:
-        """The record of ``key`` with its partition, offset and timestamp, or None."""
+        """The record of ``key`` with its partition, offset and timestamp, or None (raises
+        as :meth:`get` does)."""
         if self._snapshot is None:
             raise self._closed()
-        with self._gate:
-            raw = self._get(DATA_PREFIX + key)
-        return None if raw is None else decode_record(key, raw, self.path)
+        try:
+            return self._record(key, DATA_PREFIX)
+        except Exception as exc:
+            raise_read_error(key, exc, self.path, self._closed() if self.closed else None)
 
     def versions(self, key: bytes) -> list[Version]:
         """Every retained version of ``key`` in a versioned store, oldest first (empty for
@@ -307,16 +320,12 @@ class Snapshot:
         return decode_stream_times(raw, self.path)
 
     def multi_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
-        """``{key: value}`` of the ``keys`` that exist."""
-        if self._snapshot is None:
-            raise self._closed()
-        get = self._get
+        """``{key: value}`` of the ``keys`` that exist (raises as :meth:`get` does)."""
         found = {}
-        with self._gate:
-            for key in keys:
-                raw = get(DATA_PREFIX + key)
-                if raw is not None:
-                    found[key] = envelope_value(raw)
+        for key in keys:
+            value = self.get(key)
+            if value is not None:
+                found[key] = value
         return found
 
     # -- scans ----------------------------------------------------------------------------

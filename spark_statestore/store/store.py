@@ -34,6 +34,7 @@ from spark_statestore.store.errors import (
 from spark_statestore.store.files import fsync_dir, make_private_dir
 from spark_statestore.store.gate import Gate
 from spark_statestore.store.layout import (
+    DATA_PREFIX,
     META_COMMIT,
     META_MANIFEST,
     META_OFFSETS,
@@ -55,6 +56,7 @@ from spark_statestore.store.manifest import (
     decode_seq,
 )
 from spark_statestore.store.ownership import OwnerInfo, OwnerLock
+from spark_statestore.store.point import point_reads, raise_read_error
 from spark_statestore.store.readers import remove_stale_checkpoints
 from spark_statestore.store.redo import (
     RedoMarker,
@@ -104,7 +106,10 @@ class Store:
         self.role = role
         self.options = options
         self._db: plyvel.DB | None = db
-        self._gate = Gate(path)  # every LevelDB call of this handle runs inside it
+        # Every LevelDB call of this handle runs inside the gate, but the extension's point
+        # reads: its database counts those itself (see spark_statestore.store.point).
+        self._gate = Gate(path)
+        self._value = point_reads(db, self._gate, path)[0]  # Store.get's
         self._lock = lock
         self._mutex = threading.RLock()
         self._committed = threading.Condition(self._mutex)
@@ -399,7 +404,20 @@ class Store:
             self._gate.unless_closed(snapshot.close)
 
     def get(self, key: bytes) -> bytes | None:
-        """The committed value of ``key`` (a one-off read; use a snapshot for many)."""
+        """The committed value of ``key`` (raises as :meth:`Snapshot.get` does).
+
+        Reads the database itself, not a snapshot of it: under the handle's lock no commit
+        is half-way into the database, except a chunked one, which pins the state before it
+        for readers (this one too).
+        """
+        self._check_open()
+        with self._mutex:
+            if self._pinned is None:
+                try:
+                    return self._value(key, DATA_PREFIX)
+                except Exception as exc:  # closed meanwhile, or LevelDB's or the envelope's
+                    closed = self._closed_error() if self._db is None else None
+                    raise_read_error(key, exc, self.path, closed)
         with self.snapshot() as snapshot:
             return snapshot.get(key)
 
@@ -507,8 +525,11 @@ class Store:
     def _check_open(self) -> plyvel.DB:
         db = self._db
         if db is None:
-            raise StoreClosedError(f"store {self.path} is closed; open it again", self.path)
+            raise self._closed_error()
         return db
+
+    def _closed_error(self) -> StoreClosedError:
+        return StoreClosedError(f"store {self.path} is closed; open it again", self.path)
 
     def __enter__(self) -> Store:
         return self
@@ -590,6 +611,9 @@ class _Lease:
         self._pinned: _PinnedSnapshot | None = pinned
         self.get = pinned.snapshot.get
         self.iterator = pinned.snapshot.iterator
+        if hasattr(pinned.snapshot, "get_value"):  # the extension's point reads
+            self.get_value = pinned.snapshot.get_value
+            self.get_record = pinned.snapshot.get_record
 
     def close(self) -> None:
         pinned, self._pinned = self._pinned, None

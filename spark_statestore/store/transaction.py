@@ -36,6 +36,7 @@ from spark_statestore.store.layout import (
     NO_VALUE,
     Headers,
     StoredRecord,
+    checked_value,
     data_bounds,
     decode_record,
     envelope_value,
@@ -542,7 +543,7 @@ class Transaction:
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` as this transaction sees it (its own writes first)."""
         envelope = self._lookup(DATA_PREFIX + key)
-        return None if envelope is None else envelope_value(envelope)
+        return None if envelope is None else checked_value(key, envelope, self._store.path)
 
     def get_record(self, key: bytes) -> StoredRecord | None:
         """Like :meth:`get`, with the record's partition, offset and timestamp."""

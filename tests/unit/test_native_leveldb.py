@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import plyvel
 import pyarrow as pa
@@ -166,6 +168,45 @@ def test_closing_ends_iterators_and_snapshots(tmp_path: Path) -> None:
     snapshot.release()
 
 
+def test_point_reads_decode_envelopes_under_a_prefix(tmp_path: Path) -> None:
+    from spark_statestore.store.layout import pack_header, pack_headers_envelope
+
+    db = native.DB(str(tmp_path), create_if_missing=True)
+    with_headers = pack_headers_envelope(1, 2, 3, (("h", b"x"),)) + b"H"
+    db.put(b"dplain", pack_header(1, -1, 5) + b"P")
+    db.put(b"dheaders", with_headers)
+    db.put(b"dbad", b"\x07" + bytes(20))
+    db.put(b"plain", b"not under the prefix")
+    snapshot = db.snapshot()
+    db.put(b"dlater", pack_header(0, 0, 0) + b"L")
+    for source in (db, snapshot):
+        assert source.get_value(b"plain", b"d") == b"P"
+        assert source.get_value(b"headers", b"d") == b"H"
+        assert source.get_value(b"absent", b"d") is None
+        assert source.get_record(b"plain", b"d") == (b"P", 1, None, 5)
+        assert source.get_record(b"headers", b"d") == with_headers  # Python decodes headers
+        assert source.get_record(b"bad", b"d") == b"\x07" + bytes(20)  # ... and names this
+        with pytest.raises(native.EnvelopeError) as refused:
+            source.get_value(b"bad", b"d")
+        assert refused.value.args == (b"\x07" + bytes(20),)
+        assert source.get_value(bytearray(b"plain"), b"d") == b"P"  # as b"d" + key joins
+        with pytest.raises(TypeError):
+            source.get_value("plain", b"d")
+    assert db.get_value(b"later", b"d") == b"L"
+    assert snapshot.get_value(b"later", b"d") is None  # the snapshot's state
+    snapshot.release()
+    with pytest.raises(RuntimeError, match="Snapshot is closed"):
+        snapshot.get_value(b"plain", b"d")
+    with pytest.raises(RuntimeError, match="Snapshot is closed"):
+        snapshot.get_record(b"plain", b"d")
+    other = db.snapshot()
+    db.close()
+    for source in (db, other):
+        for read in (source.get_value, source.get_record):
+            with pytest.raises(RuntimeError, match="closed"):
+                read(b"plain", b"d")
+
+
 def test_a_close_waits_for_readers_in_other_threads(tmp_path: Path) -> None:
     db = native.DB(str(tmp_path), create_if_missing=True)
     batch = db.write_batch()
@@ -194,6 +235,52 @@ def test_a_close_waits_for_readers_in_other_threads(tmp_path: Path) -> None:
         t.join(30)
     assert not any(t.is_alive() for t in threads)
     assert len(outcomes) == 4 and all("closed" in o for o in outcomes)
+
+
+def test_a_snapshot_release_waits_for_a_multi_get_in_flight(tmp_path: Path) -> None:
+    # A bug fixed: get_records reads without the GIL, and a release from another thread
+    # freed the snapshot and its read options under it (LevelDB then read freed memory);
+    # the release returned at once, long before the multi-get.
+    db = native.DB(str(tmp_path), create_if_missing=True)
+    count = 300_000
+
+    def write_all(value: bytes) -> None:
+        batch = db.write_batch()
+        for i in range(count):
+            batch.put(b"d%07d" % i, bytes(21) + value)
+        batch.write()
+
+    write_all(b"old")
+    snapshot = db.snapshot()
+    write_all(b"new")
+    keys = pa.array([b"%07d" % i for i in range(count)], pa.binary())
+    calling = threading.Event()
+    outcome: list[tuple[float, Any] | None] = []
+
+    def lookups() -> None:
+        calling.set()
+        try:
+            decoded = snapshot.get_records(keys, b"d")
+        except RuntimeError:  # released before the call began: nothing to check
+            outcome.append(None)
+        else:
+            outcome.append((time.monotonic(), decoded))
+
+    thread = threading.Thread(target=lookups)
+    thread.start()
+    calling.wait()
+    time.sleep(0.02)  # into the call, which reads for far longer than this
+    started = time.monotonic()
+    snapshot.release()
+    released = time.monotonic()
+    thread.join(60)
+    assert outcome
+    if outcome[0] is not None:
+        finished, decoded = outcome[0]
+        # It waited (a release alone takes microseconds), unless the reads ended before it.
+        assert released - started > 0.001 or finished <= started
+        assert decoded[0] == count and decoded[2][2] == b"old" * count  # the snapshot's
+    db.close()
 
 
 def test_errors_are_plyvels_kinds(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from spark_statestore.store import Role, ScanSpec, Store, StoreSpec, scan_batche
 from spark_statestore.store.errors import InvalidScanError, StoreCorruptedError
 from spark_statestore.store.scan import ScanStats, lookup_batches
 from spark_statestore.store.snapshot import arrow_schema
-from tests.native_util import native_or_skip
+from tests.native_util import native_or_skip, stored_bytes
 
 native_or_skip()
 
@@ -107,12 +107,7 @@ def test_a_corrupted_envelope_fails_both_paths_naming_its_key(tmp_path: Path) ->
 )
 @given(
     envelopes=st.lists(
-        st.one_of(
-            st.binary(max_size=40),
-            st.tuples(st.sampled_from([b"\x00", b"\x01", b"\x02"]), st.binary(max_size=40)).map(
-                lambda t: t[0] + t[1]
-            ),
-        ),
+        stored_bytes(),
         min_size=1,
         max_size=6,
     )
