@@ -9,6 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spark_statestore.position import Position
 from spark_statestore.sink.commit import BatchToCommit, CommitOutcome, commit_batch, is_committed
@@ -269,3 +271,47 @@ def test_changelog_offsets_number_each_partition_on_from_its_next(
         assert consecutive_offsets(parts, {0: 0, 1: 5, 2: 10}) == expected
         with pytest.raises(KeyError):
             consecutive_offsets([3], {0: 0})
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.sampled_from(["a", "b", "c"])),
+            st.one_of(st.none(), st.integers(0, 5)),
+            st.one_of(st.none(), st.integers(0, 2**40)),
+        ),
+        max_size=60,
+    ),
+    st.dictionaries(
+        st.sampled_from(["a", "b"]),
+        st.dictionaries(st.integers(0, 5), st.integers(0, 2**40), max_size=3),
+        max_size=2,
+    ),
+)
+def test_max_offsets_merge_as_a_loop_over_the_rows_does(
+    rows: list[tuple[str | None, int | None, int | None]], before: dict[str, dict[int, int]]
+) -> None:
+    """The staging area's record of a task's input offsets (its position), computed in
+    Arrow, equals the plain loop: rows missing a topic, partition or offset say nothing."""
+    from spark_statestore.sink.staging import merge_max_offsets
+
+    expected = {topic: dict(offsets) for topic, offsets in before.items()}
+    for topic, partition, offset in rows:
+        if topic is not None and partition is not None and offset is not None:
+            slot = expected.setdefault(topic, {})
+            slot[partition] = max(offset, slot.get(partition, -1))
+    count = len(rows)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([b"k"] * count, pa.binary()),
+            pa.array([b"v"] * count, pa.binary()),
+            pa.array([r[0] for r in rows], pa.string()),
+            pa.array([r[1] for r in rows], pa.int32()),
+            pa.array([r[2] for r in rows], pa.int64()),
+            pa.nulls(count, pa.int64()),
+        ],
+        schema=staged_schema(),
+    )
+    merged = {topic: dict(offsets) for topic, offsets in before.items()}
+    merge_max_offsets(merged, batch)
+    assert merged == expected

@@ -16,6 +16,7 @@ def attempt(partition_id: int, rows: list[tuple[bytes, int]]) -> StreamedAttempt
     made = StreamedAttempt(partition_id, 0, True, rows=len(rows))
     made.chunks.append(([0] * len(rows), [rank for _, rank in rows]))
     made.keys.append(pa.array([key for key, _ in rows], pa.binary()))
+    made.key_set.update(key for key, _ in rows)
     return made
 
 

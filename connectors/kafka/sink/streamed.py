@@ -157,7 +157,8 @@ class StreamedAttempt:
     batch's records in that partition)."""
     keys: list[pa.Array] = field(default_factory=list)
     """Per produced chunk, its keys (to check the order of keys several attempts wrote)."""
-    max_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    key_set: set[bytes] = field(default_factory=set)
+    """Its distinct keys (to find those other attempts wrote too)."""
     staged: str | None = None
     """Its staged file's name, once its stream was whole."""
 
@@ -297,6 +298,7 @@ class StreamedChangelog:
 
     def _commit_streamed(self, streaming: _Streaming, batch: StagedBatch) -> StagedPublication:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         from spark_statestore.sink.changes import StagedPublication
 
@@ -311,7 +313,12 @@ class StreamedChangelog:
             position=batch.header,
         )
         crash_point("sink.streamed_after_commit")
-        first = {p: ends[p] - n for p, n in streaming.counts.items() if n}
+        # Each partition's records of the batch hold the offsets just below its end (the
+        # host's producer is the changelog's only writer), in the order of their ranks.
+        partitions = len(streaming.counts)
+        first = pa.array(
+            [ends.get(p, 0) - streaming.counts.get(p, 0) for p in range(partitions)], pa.int64()
+        )
         by_name = {a.staged: a for a in streaming.attempts if a.producing and a.staged}
         files = []
         for staged in batch.files:
@@ -319,13 +326,13 @@ class StreamedChangelog:
             if attempt is None:  # a file without rows
                 files.append((pa.array([], pa.int32()), pa.array([], pa.int64())))
                 continue
-            parts = [p for chunk_parts, _ in attempt.chunks for p in chunk_parts]
-            offsets = [
-                first[p] + rank
-                for chunk_parts, ranks in attempt.chunks
-                for p, rank in zip(chunk_parts, ranks, strict=True)
-            ]
-            files.append((pa.array(parts, pa.int32()), pa.array(offsets, pa.int64())))
+            parts = pa.array(
+                [p for chunk_parts, _ in attempt.chunks for p in chunk_parts], pa.int32()
+            )
+            ranks = pa.array(
+                [r for _, chunk_ranks in attempt.chunks for r in chunk_ranks], pa.int64()
+            )
+            files.append((parts, pc.add(pc.take(first, parts), ranks)))
         return StagedPublication(ends, streaming.stamp_ms, ([], []), files)
 
     # -- the tasks' side ------------------------------------------------------------------
@@ -353,13 +360,19 @@ class StreamedChangelog:
             streaming.last_activity = time.monotonic()
             return handle
 
-    def produce(self, handle: StreamedAttempt, records: pa.RecordBatch) -> None:
-        """Publish an attempt's chunk of rows (staged schema) into the batch's transaction.
-        Never raises: a failure stops the batch's streaming (the commit publishes it)."""
+    def produce(
+        self,
+        handle: StreamedAttempt,
+        records: pa.RecordBatch,
+        max_offsets: Mapping[str, Mapping[int, int]],
+    ) -> None:
+        """Publish an attempt's chunk of rows (staged schema) into the batch's transaction;
+        ``max_offsets``: the largest input offsets of the attempt's rows so far, this chunk's
+        included. Never raises: a failure stops the batch's streaming (the commit publishes
+        it)."""
         from spark_statestore.changelog import partitions_for_keys
         from spark_statestore.sink.changes import ChangeChunk
         from spark_statestore.sink.publication import consecutive_offsets, publishing_columns
-        from spark_statestore.sink.staging import merge_max_offsets
 
         with self._lock:
             streaming = self._batch
@@ -387,8 +400,7 @@ class StreamedChangelog:
                 keys, values, stamps = publishing_columns(records, streaming.stamp_ms)
                 parts = partitions_for_keys(keys, len(streaming.counts))
                 ranks, streaming.counts = consecutive_offsets(parts, streaming.counts)
-                merge_max_offsets(handle.max_offsets, records)
-                header = _header(expected.seen, handle.max_offsets)
+                header = _header(expected.seen, max_offsets)
                 if not streaming.open:
                     self._publisher.begin(self.target.store_id, streaming.batch_id)
                     streaming.open = True
@@ -397,6 +409,7 @@ class StreamedChangelog:
                 )
                 handle.chunks.append((parts, ranks))
                 handle.keys.append(records.column("key"))
+                handle.key_set.update(keys)
                 handle.rows += len(keys)
                 crash_point("sink.streamed_produce")
             except _StopStreaming as stop:
@@ -570,39 +583,43 @@ def order_conflict(attempts: Sequence[StreamedAttempt]) -> str | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if len(attempts) < 2:
+    seen: set[bytes] = set()
+    shared: set[bytes] = set()
+    for attempt in attempts:
+        shared |= seen & attempt.key_set
+        seen |= attempt.key_set
+    if not shared:
         return None
-    tables = []
+    wanted = pa.array(sorted(shared), pa.binary())
+    last: dict[bytes, tuple[int, int]] = {}  # key -> (rank of its last record, attempt)
     for number, attempt in enumerate(attempts):
-        ranks = [rank for _, chunk_ranks in attempt.chunks for rank in chunk_ranks]
         keys = pa.chunked_array(attempt.keys, pa.binary())
-        tables.append(
-            pa.table(
-                {
-                    "key": keys,
-                    "file": pa.repeat(pa.scalar(number, pa.int32()), len(ranks)),
-                    "rank": pa.array(ranks, pa.int64()),
-                }
-            )
-        )
-    table = pa.concat_tables(tables)
-    grouped = table.group_by("key").aggregate(
-        [("file", "count_distinct"), ("file", "max"), ("rank", "max")]
-    )
-    shared = grouped.filter(pc.greater(grouped.column("file_count_distinct"), 1))
-    if shared.num_rows == 0:
-        return None
-    # Ranks count a partition's records, and all of a key's records are in its partition.
-    last = table.join(
-        shared.select(["key", "rank_max", "file_max"]), keys="key", join_type="inner"
-    ).filter(pc.equal(pc.field("rank"), pc.field("rank_max")))
-    wrong = last.filter(pc.not_equal(pc.field("file"), pc.field("file_max")))
-    if wrong.num_rows == 0:
+        ranks = _flat(attempt, 1, pa.int64())
+        mask = pc.is_in(keys, value_set=wanted)
+        for key, rank in zip(
+            keys.filter(mask).to_pylist(), ranks.filter(mask).to_pylist(), strict=True
+        ):
+            # Ranks count a partition's records, and a key's records are all in its partition.
+            if rank > last.get(key, (-1, -1))[0]:
+                last[key] = (rank, number)
+    writers: dict[bytes, int] = {}  # key -> the last attempt (in commit order) that wrote it
+    for number, attempt in enumerate(attempts):
+        for key in shared & attempt.key_set:
+            writers[key] = number
+    wrong = sum(1 for key, (_, number) in last.items() if writers[key] != number)
+    if not wrong:
         return None
     return (
-        f"{wrong.num_rows:,} keys written by several tasks reached the changelog in another "
-        "order than the commit applies (Spark partition order)"
+        f"{wrong:,} keys written by several tasks reached the changelog in another order "
+        "than the commit applies (Spark partition order)"
     )
+
+
+def _flat(attempt: StreamedAttempt, column: int, kind: pa.DataType) -> pa.Array:
+    """An attempt's partitions (``column`` 0) or ranks (1) of all its chunks, as Arrow."""
+    import pyarrow as pa
+
+    return pa.array([n for chunk in attempt.chunks for n in chunk[column]], kind)
 
 
 def describe_json(changelogs: Mapping[str, StreamedChangelog]) -> str:

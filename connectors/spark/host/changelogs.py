@@ -15,14 +15,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.host.requests import bad_request, store_path
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from spark_statestore.connectors.kafka.sink.streamed import (
         StreamedAttempt,
         StreamedChangelog,
@@ -240,15 +238,6 @@ class HostChangelogs:
                 "of its driver's processes",
                 self._location,
             )
-
-
-def published_while_staged(
-    changelog: StreamedChangelog, handle: StreamedAttempt, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """``batches``, each published into its batch's transaction once it is staged."""
-    for batch in batches:
-        yield batch
-        changelog.produce(handle, batch)
 
 
 def _batch_of(request: Mapping[str, Any], what: str) -> tuple[str, int]:

@@ -40,10 +40,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.driver import ProcessId
-from spark_statestore.connectors.spark.host.changelogs import (
-    HostChangelogs,
-    published_while_staged,
-)
+from spark_statestore.connectors.spark.host.changelogs import HostChangelogs
 from spark_statestore.connectors.spark.host.requests import (
     POSITION_METADATA,
     bad_request,
@@ -171,11 +168,23 @@ class StoreHostServer:
         streaming = self.changelogs.streaming(
             store, query_id, numbers["batch_id"], numbers["partition_id"], numbers["attempt"]
         )
+        publish = None
         if streaming is not None:
-            batches = published_while_staged(*streaming, batches)
+            changelog, handle = streaming
+
+            def publish(
+                batch: pa.RecordBatch, max_offsets: Mapping[str, Mapping[int, int]]
+            ) -> None:
+                changelog.produce(handle, batch, max_offsets)
+
         try:
             staged = StagingArea(store).stage(
-                query_id, numbers["batch_id"], numbers["partition_id"], numbers["attempt"], batches
+                query_id,
+                numbers["batch_id"],
+                numbers["partition_id"],
+                numbers["attempt"],
+                batches,
+                publish,
             )
         except BaseException:
             if streaming is not None:
