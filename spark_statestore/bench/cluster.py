@@ -38,9 +38,12 @@ from typing import Any
 from spark_statestore.bench.errors import BenchError
 from spark_statestore.bench.measure import BenchOptions, Measurement, interleave
 from spark_statestore.bench.sink import (
+    APPLICATION_ID,
     BATCHES,
+    CHANGELOG_PARTITIONS,
     FILES_PER_BATCH,
     QUICK_BATCHES,
+    Changelogs,
     sink_records,
     sink_run,
     write_stream,
@@ -103,15 +106,20 @@ def run_cluster_suite(options: BenchOptions) -> list[Measurement]:
             raise BenchError(
                 f"bench suite {SUITE} needs hosts of its own for the Workers: {exc}"
             ) from exc
-        with cluster:
+        from spark_statestore.connectors.kafka.local import LocalKafkaCluster
+
+        with cluster, LocalKafkaCluster(brokers=1, host=cluster.address) as kafka:
             start = time.perf_counter()
-            spark = cluster.session("spark-statestore-bench-cluster")
+            spark = cluster.session("spark-statestore-bench-cluster", kafka_source=True)
             import spark_statestore
 
             spark_statestore.register(spark)
             spark.sparkContext.setLogLevel("ERROR")
             startup_s = time.perf_counter() - start
-            sink_rates = _sink_rates(spark, driver_root, shared_root, stream, warmup, rounds)
+            changelogs, kafka_sink = _topics(kafka, rounds)
+            sink_rates = _sink_rates(
+                spark, driver_root, shared_root, stream, warmup, rounds, changelogs, kafka_sink
+            )
             owner_rates, host_rates = _scan_rates(spark, cluster.address, data, rounds)
     finally:
         shutil.rmtree(driver_root, ignore_errors=True)
@@ -154,6 +162,25 @@ def run_cluster_suite(options: BenchOptions) -> list[Measurement]:
                 "staging": "tasks stream rows to the driver's store host (Flight DoPut)",
             },
         ),
+        Measurement(
+            suite=SUITE,
+            name="cluster_sink_changelog_vs_kafka_sink",
+            unit="rows/s",
+            candidate="writeStream.format('spark_statestore') publishing a changelog, cluster",
+            baseline="writeStream.format('kafka') (Spark's Kafka sink) on the cluster, same rows",
+            candidate_rates=tuple(sink_rates["store_changelog"]),
+            baseline_rates=tuple(sink_rates["kafka"]),
+            target=None,
+            parameters={
+                **common,
+                "records": stream.records,
+                "micro_batches": stream.batches,
+                "input": f"{stream.files} Parquet files, maxFilesPerTrigger={FILES_PER_BATCH}, "
+                "keyed (the tasks of a batch write disjoint keys)",
+                "broker": "one Kafka node on the cluster's bridge address",
+                "publishing": "the driver's store host, while the executors' tasks stage",
+            },
+        ),
         scan(
             "cluster_scan_owner",
             owner_rates,
@@ -167,15 +194,40 @@ def run_cluster_suite(options: BenchOptions) -> list[Measurement]:
     ]
 
 
+def _topics(kafka: Any, rounds: int) -> tuple[Changelogs, Changelogs]:
+    """Fresh changelogs (with their progress topics) for the runs publishing one, and fresh
+    topics for Spark's Kafka sink: the warm-up's and each round's."""
+    runs = range(rounds + 1)
+    changelogs = [f"{APPLICATION_ID}-cluster-{n}-changelog" for n in runs]
+    topics = [f"{APPLICATION_ID}-cluster-kafka-sink-{n}" for n in runs]
+    for topic in changelogs:
+        kafka.create_topic(topic, CHANGELOG_PARTITIONS)
+        kafka.create_topic(f"{topic}-progress", 1)
+    for topic in topics:
+        kafka.create_topic(topic, CHANGELOG_PARTITIONS)
+    servers = kafka.bootstrap_servers
+    return Changelogs(servers, changelogs), Changelogs(servers, topics)
+
+
 def _sink_rates(
-    spark: Any, driver_root: str, shared_root: str, stream: Any, warmup: Any, rounds: int
+    spark: Any,
+    driver_root: str,
+    shared_root: str,
+    stream: Any,
+    warmup: Any,
+    rounds: int,
+    changelogs: Changelogs,
+    kafka_sink: Changelogs,
 ) -> dict[str, list[float]]:
     """Interleaved sink runs: the store's output and checkpoint on the driver, Parquet's on
-    the shared directory (executors write its files)."""
+    the shared directory (executors write its files); the changelog and Spark's Kafka sink
+    on the broker every host reaches."""
 
     def sides(data: Any) -> dict[str, Any]:
         return {
             "store": partial(sink_run, spark, driver_root, data, "store", None),
+            "store_changelog": partial(sink_run, spark, driver_root, data, "store", changelogs),
+            "kafka": partial(sink_run, spark, driver_root, data, "kafka", kafka_sink),
             "parquet": partial(sink_run, spark, shared_root, data, "parquet", None),
         }
 
