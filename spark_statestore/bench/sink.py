@@ -4,7 +4,10 @@ Setup (not timed): the input stream is :func:`sink_records` rows written once (p
 snappy) as ``BATCHES * FILES_PER_BATCH`` Parquet files: ``key`` STRING (16 characters, drawn
 from a key space of a quarter of the rows, so three rows in four are upserts of a key seen
 before), ``value`` STRING (32 characters), and the input record's ``topic``, ``partition``
-and ``offset``. Every side reads it with ``spark.readStream.schema(...).parquet(dir)`` and
+and ``offset``. The stream is keyed, as a Kafka source's is: the two files (tasks) of a
+micro-batch write disjoint keys, each key's input partition is fixed
+(:func:`write_stream`); a second stream of the same size lets both tasks of a batch write a
+key (``shared_keys``). Every side reads it with ``spark.readStream.schema(...).parquet(dir)`` and
 ``maxFilesPerTrigger = FILES_PER_BATCH``: :data:`BATCHES` micro-batches of
 :data:`FILES_PER_BATCH` tasks each (one per core of ``local[2]``). A real Apache Kafka
 broker (KRaft, a JVM) runs through ``spark-statestore broker`` in a child process; it is
@@ -34,6 +37,15 @@ suite.
     Spark alone, without a store, transactions or exactly-once; no target. Measured when
     the suite's Spark driver has Spark's Kafka connector (its first session in the process,
     as in ``spark-statestore bench``), else left out with a warning.
+``sink_changelog_streamed``
+    The runs publishing a changelog (the driver's store host publishing each batch while its
+    tasks stage it) against the same with ``publishWhileStaging=false`` (the whole batch
+    published at its commit); no target.
+``sink_changelog_shared_keys_vs_kafka_sink``
+    The sink publishing a changelog on the shared-keys stream (where the host publishes a
+    batch again at its commit when the tasks' writes of a key reached the changelog in
+    another order than Spark partition order) against Spark's Kafka sink on that stream; no
+    target.
 ``sink_changelog_served``
     The same with option ``serve`` (the sink's store server keeps the store and the
     transactional producer open across micro-batches, and serves the store) against the
@@ -44,6 +56,10 @@ suite.
     :data:`EMPTY_BATCHES` more empty files are moved in and the time until
     ``processAllAvailable()`` returns is divided among them. Reported as batches/s (ms per
     batch in the parameters), our sink against the Parquet sink; no target.
+
+Every rows/s measurement records the CPU seconds per million rows of each process kind
+(driver JVM, Python workers, commit, store host, sink server, broker: :mod:`.cpu`) of each
+side's fastest run.
 
 Each measurement interleaves its sides for ``rounds`` rounds, after one untimed warm-up run
 of each side on a tiny stream (JIT, Python worker start-up).

@@ -47,6 +47,8 @@ def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
         "sink",
         "sink_changelog",
         *(["sink_changelog_vs_kafka_sink"] if kafka else []),
+        "sink_changelog_streamed",
+        *(["sink_changelog_shared_keys_vs_kafka_sink"] if kafka else []),
         "sink_changelog_served",
         "empty_commit",
     ]
@@ -54,6 +56,14 @@ def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
         against_kafka = by_name["sink_changelog_vs_kafka_sink"]
         assert against_kafka.candidate_rates == by_name["sink_changelog"].candidate_rates
         assert against_kafka.target is None
+        shared = by_name["sink_changelog_shared_keys_vs_kafka_sink"]
+        assert shared.baseline_rates != against_kafka.baseline_rates  # its own Kafka runs
+    # Streaming while the tasks stage against publishing at the commit, same stream.
+    streamed = by_name["sink_changelog_streamed"]
+    assert streamed.candidate_rates == by_name["sink_changelog"].candidate_rates
+    # Each side's fastest run was profiled: CPU seconds per million rows by process kind.
+    cpu = streamed.parameters["cpu_s_per_million_rows"]
+    assert cpu["candidate"]["store_host"] > 0 and cpu["baseline"]["commit"] > 0
     for m in measurements:
         assert m.suite == SUITE
         assert len(m.candidate_rates) == len(m.baseline_rates) == 1
