@@ -15,12 +15,17 @@ The sink's store server (option ``serve``) is killed by the crash seam
 before its store commit: the commit process sees it die, starts another, and sends the batch
 again; the new server rolls the store forward from the changelog. Same checks.
 
+The driver's store host is killed by the crash seam while a batch's rows stream into its
+Kafka transaction (``sink.streamed_produce``): the batch runs again through a new host, which
+fences the dead one's transaction. Same checks.
+
 Acceptance tests of DESIGN §11 (they need the sink to work on a cluster at all).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,44 @@ from tests.cluster.sink_input import (
 pytestmark = [pytest.mark.cluster, pytest.mark.cluster_engine]
 
 
+def claimed_crashes(crash: Path) -> list[Path]:
+    """The crash file's claims: ``<file>.fired.<pid>`` of each process that died at its point."""
+    return list(crash.parent.glob(f"{crash.name}.fired.*"))
+
+
+@contextlib.contextmanager
+def crash_file() -> Iterator[Path]:
+    """The cluster's crash file (empty: no crash armed), and its claims removed afterwards."""
+    crash = crash_file_path()
+    try:
+        yield crash
+    finally:
+        crash.unlink(missing_ok=True)
+        for claimed in claimed_crashes(crash):
+            claimed.unlink()
+
+
+def start_sink(
+    frame: Any, source: Any, store: Path, checkpoint: Path, changelog: str, app: str, **more: str
+) -> Any:
+    """``frame`` written into ``store`` by the sink, publishing ``changelog``."""
+    writer = (
+        frame.writeStream.format(FORMAT)
+        .option("checkpointLocation", str(checkpoint))
+        .option("kafka.bootstrap.servers", source.bootstrap)
+        .option("changelog", changelog)
+        .option("application.id", app)
+    )
+    return writer.options(**more).start(str(store))
+
+
+def goes_on(query: Any, source: Any) -> None:
+    """The query commits one more batch, without failing."""
+    source.produce(changes(3, count=40))
+    query.processAllAvailable()
+    assert query.exception() is None
+
+
 def test_an_executor_killed_mid_batch_loses_and_doubles_nothing(
     spark: Any, spark_cluster: Any, kafka_broker: Any, make_input: Any, tmp_path: Path
 ) -> None:
@@ -48,15 +91,8 @@ def test_an_executor_killed_mid_batch_loses_and_doubles_nothing(
     gate = Gate(spark_cluster.address)
 
     def start() -> Any:
-        return (
-            gated(source.stream(spark), gate.address)
-            .writeStream.format(FORMAT)
-            .option("checkpointLocation", str(checkpoint))
-            .option("kafka.bootstrap.servers", source.bootstrap)
-            .option("changelog", changelog)
-            .option("application.id", app)
-            .start(str(store))
-        )
+        frame = gated(source.stream(spark), gate.address)
+        return start_sink(frame, source, store, checkpoint, changelog, app)
 
     source.produce(upserts(1, count=40))
     query = start()
@@ -85,21 +121,21 @@ def test_an_executor_killed_mid_batch_loses_and_doubles_nothing(
 def test_the_sink_store_server_killed_mid_commit_loses_and_doubles_nothing(
     spark: Any, kafka_broker: Any, make_input: Any, tmp_path: Path
 ) -> None:
-    from spark_statestore.connectors.spark.leader.remote import live_server
-
     source = make_input()
     app, changelog = sink_changelog(kafka_broker)
     store, checkpoint = tmp_path / "store", tmp_path / "checkpoint"
-    crash = crash_file_path()
-    query = (
-        source.stream(spark)
-        .writeStream.format(FORMAT)
-        .option("checkpointLocation", str(checkpoint))
-        .option("kafka.bootstrap.servers", source.bootstrap)
-        .option("changelog", changelog)
-        .option("application.id", app)
-        .option("serve", "true")
-        .start(str(store))
+    with crash_file() as crash:
+        _kill_the_server(spark, source, store, checkpoint, changelog, app, crash)
+    assert_exactly_once(source, store, checkpoint, changelog)
+
+
+def _kill_the_server(
+    spark: Any, source: Any, store: Path, checkpoint: Path, changelog: str, app: str, crash: Path
+) -> None:
+    from spark_statestore.connectors.spark.leader.remote import live_server
+
+    query = start_sink(
+        source.stream(spark), source, store, checkpoint, changelog, app, serve="true"
     )
     try:
         source.produce(upserts(1, count=40))
@@ -109,16 +145,47 @@ def test_the_sink_store_server_killed_mid_commit_loses_and_doubles_nothing(
         crash.write_text("sink.after_publish")  # the next commit's Kafka transaction is in
         source.produce(changes(2, count=40))
         query.processAllAvailable()
-        fired = list(crash.parent.glob(f"{crash.name}.fired.*"))
+        fired = claimed_crashes(crash)
         assert fired == [crash.with_name(f"{crash.name}.fired.{first.pid}")], fired
         second = live_server(str(store))
         assert second is not None and second.pid != first.pid  # a new server took over
-        source.produce(changes(3, count=40))
-        query.processAllAvailable()
-        assert query.exception() is None
+        goes_on(query, source)
     finally:
         query.stop()
-        crash.unlink(missing_ok=True)
-        for claimed in crash.parent.glob(f"{crash.name}.fired.*"):
-            claimed.unlink()
+
+
+def test_the_store_host_killed_while_a_batch_streams_loses_and_doubles_nothing(
+    spark: Any, kafka_broker: Any, make_input: Any, tmp_path: Path
+) -> None:
+    """The driver's store host publishes a batch's rows into its Kafka transaction while the
+    executors' tasks stage them (``publishWhileStaging``): killed there, its transaction is
+    never committed. The tasks' streams fail, so the batch (or the query, restarted from its
+    checkpoint) runs again through a new host, which fences the dead one's transaction and
+    publishes the batch at its commit. Same checks."""
+    source = make_input()
+    app, changelog = sink_changelog(kafka_broker)
+    store, checkpoint = tmp_path / "store", tmp_path / "checkpoint"
+
+    def start() -> Any:
+        return start_sink(source.stream(spark), source, store, checkpoint, changelog, app)
+
+    with crash_file() as crash:
+        query = start()
+        try:
+            source.produce(upserts(1, count=40))
+            query.processAllAvailable()  # published at its commit; the host expects the next
+            crash.write_text("sink.streamed_produce")
+            source.produce(changes(2, count=40))
+            try:
+                query.processAllAvailable()
+            except Exception:  # the batch failed with its host: the query restarts
+                with contextlib.suppress(Exception):
+                    query.stop()
+                query = start()
+                query.processAllAvailable()
+            fired = claimed_crashes(crash)
+            assert len(fired) == 1, fired  # the host died there, once
+            goes_on(query, source)
+        finally:
+            query.stop()
     assert_exactly_once(source, store, checkpoint, changelog)
