@@ -11,7 +11,15 @@ from typing import Any
 
 from spark_statestore.connectors.spark.driver import ProcessId
 
-__all__ = ["HostRecord", "HostRef", "read_record", "runtime_dir", "write_record"]
+__all__ = [
+    "HostRecord",
+    "HostRef",
+    "commit_ref_from_json",
+    "commit_ref_to_json",
+    "read_record",
+    "runtime_dir",
+    "write_record",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +129,42 @@ class HostRecord:
             )
         except (KeyError, IndexError, TypeError, ValueError, UnicodeError):
             return None
+
+
+def commit_ref_to_json(record: HostRecord) -> dict[str, Any] | None:
+    """How a committer on the driver's host reaches ``record``'s host to have it publish (its
+    location, tokens and client certificate; not its private key), for a sink's store
+    server; None for a host without a commit token."""
+    if record.commit_token is None:
+        return None
+    ref = record.ref
+
+    def text(data: bytes | None) -> str | None:
+        return None if data is None else data.decode("ascii")
+
+    return {
+        "location": ref.location,
+        "token": ref.token,
+        "tls_root_certs": text(ref.tls_root_certs),
+        "tls_client_cert": text(ref.tls_client_cert),
+        "tls_client_key": text(ref.tls_client_key),
+        "commit_token": record.commit_token,
+    }
+
+
+def commit_ref_from_json(data: Any) -> tuple[HostRef, str] | None:
+    """The host and commit token :func:`commit_ref_to_json` described, or None when ``data``
+    is not such a description."""
+    if not isinstance(data, dict):
+        return None
+    texts = [data.get(k) for k in ("location", "token", "commit_token")]
+    if not all(isinstance(t, str) and t for t in texts):
+        return None
+    pems = [data.get(k) for k in ("tls_root_certs", "tls_client_cert", "tls_client_key")]
+    if not all(p is None or isinstance(p, str) for p in pems):
+        return None
+    certs = [None if p is None else p.encode("ascii") for p in pems]
+    return HostRef(str(texts[0]), str(texts[1]), *certs), str(texts[2])
 
 
 def runtime_dir() -> str:

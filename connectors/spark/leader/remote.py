@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_statestore.connectors.spark.detached import start_detached
 from spark_statestore.connectors.spark.driver import ProcessId, spark_jvm
@@ -82,6 +82,19 @@ def _client(path: str, record: ServerRecord, timeout_s: float) -> StoreClient:
     return client_for_store(path, record.location, timeout_s=timeout_s)
 
 
+def _publishing_host(options: SinkOptions) -> dict[str, Any] | None:
+    """The driver's store host, for the server to publish through (option
+    ``publishWhileStaging``): it publishes a batch while the tasks stage it; None without
+    a changelog, a Spark driver or the option."""
+    if options.changelog is None or not options.publish_while_staging:
+        return None
+    from spark_statestore.connectors.spark.host.launch import driver_store_host
+    from spark_statestore.connectors.spark.host.record import commit_ref_to_json
+
+    record = driver_store_host()
+    return None if record is None else commit_ref_to_json(record)
+
+
 def commit_through_server(
     options: SinkOptions, batch: BatchToCommit, *, streaming: bool, raw_options: dict[str, str]
 ) -> CommitOutcome:
@@ -116,6 +129,9 @@ def commit_through_server(
             )
         record = _live_or_started(options, driver, streaming=streaming, raw_options=raw_options)
         body = {"secret": record.secret, "fingerprint": wanted, **batch_to_json(batch)}
+        host = _publishing_host(options)
+        if host is not None:
+            body["host"] = host
         watch = LivenessWatch(path, record, liveness_s)
         try:
             with _client(path, record, COMMIT_TIMEOUT_S) as client, watch:

@@ -130,6 +130,10 @@ class LeaderServer:
         """What its commits did (counted by the commit protocol and the publisher)."""
         self._health = Health(HealthState.CREATED)
         self._publisher = changelog_publisher(options, self.stats)
+        # The driver's store host, when the commits name one: it publishes the changelog
+        # (while the tasks stage), so this server's own producer never starts.
+        self._host_publisher: Any = None
+        self._host: tuple[Any, str] | None = None
         try:
             partitions = 1 if self._publisher is None else self._publisher.partition_count()
             self.store = open_leader_store(
@@ -275,7 +279,11 @@ class LeaderServer:
             self._committing = True
         try:
             outcome = commit_batch(
-                self.store, StagingArea(self.store.path), batch, self._publisher, stats=self.stats
+                self.store,
+                StagingArea(self.store.path),
+                batch,
+                self._publisher_for(body.get("host")),
+                stats=self.stats,
             )
         except BaseException as exc:
             self._health = _failed(batch, exc)
@@ -290,6 +298,26 @@ class LeaderServer:
                 self._last_commit = time.monotonic()
                 self._turn.notify_all()
         return {"outcome": outcome.value, "position": self.store.metadata.position.to_dict()}
+
+    def _publisher_for(self, host: Any) -> Any:
+        """The publisher of a commit: through the store host its body names, else this
+        server's own."""
+        from spark_statestore.connectors.spark.host.record import commit_ref_from_json
+
+        named = commit_ref_from_json(host)
+        if named is None or self._publisher is None:
+            return self._publisher
+        if self._host != named:
+            from spark_statestore.connectors.spark.leader.store import changelog_publisher
+
+            if self._host_publisher is not None:
+                self._host_publisher.close()
+            ref, token = named
+            self._host_publisher = changelog_publisher(
+                self.options, self.stats, host_ref=(ref, token)
+            )
+            self._host = named
+        return self._host_publisher
 
     def _renew_publisher(self) -> None:
         """After a failed commit, a fresh producer: the old one's transaction state is
@@ -376,6 +404,9 @@ class LeaderServer:
         if self._publisher is not None:
             self._publisher.close()
             self._publisher = None
+        if self._host_publisher is not None:
+            self._host_publisher.close()
+            self._host_publisher = None
         self.store.close()
 
     def _abandon(self, waited_s: float) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
     from spark_statestore.connectors.spark.host.publishing import HostPublisher
-    from spark_statestore.connectors.spark.host.record import HostRecord
+    from spark_statestore.connectors.spark.host.record import HostRecord, HostRef
     from spark_statestore.connectors.spark.options import SinkOptions
     from spark_statestore.sink.commit import BatchToCommit, CommitOutcome
     from spark_statestore.sink.stats import SinkStats
@@ -28,7 +28,11 @@ OWNER_WAIT_S = 120.0
 
 
 def changelog_publisher(
-    options: SinkOptions, stats: SinkStats | None = None, host: HostRecord | None = None
+    options: SinkOptions,
+    stats: SinkStats | None = None,
+    host: HostRecord | None = None,
+    *,
+    host_ref: tuple[HostRef, str] | None = None,
 ) -> KafkaChangelogPublisher | HostPublisher | None:
     """The publisher of the sink's changelog, or None when it publishes none; ``stats``
     counts what it publishes (the sink's store server's, for its metrics). With the
@@ -38,12 +42,14 @@ def changelog_publisher(
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 
     assert options.bootstrap_servers is not None and options.application_id is not None
-    if host is not None and host.commit_token is not None and options.publish_while_staging:
+    if host is not None and host.commit_token is not None:
+        host_ref = (host.ref, host.commit_token)
+    if host_ref is not None and options.publish_while_staging:
         from spark_statestore.connectors.spark.host.publishing import HostPublisher
 
         return HostPublisher(
-            host.ref,
-            host.commit_token,
+            host_ref[0],
+            host_ref[1],
             os.path.abspath(options.path),
             options.bootstrap_servers,
             options.changelog,
