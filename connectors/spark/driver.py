@@ -23,6 +23,7 @@ __all__ = [
     "ProcessId",
     "driver_deployment",
     "parse_submit_arguments",
+    "proc_stat",
     "routable_address",
     "spark_jvm",
 ]
@@ -41,12 +42,12 @@ class ProcessId:
     @classmethod
     def of(cls, pid: int) -> ProcessId | None:
         """The process ``pid`` now, or None when there is none."""
-        stat = _stat(pid)
+        stat = proc_stat(pid)
         return None if stat is None else cls(pid, stat[19])
 
     def alive(self) -> bool:
         """True while this process (not a later one with its pid) runs."""
-        stat = _stat(self.pid)
+        stat = proc_stat(self.pid)
         return stat is not None and stat[19] == self.start and stat[0] != "Z"
 
     def kill(self, timeout_s: float) -> bool:
@@ -77,7 +78,7 @@ class ProcessId:
         return True
 
 
-def _stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
@@ -98,7 +99,7 @@ def spark_jvm() -> ProcessId | None:
             return None
         if command == "java":
             return ProcessId.of(pid)
-        stat = _stat(pid)
+        stat = proc_stat(pid)
         if stat is None:
             return None
         pid = int(stat[1])

@@ -159,6 +159,8 @@ def _is_daemon(seen: _Seen) -> bool:
 def _processes() -> Iterator[tuple[int, int, int, float, float]]:
     """``(pid, start time, parent pid, own CPU s, reaped children's CPU s)`` of every
     process readable now."""
+    from spark_statestore.connectors.spark.driver import proc_stat
+
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -166,11 +168,9 @@ def _processes() -> Iterator[tuple[int, int, int, float, float]]:
     for name in names:
         if not name.isdigit():
             continue
-        stat = _read(f"/proc/{name}/stat")
-        if stat is None:
+        fields = proc_stat(int(name))
+        if fields is None:
             continue
-        # The command name (field 2) may hold spaces and parentheses: split after its end.
-        fields = stat[stat.rfind(")") + 2 :].split()
         try:
             parent = int(fields[1])
             own = (int(fields[11]) + int(fields[12])) / _TICK

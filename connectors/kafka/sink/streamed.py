@@ -17,9 +17,10 @@ the commit protocol asks the host to publish, see :meth:`publish_staged`). Exact
 * At the commit (:meth:`publish_staged`) the transaction is committed as it is only when it
   holds exactly the attempts Spark commits, each whole: the staged file of each is the one
   the commit names, with as many rows. Anything else (an attempt Spark did not commit, one
-  cut short, a producing failure, a batch over the commit's memory budget, a transaction
-  too old, complete mode's tombstones) aborts it and the batch is published again from
-  the committed attempts' staged files, as a commit without the host does. A batch the
+  cut short, a producing failure, keys that outgrow the sink's memory budget, a transaction
+  too old, complete mode's tombstones, keys several attempts wrote out of commit order)
+  aborts it and the batch is published again from the committed attempts' staged files,
+  as a commit without the host does. A batch the
   changelog or the store already has is never published again (the commit protocol asks
   :meth:`published_batch` first).
 * A transaction outlives no batch: a new expected batch, Spark's abort, an open
@@ -47,7 +48,6 @@ progress record followers take positions from).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -75,7 +75,8 @@ IDLE_ABORT_S = 60.0
 aborted (the query stopped between its tasks and its commit): readers of the changelog wait
 for open transactions, and nobody else would end it before ``transaction.timeout.ms``."""
 _BYTES_PER_ROW = 40
-"""What the commit holds per row besides its key, to apply a streamed batch in order."""
+"""What the host keeps per row of a streamed batch besides its key (its partition and rank, and
+its share of the key set), counted against the memory budget."""
 AGE_LIMIT = 0.5
 """A batch stops streaming once its transaction is this share of ``transaction.timeout.ms``
 old: the commit then publishes it in a transaction of its own, with the whole timeout."""
@@ -142,7 +143,7 @@ class ChangelogTarget:
         )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # each attempt is itself: compared by identity
 class StreamedAttempt:
     """One task attempt streaming its rows to the host."""
 
@@ -197,8 +198,9 @@ class StreamedChangelog:
     ----------
     target
         The changelog and the store it publishes for.
-    stats
-        Counts what it publishes (the host's metrics).
+    idle_abort_s
+        How long an open transaction may see no staging and no commit (see
+        :data:`IDLE_ABORT_S`).
     """
 
     def __init__(self, target: ChangelogTarget, *, idle_abort_s: float = IDLE_ABORT_S) -> None:
@@ -235,13 +237,10 @@ class StreamedChangelog:
             self._renew()
             return self._publisher.published_batch(self.target.store_id)
 
-    def partition_count(self) -> int:
-        with self._lock:
-            return self._publisher.partition_count()
-
     def expect(self, query_id: str, batch_id: int, seen: Position, budget_bytes: int) -> None:
         """Publish batch ``batch_id`` of ``query_id`` while its tasks stage it; its records
-        start from position ``seen``; stream at most ``budget_bytes`` of staged rows."""
+        start from position ``seen``; stream it while its keys take at most
+        ``budget_bytes``."""
         with self._lock:
             self._drop("another batch is expected next")
             self._renew()
@@ -326,12 +325,7 @@ class StreamedChangelog:
             if attempt is None:  # a file without rows
                 files.append((pa.array([], pa.int32()), pa.array([], pa.int64())))
                 continue
-            parts = pa.array(
-                [p for chunk_parts, _ in attempt.chunks for p in chunk_parts], pa.int32()
-            )
-            ranks = pa.array(
-                [r for _, chunk_ranks in attempt.chunks for r in chunk_ranks], pa.int64()
-            )
+            parts, ranks = _flat(attempt, 0, pa.int32()), _flat(attempt, 1, pa.int64())
             files.append((parts, pc.add(pc.take(first, parts), ranks)))
         return StagedPublication(ends, streaming.stamp_ms, ([], []), files)
 
@@ -383,12 +377,12 @@ class StreamedChangelog:
                 return
             streaming.last_activity = time.monotonic()
             try:
-                # The commit reads the batch's keys into memory (to apply interleaved
-                # files in changelog order): they must fit its memory budget.
+                # The batch's keys are kept (to check their order at the commit): within
+                # the sink's memory budget.
                 streaming.key_bytes += records.column("key").nbytes + _BYTES_PER_ROW * len(records)
                 if streaming.key_bytes > expected.budget_bytes:
                     raise _StopStreaming(
-                        f"its keys are over the commit's memory budget of "
+                        f"its keys are over the sink's memory budget of "
                         f"{expected.budget_bytes:,} bytes (uncommitted.max.bytes)"
                     )
                 age = self._publisher.transaction_age_s()
@@ -620,8 +614,3 @@ def _flat(attempt: StreamedAttempt, column: int, kind: pa.DataType) -> pa.Array:
     import pyarrow as pa
 
     return pa.array([n for chunk in attempt.chunks for n in chunk[column]], kind)
-
-
-def describe_json(changelogs: Mapping[str, StreamedChangelog]) -> str:
-    """The host's changelogs' states as JSON (for its log)."""
-    return json.dumps({path: c.describe() for path, c in changelogs.items()})

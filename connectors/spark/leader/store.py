@@ -93,7 +93,9 @@ def commit_here(options: SinkOptions, batch: BatchToCommit) -> CommitOutcome:
     from spark_statestore.sink.commit import commit_batch
     from spark_statestore.sink.staging import StagingArea
 
-    publisher = changelog_publisher(options, host=driver_store_host())
+    # The driver's store host publishes the changelog, while the tasks stage, when asked to.
+    publishes_there = options.changelog is not None and options.publish_while_staging
+    publisher = changelog_publisher(options, host=driver_store_host() if publishes_there else None)
     try:
         partitions = 1 if publisher is None else publisher.partition_count()
         purpose = f"spark_statestore sink commit (pid {os.getpid()})"
