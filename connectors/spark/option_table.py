@@ -143,6 +143,13 @@ class ValueFormat(str, Enum):
 REGISTRY_FORMATS = (ValueFormat.AVRO, ValueFormat.PROTOBUF, ValueFormat.JSONSCHEMA)
 """The formats whose values are written with a schema (a registry's, or given)."""
 
+REGISTRY_COLUMN_OPTIONS = (
+    "Schema", "SchemaFile", "Subject", "SchemaVersion", "SchemaId", "Framing",
+    "SubjectNameStrategy", "MessageName",
+)  # fmt: skip
+"""The options of a registry format's column, after ``key`` or ``value`` (``valueSchema``...):
+given to a column written as it is (binary), each is refused."""
+
 E = TypeVar("E", bound=Enum)
 
 

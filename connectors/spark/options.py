@@ -31,6 +31,7 @@ from spark_statestore.connectors.spark.format_options import (
 )
 from spark_statestore.connectors.spark.metrics_options import METRICS_OPTIONS, metrics_endpoint
 from spark_statestore.connectors.spark.option_table import (
+    REGISTRY_COLUMN_OPTIONS,
     DecodeMode,
     OptionReader,
     StoreType,
@@ -387,6 +388,13 @@ def parse_reader_options(raw: Mapping[str, Any], planned: Any = None) -> ReaderO
     )
 
 
+def _registry_options_given(options: OptionReader) -> bool:
+    """Whether the sink was given any option of a registry key or value format."""
+    names = ["keyFormat", "valueFormat", "schemaRegistryUrl", "autoRegisterSchemas"]
+    names += [f"{column}{name}" for column in ("key", "value") for name in REGISTRY_COLUMN_OPTIONS]
+    return any(options.given(name) for name in names) or bool(options.schema_registry())
+
+
 def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOptions:
     """Parse and check the sink's options (``streaming``: writeStream, else the batch writer).
 
@@ -448,10 +456,14 @@ def parse_sink_options(raw: Mapping[str, Any], *, streaming: bool) -> SinkOption
     liveness_ms = options.integer("serveLivenessTimeoutMs")
     idle_ms = options.integer("serveIdleTimeoutMs")
     assert liveness_ms is not None and idle_ms is not None  # they have defaults
-    from spark_statestore.connectors.spark.registry_sink import registry_sink_column
+    key_typed = value_typed = None
+    if _registry_options_given(options):
+        # Only then: the registry client's modules take ~0.2 s to import, in the planning
+        # process and again in each query's commit process.
+        from spark_statestore.connectors.spark.registry_sink import registry_sink_column
 
-    key_typed = registry_sink_column(options, "key", changelog=changelog)
-    value_typed = registry_sink_column(options, "value", changelog=changelog)
+        key_typed = registry_sink_column(options, "key", changelog=changelog)
+        value_typed = registry_sink_column(options, "value", changelog=changelog)
     if key_typed is None and value_typed is None:
         given = [n for n in ("schemaRegistryUrl", "autoRegisterSchemas") if options.given(n)]
         if given:

@@ -26,6 +26,7 @@ from typing import Any
 
 from spark_statestore.connectors.schema_registry import RegistrySettings, registry_for
 from spark_statestore.connectors.spark.option_table import (
+    REGISTRY_COLUMN_OPTIONS,
     REGISTRY_FORMATS,
     SCHEMA_REGISTRY_PREFIX,
     Framing,
@@ -113,12 +114,12 @@ def registry_sink_column(
             + ", ".join(f.value for f in REGISTRY_FORMATS)
             + ")"
         )
-    registry_only = (
-        "Schema", "SchemaFile", "Subject", "SchemaVersion", "SchemaId", "Framing",
-        "SubjectNameStrategy", "MessageName",
-    )  # fmt: skip
     if fmt is ValueFormat.BINARY:
-        named = [f"{column}{name}" for name in registry_only if options.given(f"{column}{name}")]
+        named = [
+            f"{column}{name}"
+            for name in REGISTRY_COLUMN_OPTIONS
+            if options.given(f"{column}{name}")
+        ]
         if named:
             raise OptionError(
                 f"option {named[0]} is for a registry {column}Format: set one, or remove {named[0]}"

@@ -310,14 +310,14 @@ impl DB {
 
     #[pyo3(signature = (key, value, *, sync=false))]
     fn put(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, sync: bool) -> PyResult<()> {
-        let batch = crate::batch::RawBatch::new();
+        let mut batch = crate::batch::RawBatch::new();
         batch.put(as_bytes(key, "key")?, as_bytes(value, "value")?);
         self.write_raw(py, &batch, sync)
     }
 
     #[pyo3(signature = (key, *, sync=false))]
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>, sync: bool) -> PyResult<()> {
-        let batch = crate::batch::RawBatch::new();
+        let mut batch = crate::batch::RawBatch::new();
         batch.delete(as_bytes(key, "key")?);
         self.write_raw(py, &batch, sync)
     }
