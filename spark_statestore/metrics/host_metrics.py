@@ -12,6 +12,12 @@ metric                                         type       meaning
                                                           (``ok``, ``error``)
 ``spark_statestore_host_call_seconds``         histogram  seconds per call, by ``kind`` (a scan
                                                           until its last row was sent)
+``spark_statestore_host_changelog_batches_``   counter    batches the host published to a sink's
+``total``                                                 changelog, by ``changelog`` (topic) and
+                                                          ``published`` (``while_staging``: as
+                                                          its tasks staged it; ``at_commit``:
+                                                          again at its commit, the first of a
+                                                          run, another attempt, ... )
 =============================================  =========  =======================================
 
 A host serves every store of its driver's host, so its series have no ``store`` label.
@@ -43,6 +49,10 @@ class CountedHost(Protocol):
 
     def staged_totals(self) -> tuple[int, int]:
         """Rows and bytes staged so far."""
+        ...
+
+    def published_totals(self) -> dict[str, tuple[int, int]]:
+        """Per changelog topic, batches published while staged and at their commit."""
         ...
 
 
@@ -79,3 +89,13 @@ class HostMetrics(Collector):
         for (kind, status), count in self._host.calls.counts().items():
             calls.add_metric([kind, status], count)
         yield calls
+        batches = CounterMetricFamily(
+            f"{PREFIX}host_changelog_batches",
+            "Batches the store host published to a sink's changelog, by changelog topic and "
+            "when (while_staging: as the tasks staged them; at_commit: at the commit)",
+            labels=["changelog", "published"],
+        )
+        for topic, (streamed, republished) in sorted(self._host.published_totals().items()):
+            batches.add_metric([topic, "while_staging"], streamed)
+            batches.add_metric([topic, "at_commit"], republished)
+        yield batches

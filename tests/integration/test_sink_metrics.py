@@ -137,6 +137,16 @@ def _session_driver(spark: Any) -> ProcessId:
     return driver
 
 
+def _two_batches(query: Any, source: Path, second: list[dict[str, Any]]) -> None:
+    """Run ``query`` over what ``source`` holds, then over ``second`` written there; stop it."""
+    try:
+        query.processAllAvailable()
+        write_input(source, "2.json", second)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
 def calls(samples: Samples) -> dict[str, float]:
     return {
         f"{dict(labels)['kind']}/{dict(labels)['status']}": value
@@ -145,7 +155,11 @@ def calls(samples: Samples) -> dict[str, float]:
 
 
 def test_the_store_host_reports_what_spark_tasks_staged_and_read_through_it(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    kafka_broker: Any,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The session's driver JVM was started without the variable: restart its store host with
     # it (the host is this test session's own process; a restarted host listens where the
@@ -164,12 +178,7 @@ def test_the_store_host_reports_what_spark_tasks_staged_and_read_through_it(
     source, store, checkpoint = tmp_path / "in", tmp_path / "store", tmp_path / "cp"
     write_input(source, "1.json", [row(f"k{i}", str(i), i) for i in range(30)])
     query = start_sink(spark, source, store, checkpoint)
-    try:
-        query.processAllAvailable()
-        write_input(source, "2.json", [row(f"m{i}", str(i), 30 + i) for i in range(10)])
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _two_batches(query, source, [row(f"m{i}", str(i), 30 + i) for i in range(10)])
     samples = scrape(url)
     assert samples["spark_statestore_host_staged_rows_total"][()] == 40
     assert samples["spark_statestore_host_staged_bytes_total"][()] > 0
@@ -188,3 +197,19 @@ def test_the_store_host_reports_what_spark_tasks_staged_and_read_through_it(
         scrape(url)["spark_statestore_host_call_seconds_count"][(("kind", "scan"),)]
         == (read["scan/ok"])
     )
+    assert samples.get("spark_statestore_host_changelog_batches_total", {}) == {}
+
+    # A sink publishing a changelog through the host: the first batch of its run at the
+    # commit, the next while its task staged it.
+    changelog = sink_changelog(kafka_broker, make_topic, "host-metrics-app")
+    source, checkpoint = tmp_path / "in-changelog", tmp_path / "cp-changelog"
+    write_input(source, "1.json", [row(f"p{i}", str(i), i) for i in range(10)])
+    bootstrap = kafka_broker.bootstrap_servers
+    writer = changelog_writer(spark, source, checkpoint, bootstrap, changelog, "host-metrics-app")
+    query = writer.start(str(tmp_path / "store-changelog"))
+    _two_batches(query, source, [row(f"q{i}", str(i), 10 + i) for i in range(10)])
+    assert spark_committed(checkpoint) == [0, 1]
+    assert scrape(url)["spark_statestore_host_changelog_batches_total"] == {
+        (("changelog", changelog), ("published", "at_commit")): 1,
+        (("changelog", changelog), ("published", "while_staging")): 1,
+    }

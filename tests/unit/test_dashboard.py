@@ -56,13 +56,16 @@ class _Refusals:
 
 
 class _Host:
-    """The two things :class:`HostMetrics` reads of a store host."""
+    """What :class:`HostMetrics` reads of a store host."""
 
     def __init__(self) -> None:
         self.calls = CallStats(("stage", "scan", "lookup"))
 
     def staged_totals(self) -> tuple[int, int]:
         return 3, 300
+
+    def published_totals(self) -> dict[str, tuple[int, int]]:
+        return {TOPIC: (2, 1)}
 
 
 def produced_names(make_store: Any) -> set[str]:

@@ -52,6 +52,9 @@ class HostChangelogs:
         self._location = location
         self._commit_token = None if commit_token is None else check_token(commit_token)
         self._changelogs: dict[str, StreamedChangelog] = {}
+        self._retired: dict[str, tuple[int, int]] = {}
+        """Per changelog topic, the batches of its publishers replaced or closed: streamed,
+        published at the commit."""
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._upkeep = threading.Thread(target=self._keep_up, name="host-changelogs", daemon=True)
@@ -90,6 +93,7 @@ class HostChangelogs:
             if current is not None and current.target == target:
                 return store, current
             if current is not None:
+                self._retire(current)
                 current.close()
             made = self._changelogs[store] = StreamedChangelog(target)
             return store, made
@@ -203,12 +207,28 @@ class HostChangelogs:
         }
         writer.write_metadata(pa.py_buffer(json.dumps(meta).encode()))
 
+    def published_totals(self) -> dict[str, tuple[int, int]]:
+        """Per changelog topic, the batches this host published so far: while their tasks
+        staged them, and at their commit (the first of a run, another attempt, ... see
+        :mod:`~spark_statestore.connectors.kafka.sink.streamed`)."""
+        with self._lock:
+            totals = dict(self._retired)
+            for changelog in self._changelogs.values():
+                _add(totals, changelog)
+        return totals
+
+    def _retire(self, changelog: StreamedChangelog) -> None:
+        """Keep a replaced or closed publisher's counts (under the lock)."""
+        _add(self._retired, changelog)
+
     # -- upkeep -------------------------------------------------------------------------
     def close(self) -> None:
         """Abort open transactions and close the producers."""
         self._stopped.set()
         with self._lock:
             changelogs, self._changelogs = list(self._changelogs.values()), {}
+            for changelog in changelogs:
+                self._retire(changelog)
         for changelog in changelogs:
             with contextlib.suppress(Exception):
                 changelog.close()
@@ -254,3 +274,11 @@ def _publishing_error(exc: BaseException) -> bool:
     from spark_statestore.serve.errors import ServeError
 
     return isinstance(exc, StateStoreError) and not isinstance(exc, ServeError)
+
+
+def _add(totals: dict[str, tuple[int, int]], changelog: StreamedChangelog) -> None:
+    streamed, republished = totals.get(changelog.target.topic, (0, 0))
+    totals[changelog.target.topic] = (
+        streamed + changelog.streamed_batches,
+        republished + changelog.republished_batches,
+    )

@@ -150,6 +150,10 @@ class StoreHostServer:
         with self._staged_lock:
             return self._staged_rows, self._staged_bytes
 
+    def published_totals(self) -> dict[str, tuple[int, int]]:
+        """Per changelog topic, the batches this host published: while staged, at commit."""
+        return self.changelogs.published_totals()
+
     # -- handlers (on gRPC threads) ---------------------------------------------------------
     def stage(self, request: Mapping[str, Any], batches: Iterator[pa.RecordBatch]) -> bytes:
         """Write a task's rows into its store's staging area; the staged file, as JSON."""
