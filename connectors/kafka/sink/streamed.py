@@ -153,13 +153,11 @@ class StreamedAttempt:
     """Its rows go into the batch's transaction (the first attempt of its partition)."""
     rows: int = 0
     """Rows produced."""
-    chunks: list[tuple[list[int], list[int]]] = field(default_factory=list)
-    """Per produced chunk: each row's partition and rank (its offset from the first of the
-    batch's records in that partition)."""
+    chunks: list[tuple[pa.Array, pa.Array]] = field(default_factory=list)
+    """Per produced chunk: each row's partition (int32) and rank (int64: its offset from the
+    first of the batch's records in that partition)."""
     keys: list[pa.Array] = field(default_factory=list)
     """Per produced chunk, its keys (to check the order of keys several attempts wrote)."""
-    key_set: set[bytes] = field(default_factory=set)
-    """Its distinct keys (to find those other attempts wrote too)."""
     staged: str | None = None
     """Its staged file's name, once its stream was whole."""
 
@@ -364,6 +362,8 @@ class StreamedChangelog:
         ``max_offsets``: the largest input offsets of the attempt's rows so far, this chunk's
         included. Never raises: a failure stops the batch's streaming (the commit publishes
         it)."""
+        import pyarrow as pa
+
         from spark_statestore.changelog import partitions_for_keys
         from spark_statestore.sink.changes import ChangeChunk
         from spark_statestore.sink.publication import consecutive_offsets, publishing_columns
@@ -401,9 +401,8 @@ class StreamedChangelog:
                 self._publisher.produce_chunk(
                     self.target.store_id, ChangeChunk(keys, values, stamps, parts, header)
                 )
-                handle.chunks.append((parts, ranks))
+                handle.chunks.append((pa.array(parts, pa.int32()), pa.array(ranks, pa.int64())))
                 handle.keys.append(records.column("key"))
-                handle.key_set.update(keys)
                 handle.rows += len(keys)
                 crash_point("sink.streamed_produce")
             except _StopStreaming as stop:
@@ -577,17 +576,19 @@ def order_conflict(attempts: Sequence[StreamedAttempt]) -> str | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    seen: set[bytes] = set()
-    shared: set[bytes] = set()
-    for attempt in attempts:
-        shared |= seen & attempt.key_set
-        seen |= attempt.key_set
-    if not shared:
+    # Each attempt's distinct keys; those of one attempt found in an earlier one are shared.
+    distinct = [pc.unique(_keys(attempt)) for attempt in attempts]
+    found = [
+        distinct[number].filter(pc.is_in(distinct[number], value_set=_concat(distinct[:number])))
+        for number in range(1, len(attempts))
+    ]
+    if not any(len(keys) for keys in found):
         return None
-    wanted = pa.array(sorted(shared), pa.binary())
+    wanted = pc.unique(_concat(found))
     last: dict[bytes, tuple[int, int]] = {}  # key -> (rank of its last record, attempt)
+    writers: dict[bytes, int] = {}  # key -> the last attempt (in commit order) that wrote it
     for number, attempt in enumerate(attempts):
-        keys = pa.chunked_array(attempt.keys, pa.binary())
+        keys = _keys(attempt)
         ranks = _flat(attempt, 1, pa.int64())
         mask = pc.is_in(keys, value_set=wanted)
         for key, rank in zip(
@@ -596,9 +597,6 @@ def order_conflict(attempts: Sequence[StreamedAttempt]) -> str | None:
             # Ranks count a partition's records, and a key's records are all in its partition.
             if rank > last.get(key, (-1, -1))[0]:
                 last[key] = (rank, number)
-    writers: dict[bytes, int] = {}  # key -> the last attempt (in commit order) that wrote it
-    for number, attempt in enumerate(attempts):
-        for key in shared & attempt.key_set:
             writers[key] = number
     wrong = sum(1 for key, (_, number) in last.items() if writers[key] != number)
     if not wrong:
@@ -610,7 +608,21 @@ def order_conflict(attempts: Sequence[StreamedAttempt]) -> str | None:
 
 
 def _flat(attempt: StreamedAttempt, column: int, kind: pa.DataType) -> pa.Array:
-    """An attempt's partitions (``column`` 0) or ranks (1) of all its chunks, as Arrow."""
+    """An attempt's partitions (``column`` 0, int32) or ranks (1, int64) of all its chunks."""
+    return _concat([chunk[column] for chunk in attempt.chunks], kind)
+
+
+def _keys(attempt: StreamedAttempt) -> pa.Array:
+    """An attempt's keys of all its chunks."""
     import pyarrow as pa
 
-    return pa.array([n for chunk in attempt.chunks for n in chunk[column]], kind)
+    return _concat(attempt.keys, pa.binary())
+
+
+def _concat(arrays: Sequence[pa.Array], kind: pa.DataType | None = None) -> pa.Array:
+    """``arrays`` as one array (of ``kind`` when there are none; the first's type else)."""
+    import pyarrow as pa
+
+    if not arrays:
+        return pa.array([], kind if kind is not None else pa.binary())
+    return pa.concat_arrays(list(arrays))
