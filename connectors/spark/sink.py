@@ -50,6 +50,10 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+_LAST_COMMITTED_HERE: dict[str, tuple[str, int]] = {}
+"""Per store, the (query id, batch id) this process committed last (Spark calls a writer's
+commit and abort in the same process, and aborts only the batch whose commit raised)."""
+
 _COLUMNS = {
     "key": "BINARY or STRING (required, never null)",
     "value": "BINARY or STRING (required; null deletes the key)",
@@ -334,6 +338,7 @@ class _Writer:
         else:
             stop_sink_server(options.path)  # one an earlier run with serve=true left
             commit_here(options, batch)
+            _LAST_COMMITTED_HERE[options.path] = (query_id, batch_id)
         if self._host is not None:
             # The next micro-batch's tasks dial the store host this plan named: one that died
             # (its record says where it listened) is started again there before they run.
@@ -344,6 +349,18 @@ class _Writer:
     def _abort(self, query_id: str, batch_id: int) -> None:
         from spark_statestore.sink.staging import StagingArea
 
+        if _LAST_COMMITTED_HERE.get(self._options.path) == (query_id, batch_id):
+            # Spark aborts a batch whose commit raised after the store committed it (a store
+            # host that could not be started again, say): its staged files may be the
+            # store's still (a deferred commit being applied); the next commit removes them.
+            _log.warning(
+                "batch %d of query %s was committed to store %s before Spark aborted it: its "
+                "staged files stay for the store",
+                batch_id,
+                query_id,
+                self._options.path,
+            )
+            return
         StagingArea(self._options.path).remove_batch(query_id, batch_id)
         if self._options.changelog is not None and self._host is not None:
             _abort_streamed(self._store, query_id, batch_id)

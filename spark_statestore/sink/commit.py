@@ -104,6 +104,7 @@ def commit_batch(
     publisher: ChangelogPublisher | None = None,
     *,
     stats: SinkStats | None = None,
+    defer: bool = False,
 ) -> CommitOutcome:
     """Apply ``batch`` to ``store`` in one atomic commit, unless it is already committed.
 
@@ -117,6 +118,11 @@ def commit_batch(
     ``stats`` (a long-lived committer's) counts the batch: its outcome, duration and the
     staged rows and bytes it applied, or its failure by error class.
 
+    ``defer`` (without a publisher, not in complete mode): the batch is committed as a
+    deferred commit of its staged files (:mod:`spark_statestore.store.deferred`): durable on
+    return, applied when the store closes (:meth:`Store.close_in_background` does that on its
+    own thread) or by its next open. Its staged files stay until the next commit.
+
     Raises
     ------
     StagingError
@@ -124,7 +130,7 @@ def commit_batch(
     """
     began = time.monotonic()
     try:
-        outcome = _commit(store, staging, batch, publisher)
+        outcome = _commit(store, staging, batch, publisher, defer)
     except Exception as exc:
         if stats is not None:
             stats.failed(exc)
@@ -140,6 +146,7 @@ def _commit(
     staging: StagingArea,
     batch: BatchToCommit,
     publisher: ChangelogPublisher | None,
+    defer: bool,
 ) -> CommitOutcome:
     """:func:`commit_batch` without its counting."""
     if is_committed(store, batch.query_id, batch.batch_id):
@@ -153,7 +160,11 @@ def _commit(
         return CommitOutcome.SKIPPED
     ordered = sorted(batch.staged, key=lambda staged: (staged.partition_id, staged.name))
     crash_point("sink.before_publish")
-    if publisher is None:
+    deferred = defer and publisher is None and not batch.complete and bool(ordered)
+    if deferred:
+        _defer_staged(store, staging, batch, ordered)
+        outcome = CommitOutcome.COMMITTED
+    elif publisher is None:
         _apply_staged(store, staging, batch, ordered)
         outcome = CommitOutcome.COMMITTED
     else:
@@ -168,7 +179,8 @@ def _commit(
             _publish_and_apply(store, staging, batch, ordered, publisher)
             outcome = CommitOutcome.COMMITTED
     crash_point("sink.after_store_commit")
-    staging.remove_stale(batch.query_id, batch.batch_id)
+    # A deferred batch's files are the store's until it is applied: the next commit's.
+    staging.remove_stale(batch.query_id, batch.batch_id - 1 if deferred else batch.batch_id)
     if publisher is not None and not batch.complete:
         _expect_next(store, batch, publisher)
     _log.info(
@@ -229,6 +241,18 @@ def _apply_staged(
             txn.merge_position(position)
         txn.set_commit_record(_commit_record(batch, {}))
         txn.commit()
+
+
+def _defer_staged(
+    store: Store, staging: StagingArea, batch: BatchToCommit, ordered: Sequence[StagedFile]
+) -> None:
+    """No changelog: the staged files, the position and the commit record, committed as a
+    promise the store keeps (applied as :func:`_apply_staged` applies them)."""
+    from spark_statestore.store import DeferredCommit
+
+    files = tuple(staging.store_relative(staged) for staged in ordered)
+    position = _position(ordered, batch.source_offsets)
+    store.commit_deferred(DeferredCommit(files, position, _commit_record(batch, {})))
 
 
 def _publish_and_apply(

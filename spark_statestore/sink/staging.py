@@ -230,6 +230,10 @@ class StagingArea:
             max_offsets,
         )
 
+    def store_relative(self, staged: StagedFile) -> str:
+        """A staged file's path relative to its store's directory."""
+        return os.path.join(STAGING_DIR, staged.name)
+
     def read(self, staged: StagedFile) -> Iterator[pa.RecordBatch]:
         """The batches of a staged file, in the order they were written."""
         import pyarrow as pa

@@ -9,6 +9,7 @@ Importing this package loads neither LevelDB nor Arrow; they load when a store i
 a snapshot is turned into Arrow batches.
 """
 
+from spark_statestore.store.deferred import DeferredCommit
 from spark_statestore.store.errors import (
     InvalidScanError,
     StoreClosedError,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_UNCOMMITTED_MAX_BYTES",
     "FORMAT_VERSION",
     "CommitRecord",
+    "DeferredCommit",
     "InvalidScanError",
     "OwnerInfo",
     "Role",

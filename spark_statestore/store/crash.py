@@ -21,7 +21,9 @@ ways to act at a point:
   it, for good (a commit stuck in a process that still answers): the hung-server tests.
 
 The points: :data:`SINK_POINTS`, :data:`STREAMED_POINTS` (in the store host), the store's
-background close (``store.background_close``), and the store's chunked commit: ``redo.sealed``,
+background close (``store.background_close``), its deferred commits (``store.deferred``: the
+promise is written; ``store.deferred_apply``: about to apply it; ``store.deferred_applied``:
+applied, the promise not yet removed), and the store's chunked commit: ``redo.sealed``,
 ``redo.marked``, ``redo.after_chunk.<n>``, ``redo.before_metadata`` and
 ``redo.after_metadata``.
 """

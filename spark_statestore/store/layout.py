@@ -47,6 +47,7 @@ META_OFFSETS: Final = b"m:offsets"  # {"partition": next changelog offset} JSON
 META_COMMIT: Final = b"m:commit"  # CommitRecord JSON (sink: query id, batch id, offsets)
 META_SEQ: Final = b"m:seq"  # number of commits so far, decimal ASCII
 META_REDO: Final = b"m:redo"  # redo marker JSON while a chunked commit is being applied
+META_PENDING: Final = b"m:pending"  # a deferred commit not yet applied (store.deferred)
 META_STREAM_TIME: Final = b"m:stream_time"  # versioned: {"partition": observed stream time}
 META_STORE_WIDE: Final = b"m:store_wide"  # present: the position holds for every partition
 

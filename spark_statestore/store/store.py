@@ -1,8 +1,9 @@
 """The store handle: open/create, ownership, recovery, transactions, snapshots, queries.
 
 Why one module of over 500 lines: opening, recovery, ownership and closing are one
-lifecycle under one lock and gate; what can stand alone (transactions, snapshots, redo,
-ownership, checkpoints, queries) is in its own module already.
+lifecycle under one lock and gate (a deferred commit is applied by its open or its close);
+what can stand alone (transactions, snapshots, redo, deferred commits' format, ownership,
+checkpoints, queries) is in its own module already.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from spark_statestore.store.crash import crash_point
+from spark_statestore.store.deferred import DeferredCommit, record_columns_of
 from spark_statestore.store.errors import (
     RECOVERY_HINT,
     StoreClosedError,
@@ -38,6 +40,7 @@ from spark_statestore.store.layout import (
     META_COMMIT,
     META_MANIFEST,
     META_OFFSETS,
+    META_PENDING,
     META_POSITION,
     META_REDO,
     META_SEQ,
@@ -118,6 +121,10 @@ class Store:
         self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
         self._unsynced = False  # a sync=False writer: make everything durable on close
         self._metadata = _read_metadata(db, path)
+        raw_pending = db.get(META_PENDING)
+        self._pending: DeferredCommit | None = (
+            None if raw_pending is None else DeferredCommit.from_json(raw_pending, path)
+        )
         self.position_note: str | None = None
         """Why this store's position may not be advancing, set by the process that feeds it
         (a follower whose leader's progress cannot be read, say); NOT_UP_TO_BOUND answers
@@ -202,6 +209,9 @@ class Store:
                 clear_unsynced(path)  # a dead sync=False writer's writes are durable now
             store = cls(path, db, manifest, spec.role if spec else None, options, lock)
             store._unsynced = unsynced
+            if store._pending is not None:
+                _log.info("store %s: applying a committed batch its writer left", path)
+                store.apply_pending()
         except BaseException:
             if db is not None:
                 db.close()
@@ -279,20 +289,30 @@ class Store:
         TransactionError
             If a transaction is already open.
         """
-        db = self._check_open()
+        self._check_writer()
+        return self._begin()
+
+    def _check_writer(self) -> None:
         if self.role is None:
             raise StoreRoleError(
                 f"store {self.path} was opened read-only; open it with a StoreSpec of role "
                 f"{self.manifest.role.value!r} to write",
                 self.path,
             )
+
+    def _check_no_transaction(self) -> None:
+        """Under the mutex: refuse while a transaction is open."""
+        if self._txn is not None:
+            raise TransactionError(
+                f"store {self.path} already has an open transaction ({self._txn.id}); "
+                "commit or roll it back first",
+                self.path,
+            )
+
+    def _begin(self) -> Transaction:
+        db = self._check_open()
         with self._mutex:
-            if self._txn is not None:
-                raise TransactionError(
-                    f"store {self.path} already has an open transaction ({self._txn.id}); "
-                    "commit or roll it back first",
-                    self.path,
-                )
+            self._check_no_transaction()
             with self._gate:
                 base = db.snapshot()
             self._txn = Transaction(_HandleView(self), base, self._metadata)
@@ -445,6 +465,66 @@ class Store:
         return execute(self, request, max_result_bytes=max_result_bytes)
 
     # -- closing --------------------------------------------------------------------------
+    def commit_deferred(self, commit: DeferredCommit) -> None:
+        """Commit the records of ``commit.files`` with its position and commit record: durable
+        when this returns, applied later (see :mod:`spark_statestore.store.deferred`): when this
+        handle closes, at its next commit, or by the next open of the store.
+
+        Raises
+        ------
+        StoreRoleError
+            If this handle is read-only.
+        TransactionError
+            If a transaction is open.
+        """
+        self._check_writer()
+        self.apply_pending()  # one promise at a time
+        db = self._check_open()
+        with self._mutex:
+            self._check_no_transaction()
+            with self._gate:
+                db.put(META_PENDING, commit.to_json(), sync=True)
+            self._pending = commit
+        crash_point("store.deferred")
+
+    @property
+    def pending_commit(self) -> CommitRecord | None:
+        """The commit record of a deferred commit this handle has not applied yet, or None."""
+        with self._mutex:
+            return None if self._pending is None else self._pending.commit_record
+
+    def apply_pending(self) -> None:
+        """Apply the deferred commit, if one is pending: its records, position and commit
+        record in one transaction, then drop its marker.
+
+        Raises
+        ------
+        StoreCorruptedError
+            One of its files is missing or unreadable (the marker stays: the commit is not
+            lost, and the next open tries again).
+        """
+        with self._mutex:
+            pending = self._pending
+        if pending is None:
+            return
+        crash_point("store.deferred_apply")
+        if not pending.applied_in(self.metadata.commit_record):
+            with self._begin() as txn:
+                for name in pending.files:
+                    for records in record_columns_of(self.path, name):
+                        txn.put_records(records)
+                if pending.position is not None:
+                    txn.merge_position(pending.position)
+                txn.set_commit_record(pending.commit_record)
+                txn.commit()
+            crash_point("store.deferred_applied")
+        db = self._check_open()
+        with self._mutex:
+            # Not synced: a marker whose commit the store has is only removed by the next open.
+            with self._gate:
+                db.delete(META_PENDING)
+            self._pending = None
+
     def close(self) -> None:
         """Close every snapshot, the database, and give up ownership (idempotent).
 
@@ -455,6 +535,20 @@ class Store:
         lock = self.close_database()
         if lock is not None:
             lock.release()
+
+    def _apply_before_closing(self) -> None:
+        """Apply a pending deferred commit; if that fails, the next open applies it."""
+        if self._db is None:
+            return
+        try:
+            self.apply_pending()
+        except Exception as exc:
+            _log.warning(
+                "store %s: a committed batch could not be applied before closing (%s); the "
+                "next open of the store applies it",
+                self.path,
+                exc,
+            )
 
     def close_in_background(self) -> None:
         """Close as :meth:`close` does, on a thread of its own, after moving LevelDB's
@@ -481,6 +575,7 @@ class Store:
     def _close_flushed(self) -> None:
         try:
             crash_point("store.background_close")
+            self._apply_before_closing()  # before the flush, so the flush takes it too
             db = self._db
             if db is not None:
                 try:
@@ -499,7 +594,9 @@ class Store:
     def close_database(self) -> OwnerLock | None:
         """Close as :meth:`close` does but keep ownership: the database files are then at
         rest and nobody else may write them until the caller releases the returned lock
-        (None when the handle was closed already). Checkpoints copy the files so."""
+        (None when the handle was closed already). Checkpoints copy the files so. A
+        deferred commit pending is applied first."""
+        self._apply_before_closing()
         with self._mutex:
             db, self._db = self._db, None
             if db is None:

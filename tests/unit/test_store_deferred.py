@@ -1,0 +1,215 @@
+"""Deferred commits (``Store.commit_deferred``, spark_statestore/store/deferred.py): the sink
+without a changelog commits a batch's staged files as a promise the store keeps, applied on the
+commit process's closing thread while Spark goes on. Durable when the commit returns, applied
+exactly once whoever applies it: the closing thread, the next commit, or the next open after a
+real SIGKILL at each step; a file gone missing is an error that names it, never a silent loss."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_statestore.sink.commit import BatchToCommit, commit_batch, is_committed
+from spark_statestore.sink.staging import StagingArea
+from spark_statestore.store import (
+    CommitRecord,
+    DeferredCommit,
+    Role,
+    Store,
+    StoreCorruptedError,
+    StoreSpec,
+)
+from spark_statestore.store.crash import CRASH_AT
+from spark_statestore.store.layout import META_PENDING
+from tests.unit.test_store_metrics import staged_rows
+
+SPEC = StoreSpec(Role.LEADER, None, 1)
+OFFSETS = [{"orders": {"0": 7}}]
+
+
+def _stage(path: Path, batch_id: int, rows: dict[int, list[tuple[bytes, bytes | None]]]) -> list:
+    """Stage ``{Spark partition: [(key, value)]}`` of a batch as the sink's tasks do."""
+    staging = StagingArea(path)
+    return [
+        staging.stage(
+            "q",
+            batch_id,
+            partition,
+            0,
+            [staged_rows([k for k, _ in pairs], [v for _, v in pairs])],
+        )
+        for partition, pairs in sorted(rows.items())
+    ]
+
+
+def _commit(path: Path, batch_id: int, rows: dict[int, list[tuple[bytes, bytes | None]]]) -> None:
+    staged = _stage(path, batch_id, rows)
+    with Store.open(path, SPEC) as store:
+        batch = BatchToCommit("q", batch_id, staged, OFFSETS)
+        commit_batch(store, StagingArea(path), batch, defer=True)
+        assert store.pending_commit is not None and store.pending_commit.batch_id == batch_id
+        # Durable now, applied when the handle closes: its metadata is the last applied one.
+        assert not is_committed(store, "q", batch_id)
+
+
+def _contents(path: Path) -> tuple[dict[bytes, bytes], CommitRecord | None, int]:
+    with Store.open(path) as store:
+        with store.snapshot() as snapshot:
+            data = {key: value for key, value in snapshot.items()}
+        meta = store.metadata
+        assert store.pending_commit is None
+        return data, meta.commit_record, meta.commit_seq
+
+
+def test_a_deferred_batch_is_applied_when_its_handle_closes(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, 0, {0: [(b"a", b"1"), (b"b", b"2")], 1: [(b"a", b"3"), (b"c", b"4")]})
+    data, record, seq = _contents(path)
+    assert data == {b"a": b"3", b"b": b"2", b"c": b"4"}  # Spark partition order: 1 wins
+    assert record is not None and (record.query_id, record.batch_id) == ("q", 0)
+    assert record.source_offsets == OFFSETS and seq == 1
+    with Store.open(path) as store:
+        assert store.metadata.position.to_dict() == {"orders": {"0": 6}}
+    # The staged files are the store's until the next commit, which removes them.
+    assert os.listdir(path / "_staging" / "q") == ["0"]
+    _commit(path, 1, {0: [(b"b", None), (b"d", b"5")]})
+    assert os.listdir(path / "_staging" / "q") == ["1"]
+    data, record, seq = _contents(path)
+    assert data == {b"a": b"3", b"c": b"4", b"d": b"5"} and seq == 2
+    assert record is not None and record.batch_id == 1
+
+
+def test_the_next_commit_and_the_closing_thread_apply_it_too(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    staged = _stage(path, 0, {0: [(b"a", b"1")]})
+    store = Store.open(path, SPEC)
+    commit_batch(store, StagingArea(path), BatchToCommit("q", 0, staged), defer=True)
+    # A second promise first keeps the one before.
+    staged = _stage(path, 1, {0: [(b"a", b"2"), (b"b", b"1")]})
+    commit_batch(store, StagingArea(path), BatchToCommit("q", 1, staged), defer=True)
+    assert store.metadata.commit_seq == 1 and store.get(b"a") == b"1"
+    store.close_in_background()
+    data, record, seq = _contents(path)  # waits for the closing thread
+    assert data == {b"a": b"2", b"b": b"1"} and seq == 2
+    assert record is not None and record.batch_id == 1
+
+
+def _killed_at(path: Path, point: str, batch_id: int, *, background: bool) -> None:
+    """Commit a deferred batch in a child process SIGKILLed at ``point``."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+from pathlib import Path
+from tests.unit.test_store_deferred import _stage, SPEC, OFFSETS
+from spark_statestore.sink.commit import BatchToCommit, commit_batch
+from spark_statestore.sink.staging import StagingArea
+from spark_statestore.store import Store
+path = Path({str(path)!r})
+rows = [(b"k%d" % {batch_id}, b"v"), (b"shared", b"%d" % {batch_id})]
+staged = _stage(path, {batch_id}, {{0: rows}})
+store = Store.open(path, SPEC)
+commit_batch(store, StagingArea(path), BatchToCommit("q", {batch_id}, staged, OFFSETS), defer=True)
+store.close_in_background() if {background!r} else store.close()
+"""
+    env = {**os.environ, CRASH_AT: point}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("point", "background"),
+    [
+        ("store.deferred", False),  # the promise is written: nothing applied
+        ("store.deferred_apply", True),  # the closing thread was about to apply it
+        ("store.deferred_applied", False),  # applied, the promise not yet removed
+    ],
+)
+def test_a_process_killed_at_any_step_leaves_the_batch_committed_exactly_once(
+    tmp_path: Path, point: str, background: bool
+) -> None:
+    path = tmp_path / "store"
+    _commit(path, 0, {0: [(b"k0", b"v"), (b"shared", b"0")]})
+    _killed_at(path, point, 1, background=background)
+    with Store.open(path, SPEC) as store:  # the open applies what the dead process promised
+        assert store.pending_commit is None
+        assert is_committed(store, "q", 1)
+    data, record, seq = _contents(path)
+    assert data == {b"k0": b"v", b"k1": b"v", b"shared": b"1"}
+    assert record is not None and record.batch_id == 1 and seq == 2  # applied once
+    # Spark replays the batch after such a crash: skipped.
+    staged = _stage(path, 1, {0: [(b"k1", b"v"), (b"shared", b"1")]})
+    with Store.open(path, SPEC) as store:
+        outcome = commit_batch(store, StagingArea(path), BatchToCommit("q", 1, staged), defer=True)
+        assert outcome.value == "skipped" and store.pending_commit is None
+    assert _contents(path)[2] == 2
+
+
+def test_a_reader_s_open_applies_it(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, 0, {0: [(b"a", b"1")]})
+    _killed_at(path, "store.deferred", 1, background=False)
+    with Store.open(path) as reader:  # read-only: it still completes the committed batch
+        assert reader.get(b"k1") == b"v" and reader.metadata.commit_seq == 2
+
+
+def test_a_missing_file_is_named_and_the_promise_kept(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, 0, {0: [(b"a", b"1")]})
+    _killed_at(path, "store.deferred", 1, background=False)
+    batch_dir = path / "_staging" / "q" / "1"
+    (name,) = os.listdir(batch_dir)
+    os.rename(batch_dir / name, tmp_path / name)
+    with pytest.raises(StoreCorruptedError, match=f"_staging/q/1/{name}.*cannot be completed"):
+        Store.open(path)
+    os.rename(tmp_path / name, batch_dir / name)  # the file is back: the commit completes
+    assert _contents(path)[0] == {b"a": b"1", b"k1": b"v", b"shared": b"1"}
+
+
+def test_a_damaged_promise_is_a_corrupted_store(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _commit(path, 0, {0: [(b"a", b"1")]})
+    with Store.open(path, SPEC) as store:
+        store._check_open().put(META_PENDING, b'{"files": 3}', sync=True)
+    with pytest.raises(StoreCorruptedError, match="deferred commit marker cannot be decoded"):
+        Store.open(path)
+    with pytest.raises(ValueError, match="relative to the store"):
+        DeferredCommit(("/etc/passwd",), None, CommitRecord("q", 0))
+    assert json.loads(DeferredCommit(("a",), None, CommitRecord("q", 0)).to_json())["files"] == [
+        "a"
+    ]
+
+
+def test_spark_s_abort_after_a_commit_leaves_the_promised_files(tmp_path: Path) -> None:
+    """Spark aborts a batch whose commit raised, also after the store committed it (the
+    store host could not be started again, say): the staged files of a batch promised to the
+    store must stay until it is applied. The batch writer, without a Spark driver."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from spark_statestore.connectors.spark.options import parse_sink_options
+    from spark_statestore.connectors.spark.sink import BatchWriter, StagedMessage
+
+    path = tmp_path / "store"
+    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+
+    def writer(version: int) -> BatchWriter:
+        raw = {"path": str(path), "txnappid": "app", "txnversion": str(version)}
+        return BatchWriter(parse_sink_options(raw, streaming=False), schema, False)
+
+    staging = StagingArea(path)
+    first = staging.stage("app", 0, 0, 0, [staged_rows([b"a"], [b"1"])])
+    committed = writer(0)
+    committed.commit([StagedMessage(first)])
+    committed.abort([StagedMessage(first)])  # the commit had raised after the store's
+    assert (path / "_staging" / "app" / "0").is_dir()
+    assert _contents(path)[0] == {b"a": b"1"}
+    # A batch that was not committed: its files go.
+    second = staging.stage("app", 1, 0, 0, [staged_rows([b"b"], [b"2"])])
+    writer(1).abort([StagedMessage(second)])
+    assert not (path / "_staging" / "app" / "1").exists()
+    assert _contents(path)[0] == {b"a": b"1"}
