@@ -14,6 +14,7 @@ import pytest
 from spark_statestore.bench import BenchOptions
 from spark_statestore.bench.sink import (
     DEFAULT_RECORDS,
+    KAFKA_SINK_TARGET,
     QUICK_BATCHES,
     QUICK_EMPTY_BATCHES,
     SINK_TARGET,
@@ -55,7 +56,7 @@ def test_the_sink_suite_measures_our_sink_against_the_parquet_sink(
     if kafka:
         against_kafka = by_name["sink_changelog_vs_kafka_sink"]
         assert against_kafka.candidate_rates == by_name["sink_changelog"].candidate_rates
-        assert against_kafka.target is None
+        assert against_kafka.target == KAFKA_SINK_TARGET
         shared = by_name["sink_changelog_shared_keys_vs_kafka_sink"]
         assert shared.baseline_rates != against_kafka.baseline_rates  # its own Kafka runs
     # Streaming while the tasks stage against publishing at the commit, same stream.

@@ -19,7 +19,7 @@ from tests.integration.test_follower import ChangelogWriter, random_changes
 from tests.integration.test_spark_follower import FeedCollector, follow, wait_for_owner_exit
 from tests.kafka_util import poll_until, wait_until_settled
 
-pytestmark = [pytest.mark.integration, pytest.mark.beside]  # self-contained: beside the main run
+pytestmark = [pytest.mark.integration]  # in the main run (CI balances its two runs)
 
 PARTITIONS = 2
 
