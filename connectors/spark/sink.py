@@ -361,6 +361,8 @@ class _Writer:
                 self._options.path,
             )
             return
+        if not _promises_kept(self._options.path):
+            return  # its files stay; a later commit's cleanup removes them
         StagingArea(self._options.path).remove_batch(query_id, batch_id)
         if self._options.changelog is not None and self._host is not None:
             _abort_streamed(self._store, query_id, batch_id)
@@ -412,6 +414,31 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._abort(self._app_id, self._version)
+
+
+def _promises_kept(path: str) -> bool:
+    """Open the store once, read-only, so that a commit it was promised (a deferred commit of
+    staged files, which a commit process killed before applying it left) is applied before
+    Spark's abort removes staged files; True when that is done or there is no store yet.
+
+    Spark also aborts a batch whose commit process died after the store's commit but before
+    Spark heard of it: the batch's staged files are then the store's until it is applied.
+    """
+    from spark_statestore.store import Store, StoreNotFoundError
+
+    try:
+        Store.open(path).close()
+    except StoreNotFoundError:
+        return True
+    except Exception as exc:
+        _log.warning(
+            "store %s could not be opened to apply what it was promised (%s): the aborted "
+            "batch's staged files stay",
+            path,
+            exc,
+        )
+        return False
+    return True
 
 
 def _abort_streamed(store: str, query_id: str, batch_id: int) -> None:

@@ -3,6 +3,8 @@
 Usage: python -m tests.crash.sink_child INPUT STORE CHECKPOINT BOOTSTRAP CHANGELOG APP_ID
 [UNCOMMITTED_MAX_BYTES]
 
+``-`` for BOOTSTRAP, CHANGELOG and APP_ID: no changelog (the sink's deferred commits).
+
 Builds a local SparkSession the way the integration fixture does and runs
 ``spark.readStream.json(INPUT).writeStream.format("spark_statestore")`` into STORE with the
 checkpoint CHECKPOINT, publishing to CHANGELOG (owned by APP_ID). ``maxFilesPerTrigger=1``
@@ -55,10 +57,13 @@ def main() -> int:
         .json(source)
         .writeStream.format("spark_statestore")
         .option("checkpointLocation", checkpoint)
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("changelog", changelog)
-        .option("application.id", app_id)
     )
+    if changelog != "-":
+        writer = (
+            writer.option("kafka.bootstrap.servers", bootstrap)
+            .option("changelog", changelog)
+            .option("application.id", app_id)
+        )
     if len(sys.argv) == 8:
         writer = writer.option("uncommitted.max.bytes", sys.argv[7])
     if os.environ.get(SERVE):

@@ -213,3 +213,12 @@ def test_spark_s_abort_after_a_commit_leaves_the_promised_files(tmp_path: Path) 
     writer(1).abort([StagedMessage(second)])
     assert not (path / "_staging" / "app" / "1").exists()
     assert _contents(path)[0] == {b"a": b"1"}
+    # A promise a killed commit process left (Spark then aborts that batch in another
+    # process): the abort's open applies it before the batch's files go.
+    _killed_at(path, "store.deferred", 1, background=False)  # query "q", batch 1
+    assert os.listdir(path / "_staging" / "q" / "1")
+    raw = {"path": str(path), "txnappid": "q", "txnversion": "1"}
+    BatchWriter(parse_sink_options(raw, streaming=False), schema, False).abort([])
+    assert not (path / "_staging" / "q" / "1").exists()
+    data = _contents(path)[0]
+    assert data[b"k1"] == b"v" and data[b"shared"] == b"1"
