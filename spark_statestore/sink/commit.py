@@ -35,6 +35,7 @@ from spark_statestore.sink.publication import (
 from spark_statestore.sink.staging import StagedFile, StagingArea
 from spark_statestore.sink.stats import CommitReport, SinkStats
 from spark_statestore.store.crash import crash_point
+from spark_statestore.store.deferred import DeferredCommit, unpublished_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -235,7 +236,7 @@ def _apply_staged(
                 txn.delete(key)
         for staged in ordered:
             for records in staging.read(staged):
-                txn.put_records(record_columns(records))
+                txn.put_records(unpublished_columns(records))
         position = _position(ordered, batch.source_offsets)
         if position is not None:
             txn.merge_position(position)
@@ -248,8 +249,6 @@ def _defer_staged(
 ) -> None:
     """No changelog: the staged files, the position and the commit record, committed as a
     promise the store keeps (applied as :func:`_apply_staged` applies them)."""
-    from spark_statestore.store import DeferredCommit
-
     files = tuple(staging.store_relative(staged) for staged in ordered)
     position = _position(ordered, batch.source_offsets)
     store.commit_deferred(DeferredCommit(files, position, _commit_record(batch, {})))
@@ -296,11 +295,7 @@ def _publish_and_apply(
                 last = first + records.num_rows
                 txn.put_records(
                     record_columns(
-                        records,
-                        publication.stamp_ms,
-                        parts[first:last],
-                        offsets[first:last],
-                        publishing=True,
+                        records, publication.stamp_ms, parts[first:last], offsets[first:last]
                     )
                 )
                 first = last

@@ -151,28 +151,22 @@ def _stamps(records: pa.RecordBatch, default_stamp: int, publishing: bool) -> pa
 
 def record_columns(
     records: pa.RecordBatch,
-    default_stamp: int = -1,
-    partitions: Sequence[int] | pa.Array | None = None,
-    offsets: Sequence[int] | pa.Array | None = None,
-    *,
-    publishing: bool = False,
+    stamp_ms: int,
+    partitions: Sequence[int] | pa.Array,
+    offsets: Sequence[int] | pa.Array,
 ) -> RecordColumns:
-    """A staged record batch as the store writes it, in Arrow columns (no Python object per
-    row): its changelog ``partitions`` and ``offsets`` (-1 each without a changelog: a sink
-    that publishes none has no changelog coordinates) and :func:`_stamps`."""
+    """A published staged record batch as the store writes it, in Arrow columns (no Python
+    object per row): its changelog ``partitions`` and ``offsets``, and its timestamps as
+    published (:func:`_stamps`: ``stamp_ms`` for rows without one, or with 0). A sink that
+    publishes no changelog writes :func:`~spark_statestore.store.deferred.unpublished_columns`."""
     import pyarrow as pa
 
     from spark_statestore.changelog.columns import RecordColumns
 
-    count = records.num_rows
     return RecordColumns(
         records.column("key"),
         records.column("value"),
-        pa.repeat(pa.scalar(-1, pa.int32()), count)
-        if partitions is None
-        else _int_array(partitions, pa.int32()),
-        pa.repeat(pa.scalar(-1, pa.int64()), count)
-        if offsets is None
-        else _int_array(offsets, pa.int64()),
-        _stamps(records, default_stamp, publishing),
+        _int_array(partitions, pa.int32()),
+        _int_array(offsets, pa.int64()),
+        _stamps(records, stamp_ms, True),
     )

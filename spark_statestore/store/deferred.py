@@ -31,9 +31,11 @@ from spark_statestore.store.errors import RECOVERY_HINT, StoreCorruptedError
 from spark_statestore.store.manifest import CommitRecord
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from spark_statestore.changelog.columns import RecordColumns
 
-__all__ = ["DeferredCommit", "record_columns_of"]
+__all__ = ["DeferredCommit", "record_columns_of", "unpublished_columns"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +91,8 @@ class DeferredCommit:
 
 
 def record_columns_of(store_path: str, name: str) -> Iterator[RecordColumns]:
-    """The records of one file of a deferred commit: its ``key`` and ``value`` columns, no
-    changelog coordinates (-1), its ``timestamp`` (-1 where null), batch by batch.
+    """The records of one file of a deferred commit (:func:`unpublished_columns`), batch by
+    batch.
 
     Raises
     ------
@@ -99,23 +101,31 @@ def record_columns_of(store_path: str, name: str) -> Iterator[RecordColumns]:
     """
     import pyarrow as pa
 
-    from spark_statestore.changelog.columns import RecordColumns
-
     path = os.path.join(store_path, name)
     try:
         reader = pa.ipc.open_stream(pa.memory_map(path))
         for batch in reader:
-            count = batch.num_rows
-            yield RecordColumns(
-                batch.column("key"),
-                batch.column("value"),
-                pa.repeat(pa.scalar(-1, pa.int32()), count),
-                pa.repeat(pa.scalar(-1, pa.int64()), count),
-                batch.column("timestamp").fill_null(-1),
-            )
+            yield unpublished_columns(batch)
     except (OSError, pa.ArrowInvalid, KeyError) as exc:
         raise StoreCorruptedError(
             f"store {store_path}: the file {path} of a committed batch not yet applied cannot "
             f"be read ({exc}), so the commit cannot be completed; {RECOVERY_HINT}",
             store_path,
         ) from exc
+
+
+def unpublished_columns(batch: pa.RecordBatch) -> RecordColumns:
+    """Records of ``key``, ``value`` and ``timestamp`` columns as a writer without a changelog
+    stores them: no changelog coordinates (-1), the timestamp (-1 where null)."""
+    import pyarrow as pa
+
+    from spark_statestore.changelog.columns import RecordColumns
+
+    count = batch.num_rows
+    return RecordColumns(
+        batch.column("key"),
+        batch.column("value"),
+        pa.repeat(pa.scalar(-1, pa.int32()), count),
+        pa.repeat(pa.scalar(-1, pa.int64()), count),
+        batch.column("timestamp").fill_null(-1),
+    )

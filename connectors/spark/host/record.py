@@ -84,6 +84,11 @@ class HostRecord:
     metrics_url: str | None = None
     commit_token: str | None = None
 
+    def for_commits(self) -> tuple[HostRef, str] | None:
+        """How the sink's commits reach this host to have it publish: its ref and commit
+        token; None for a host without one."""
+        return None if self.commit_token is None else (self.ref, self.commit_token)
+
     def to_dict(self) -> dict[str, Any]:
         certs = self.ref.tls_root_certs
         client_cert, client_key = self.ref.tls_client_cert, self.ref.tls_client_key
@@ -135,9 +140,10 @@ def commit_ref_to_json(record: HostRecord) -> dict[str, Any] | None:
     """How a committer on the driver's host reaches ``record``'s host to have it publish (its
     location, tokens and client certificate; not its private key), for a sink's store
     server; None for a host without a commit token."""
-    if record.commit_token is None:
+    reached = record.for_commits()
+    if reached is None:
         return None
-    ref = record.ref
+    ref, commit_token = reached
 
     def text(data: bytes | None) -> str | None:
         return None if data is None else data.decode("ascii")
@@ -148,7 +154,7 @@ def commit_ref_to_json(record: HostRecord) -> dict[str, Any] | None:
         "tls_root_certs": text(ref.tls_root_certs),
         "tls_client_cert": text(ref.tls_client_cert),
         "tls_client_key": text(ref.tls_client_key),
-        "commit_token": record.commit_token,
+        "commit_token": commit_token,
     }
 
 

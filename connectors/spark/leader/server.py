@@ -312,10 +312,7 @@ class LeaderServer:
 
             if self._host_publisher is not None:
                 self._host_publisher.close()
-            ref, token = named
-            self._host_publisher = changelog_publisher(
-                self.options, self.stats, host_ref=(ref, token)
-            )
+            self._host_publisher = changelog_publisher(self.options, self.stats, host=named)
             self._host = named
         return self._host_publisher
 

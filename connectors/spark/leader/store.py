@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
     from spark_statestore.connectors.spark.host.publishing import HostPublisher
-    from spark_statestore.connectors.spark.host.record import HostRecord, HostRef
+    from spark_statestore.connectors.spark.host.record import HostRef
     from spark_statestore.connectors.spark.options import SinkOptions
     from spark_statestore.sink.commit import BatchToCommit, CommitOutcome
     from spark_statestore.sink.stats import SinkStats
@@ -30,26 +30,23 @@ OWNER_WAIT_S = 120.0
 def changelog_publisher(
     options: SinkOptions,
     stats: SinkStats | None = None,
-    host: HostRecord | None = None,
-    *,
-    host_ref: tuple[HostRef, str] | None = None,
+    host: tuple[HostRef, str] | None = None,
 ) -> KafkaChangelogPublisher | HostPublisher | None:
     """The publisher of the sink's changelog, or None when it publishes none; ``stats``
     counts what it publishes (the sink's store server's, for its metrics). With the
-    driver's store ``host``, the host publishes (while the tasks stage, when it can)."""
+    driver's store ``host`` (its ref and commit token: ``HostRecord.for_commits``), the host
+    publishes (while the tasks stage, when it can)."""
     if options.changelog is None:
         return None
     from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
 
     assert options.bootstrap_servers is not None and options.application_id is not None
-    if host is not None and host.commit_token is not None:
-        host_ref = (host.ref, host.commit_token)
-    if host_ref is not None and options.publish_while_staging:
+    if host is not None and options.publish_while_staging:
         from spark_statestore.connectors.spark.host.publishing import HostPublisher
 
         return HostPublisher(
-            host_ref[0],
-            host_ref[1],
+            host[0],
+            host[1],
             os.path.abspath(options.path),
             options.bootstrap_servers,
             options.changelog,
@@ -95,7 +92,8 @@ def commit_here(options: SinkOptions, batch: BatchToCommit) -> CommitOutcome:
 
     # The driver's store host publishes the changelog, while the tasks stage, when asked to.
     publishes_there = options.changelog is not None and options.publish_while_staging
-    publisher = changelog_publisher(options, host=driver_store_host() if publishes_there else None)
+    record = driver_store_host() if publishes_there else None
+    publisher = changelog_publisher(options, host=None if record is None else record.for_commits())
     try:
         partitions = 1 if publisher is None else publisher.partition_count()
         purpose = f"spark_statestore sink commit (pid {os.getpid()})"
