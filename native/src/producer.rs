@@ -125,6 +125,15 @@ fn closed() -> PyErr {
     PyRuntimeError::new_err("the Kafka producer is closed")
 }
 
+/// One row of plain fields: its key's and value's bytes (address, length) in the caller's
+/// `bytes` objects, its partition and timestamp.
+struct PlainRow {
+    key: (usize, usize),
+    value: Option<(usize, usize)>,
+    partition: i32,
+    stamp: i64,
+}
+
 /// A row stopped the chunk: a field of another type than the plain ones, or a full queue.
 const STOP_NOT_PLAIN: u8 = 1;
 const STOP_QUEUE_FULL: u8 = 2;
@@ -214,7 +223,12 @@ impl Producer {
                 .collect::<Result<_, _>>()
                 .map_err(|_| PyValueError::new_err("a header name contains NUL"))?,
         };
+        // The rows' fields are read with the GIL held; the bytes stay alive in the caller's
+        // lists, so librdkafka copies them with the GIL released (the host's other task
+        // streams run meanwhile).
         let none = unsafe { ffi::Py_None() };
+        let mut rows: Vec<PlainRow> = Vec::with_capacity(len.saturating_sub(start));
+        let mut plain_end = len;
         for row in start..len {
             unsafe {
                 let key = bytes_of(items[0][row]);
@@ -223,40 +237,66 @@ impl Producer {
                 let (Some(key), Some(value), Some(partition), Some(stamp)) =
                     (key, value, int_of(items[2][row]), int_of(items[3][row]))
                 else {
-                    return Ok((row, STOP_NOT_PLAIN));
+                    plain_end = row;
+                    break;
                 };
                 if partition < i32::MIN as i64 || partition > i32::MAX as i64 {
-                    return Ok((row, STOP_NOT_PLAIN));
+                    plain_end = row;
+                    break;
                 }
+                rows.push(PlainRow {
+                    key: (key.as_ptr() as usize, key.len()),
+                    value: value.map(|v| (v.as_ptr() as usize, v.len())),
+                    partition: partition as i32,
+                    stamp,
+                });
+            }
+        }
+        let (rk, rkt) = (client.rk as usize, rkt as usize);
+        let names = &names;
+        let rows = &rows;
+        let (next, err) = py.detach(move || unsafe {
+            let (rk, rkt) = (rk as *mut rd::rd_kafka_t, rkt as *mut rd::rd_kafka_topic_t);
+            let mut outcome = (start + rows.len(), Err::RD_KAFKA_RESP_ERR_NO_ERROR);
+            for (index, row) in rows.iter().enumerate() {
                 let hdrs = if names.is_empty() {
                     ptr::null_mut()
                 } else {
                     let hdrs = rd::rd_kafka_headers_new(names.len());
-                    for (name, data) in &names {
+                    for (name, data) in names {
                         rd::rd_kafka_header_add(hdrs, name.as_ptr(), -1, data.as_ptr() as *const c_void, data.len() as isize);
                     }
                     hdrs
                 };
-                let err = produce_one(client.rk, rkt, partition as i32, key, value, stamp, hdrs);
-                if err == Err::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    continue;
+                let key = std::slice::from_raw_parts(row.key.0 as *const u8, row.key.1);
+                let value = row.value.map(|(at, n)| std::slice::from_raw_parts(at as *const u8, n));
+                let err = produce_one(rk, rkt, row.partition, key, value, row.stamp, hdrs);
+                if err != Err::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    if !hdrs.is_null() {
+                        rd::rd_kafka_headers_destroy(hdrs); // not taken on failure
+                    }
+                    outcome = (start + index, err);
+                    break;
                 }
-                if !hdrs.is_null() {
-                    rd::rd_kafka_headers_destroy(hdrs); // not taken on failure
-                }
-                if err == Err::RD_KAFKA_RESP_ERR__QUEUE_FULL {
-                    return Ok((row, STOP_QUEUE_FULL));
-                }
-                return Err(call_error(
-                    err as i32,
-                    format!("Unable to produce message: {}", err2str(err)),
-                    false,
-                    false,
-                    false,
-                ));
             }
+            // Serve the delivery reports so far (ours, no Python): done here, while the
+            // tasks stream, they neither pile up for the commit's flush nor fill the queue.
+            rd::rd_kafka_poll(rk, 0);
+            outcome
+        });
+        if err == Err::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Ok(if plain_end < len { (plain_end, STOP_NOT_PLAIN) } else { (len, 0) });
         }
-        Ok((len, 0))
+        if err == Err::RD_KAFKA_RESP_ERR__QUEUE_FULL {
+            return Ok((next, STOP_QUEUE_FULL));
+        }
+        Err(call_error(
+            err as i32,
+            format!("Unable to produce message: {}", err2str(err)),
+            false,
+            false,
+            false,
+        ))
     }
 
     /// Serve delivery reports for up to `timeout_ms`; the number served.
