@@ -14,6 +14,7 @@ the next open.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,14 +29,16 @@ from spark_statestore.sink.changes import (
     StagedBatch,
     StagedPublication,
 )
-from spark_statestore.sink.publication import (
-    publish_staged_changes,
-    record_columns,
-)
+from spark_statestore.sink.publication import publish_staged_changes
 from spark_statestore.sink.staging import StagedFile, StagingArea
 from spark_statestore.sink.stats import CommitReport, SinkStats
 from spark_statestore.store.crash import crash_point
-from spark_statestore.store.deferred import DeferredCommit, unpublished_columns
+from spark_statestore.store.deferred import (
+    DeferredCommit,
+    published_columns,
+    unpublished_columns,
+    write_coordinates,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -119,10 +122,11 @@ def commit_batch(
     ``stats`` (a long-lived committer's) counts the batch: its outcome, duration and the
     staged rows and bytes it applied, or its failure by error class.
 
-    ``defer`` (without a publisher, not in complete mode): the batch is committed as a
-    deferred commit of its staged files (:mod:`spark_statestore.store.deferred`): durable on
-    return, applied when the store closes (:meth:`Store.close_in_background` does that on its
-    own thread) or by its next open. Its staged files stay until the next commit.
+    ``defer`` (not in complete mode): the batch is committed as a deferred commit of its
+    staged files (:mod:`spark_statestore.store.deferred`), after the Kafka transaction with
+    a publisher (with its records' changelog coordinates, written beside the files): durable
+    on return, applied when the store closes (:meth:`Store.close_in_background` does that on
+    its own thread) or by its next open. Its staged files stay until the next commit.
 
     Raises
     ------
@@ -161,12 +165,13 @@ def _commit(
         return CommitOutcome.SKIPPED
     ordered = sorted(batch.staged, key=lambda staged: (staged.partition_id, staged.name))
     crash_point("sink.before_publish")
-    deferred = defer and publisher is None and not batch.complete and bool(ordered)
-    if deferred:
-        _defer_staged(store, staging, batch, ordered)
-        outcome = CommitOutcome.COMMITTED
-    elif publisher is None:
-        _apply_staged(store, staging, batch, ordered)
+    deferred = defer and not batch.complete and bool(ordered)
+    after: Position | None = None  # the store's position after the batch, when published
+    if publisher is None:
+        if deferred:
+            _defer_staged(store, staging, batch, ordered)
+        else:
+            _apply_staged(store, staging, batch, ordered)
         outcome = CommitOutcome.COMMITTED
     else:
         published = publisher.published_batch(store.manifest.store_id)
@@ -176,14 +181,15 @@ def _commit(
         ):
             _roll_forward(store, batch, publisher, published)
             outcome = CommitOutcome.ROLLED_FORWARD
+            deferred = False
         else:
-            _publish_and_apply(store, staging, batch, ordered, publisher)
+            after = _publish_and_apply(store, staging, batch, ordered, publisher, deferred)
             outcome = CommitOutcome.COMMITTED
     crash_point("sink.after_store_commit")
     # A deferred batch's files are the store's until it is applied: the next commit's.
     staging.remove_stale(batch.query_id, batch.batch_id - 1 if deferred else batch.batch_id)
     if publisher is not None and not batch.complete:
-        _expect_next(store, batch, publisher)
+        _expect_next(store, batch, publisher, store.metadata.position if after is None else after)
     _log.info(
         "store %s: batch %d of query %s %s (%d staged rows)",
         store.path,
@@ -195,10 +201,13 @@ def _commit(
     return outcome
 
 
-def _expect_next(store: Store, batch: BatchToCommit, publisher: ChangelogPublisher) -> None:
+def _expect_next(
+    store: Store, batch: BatchToCommit, publisher: ChangelogPublisher, position: Position
+) -> None:
     """Tell a publisher that can publish a batch while its tasks stage it (the store host)
-    which batch comes next, and the position its records start from. Best effort: the
-    commit is done, and a batch nobody expected is published when it commits."""
+    which batch comes next, and the position its records start from (the store's after this
+    batch). Best effort: the commit is done, and a batch nobody expected is published when
+    it commits."""
     expect = getattr(publisher, "expect_batch", None)
     if expect is None:
         return
@@ -207,7 +216,7 @@ def _expect_next(store: Store, batch: BatchToCommit, publisher: ChangelogPublish
             store.manifest.store_id,
             batch.query_id,
             batch.batch_id + 1,
-            store.metadata.position,
+            position,
             store.options.uncommitted_max_bytes,
         )
     except Exception as exc:
@@ -260,9 +269,12 @@ def _publish_and_apply(
     batch: BatchToCommit,
     ordered: Sequence[StagedFile],
     publisher: ChangelogPublisher,
-) -> None:
+    defer: bool,
+) -> Position:
     """Publish every change in one Kafka transaction, then commit the store with the
-    changelog coordinates of each record and the changelog's end offsets."""
+    changelog coordinates of each record and the changelog's end offsets (``defer``: as a
+    deferred commit of the staged files and their coordinates). The store's position after
+    the batch."""
     absent = _absent_keys(store, staging, ordered) if batch.complete else []
     batch_position = _position(ordered, batch.source_offsets)
     seen = store.metadata.position
@@ -286,6 +298,19 @@ def _publish_and_apply(
         publication = publish_staged_changes(publisher, staging, staged)
     crash_point("sink.after_publish")
     ends = publication.ends
+    if defer:
+        coordinates = staging.coordinates_file(batch.query_id, batch.batch_id)
+        write_coordinates(os.path.join(store.path, coordinates), publication.files)
+        store.commit_deferred(
+            DeferredCommit(
+                tuple(staging.store_relative(staged_file) for staged_file in ordered),
+                None if position.is_empty() else position,
+                _commit_record(batch, ends),
+                coordinates,
+                publication.stamp_ms,
+            )
+        )
+        return position
     with store.begin() as txn:
         for key in absent:
             txn.delete(key)  # a delete keeps nothing locally, but it took its offset
@@ -294,7 +319,7 @@ def _publish_and_apply(
             for records in staging.read(staged_file):
                 last = first + records.num_rows
                 txn.put_records(
-                    record_columns(
+                    published_columns(
                         records, publication.stamp_ms, parts[first:last], offsets[first:last]
                     )
                 )
@@ -305,6 +330,7 @@ def _publish_and_apply(
             txn.set_changelog_offset(p, end)
         txn.set_commit_record(_commit_record(batch, ends))
         txn.commit()
+    return position
 
 
 def _roll_forward(

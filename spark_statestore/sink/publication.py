@@ -1,6 +1,6 @@
-"""A batch's staged rows as a changelog publisher produces them and as the store writes
-them: columns for the producer, each record's partition and offset, and the store's Arrow
-columns.
+"""A batch's staged rows as a changelog publisher produces them: columns for the producer
+and each record's partition and offset (the store writes them as
+:func:`~spark_statestore.store.deferred.published_columns`).
 """
 
 from __future__ import annotations
@@ -17,18 +17,17 @@ from spark_statestore.sink.changes import (
     StagedBatch,
     StagedPublication,
 )
+from spark_statestore.store.deferred import published_stamps
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_statestore.changelog.columns import RecordColumns
     from spark_statestore.sink.staging import StagingArea
 
 __all__ = [
     "consecutive_offsets",
     "publish_staged_changes",
     "publishing_columns",
-    "record_columns",
 ]
 
 
@@ -57,7 +56,7 @@ def publish_staged_changes(
             yield ChangeChunk(list(absent), [None] * count, [now_ms] * count, absent_parts, header)
         for staged, parts_of_file in zip(batch.files, file_parts, strict=True):
             for records in staging.read(staged):
-                keys, values, _, _, stamps = _columns(records, now_ms, publishing=True)
+                keys, values, _, _, stamps = _columns(records, now_ms)
                 parts = partitions_for_keys(keys, partitions)
                 parts_of_file.append(parts)
                 yield ChangeChunk(keys, values, stamps, parts, header)
@@ -90,14 +89,6 @@ def publish_staged_changes(
     return StagedPublication(ends, now_ms, (absent_parts, absent_offsets), files)
 
 
-def _int_array(values: Sequence[int] | pa.Array, kind: pa.DataType) -> pa.Array:
-    import pyarrow as pa
-
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values.cast(kind)
-    return pa.array(values, kind)
-
-
 def consecutive_offsets(
     partitions: list[int], next_offset: dict[int, int]
 ) -> tuple[list[int], dict[int, int]]:
@@ -121,52 +112,14 @@ def publishing_columns(
 ) -> tuple[list[bytes], list[bytes | None], list[int]]:
     """A staged record batch's keys, values and timestamps as a publisher produces them
     (Python lists; rows without a timestamp, or with 0, stamped ``stamp_ms``)."""
-    keys, values, _, _, stamps = _columns(records, stamp_ms, publishing=True)
+    keys, values, _, _, stamps = _columns(records, stamp_ms)
     return keys, values, stamps
 
 
-def _columns(
-    records: pa.RecordBatch, default_stamp: int = -1, *, publishing: bool = False
-) -> tuple[list[Any], ...]:
+def _columns(records: pa.RecordBatch, stamp_ms: int) -> tuple[list[Any], ...]:
     """Publisher arguments from a staged record batch: keys, values, -1 partitions and
-    offsets, and :func:`_stamps` (as Python lists, which the producer takes)."""
+    offsets, and its published timestamps (as Python lists, which the producer takes)."""
     keys = records.column("key").to_pylist()
     count = len(keys)
-    stamps = _stamps(records, default_stamp, publishing).to_pylist()
+    stamps = published_stamps(records, stamp_ms).to_pylist()
     return keys, records.column("value").to_pylist(), [-1] * count, [-1] * count, stamps
-
-
-def _stamps(records: pa.RecordBatch, default_stamp: int, publishing: bool) -> pa.Array:
-    """The rows' timestamps; rows without one get ``default_stamp`` (-1: none), and so do
-    rows stamped 0 when ``publishing`` (see :data:`Change`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    stamps = records.column("timestamp")
-    if publishing:
-        stamps = pc.if_else(pc.equal(stamps, 0), pa.scalar(None, pa.int64()), stamps)
-    filled: pa.Array = stamps.fill_null(default_stamp)
-    return filled
-
-
-def record_columns(
-    records: pa.RecordBatch,
-    stamp_ms: int,
-    partitions: Sequence[int] | pa.Array,
-    offsets: Sequence[int] | pa.Array,
-) -> RecordColumns:
-    """A published staged record batch as the store writes it, in Arrow columns (no Python
-    object per row): its changelog ``partitions`` and ``offsets``, and its timestamps as
-    published (:func:`_stamps`: ``stamp_ms`` for rows without one, or with 0). A sink that
-    publishes no changelog writes :func:`~spark_statestore.store.deferred.unpublished_columns`."""
-    import pyarrow as pa
-
-    from spark_statestore.changelog.columns import RecordColumns
-
-    return RecordColumns(
-        records.column("key"),
-        records.column("value"),
-        _int_array(partitions, pa.int32()),
-        _int_array(offsets, pa.int64()),
-        _stamps(records, stamp_ms, True),
-    )

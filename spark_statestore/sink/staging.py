@@ -42,6 +42,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 STAGING_DIR = "_staging"
+COORDINATES_FILE = "coordinates.arrow"
+"""A batch's file of its published records' changelog coordinates (a deferred commit's)."""
 _STAGED_FIELDS = {"name", "partition_id", "rows", "size", "max_offsets"}
 
 
@@ -191,7 +193,8 @@ class StagingArea:
     ) -> StagedFile:
         """Write ``batches`` (schema :func:`staged_schema`) to a new file of this task attempt;
         ``on_batch(batch, max_offsets)`` is called after each batch is written, with the
-        largest input offsets of the attempt's rows so far."""
+        largest input offsets of the attempt's rows so far. Without rows no file is kept
+        (the result names none that exists, with ``rows`` 0)."""
         import pyarrow as pa
 
         directory = self._batch_dir(query_id, batch_id)
@@ -214,9 +217,12 @@ class StagingArea:
                     merge_max_offsets(max_offsets, batch)
                     if on_batch is not None:
                         on_batch(batch, max_offsets)
-            with open(temporary, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(temporary, final)
+            if rows:
+                with open(temporary, "rb") as handle:
+                    os.fsync(handle.fileno())
+                os.replace(temporary, final)
+            else:  # nothing to commit (Spark's commit message says so): no file to clean up
+                os.unlink(temporary)
             crash_point("sink.staged")
         except BaseException:
             with contextlib.suppress(OSError):
@@ -226,13 +232,19 @@ class StagingArea:
             os.path.relpath(final, self.root),
             partition_id,
             rows,
-            os.path.getsize(final),
+            os.path.getsize(final) if rows else 0,
             max_offsets,
         )
 
     def store_relative(self, staged: StagedFile) -> str:
         """A staged file's path relative to its store's directory."""
         return os.path.join(STAGING_DIR, staged.name)
+
+    def coordinates_file(self, query_id: str, batch_id: int) -> str:
+        """Where a deferred commit of the batch keeps its records' changelog coordinates
+        (relative to the store's directory; removed with the batch's staged files)."""
+        self._batch_dir(query_id, batch_id)  # a query id that can name a directory
+        return os.path.join(STAGING_DIR, query_id, str(batch_id), COORDINATES_FILE)
 
     def read(self, staged: StagedFile) -> Iterator[pa.RecordBatch]:
         """The batches of a staged file, in the order they were written."""

@@ -510,11 +510,13 @@ class Store:
         crash_point("store.deferred_apply")
         if not pending.applied_in(self.metadata.commit_record):
             with self._begin() as txn:
-                for name in pending.files:
-                    for records in record_columns_of(self.path, name):
-                        txn.put_records(records)
+                for records in record_columns_of(self.path, pending):
+                    txn.put_records(records)
                 if pending.position is not None:
                     txn.merge_position(pending.position)
+                if pending.coordinates is not None:
+                    for partition, end in pending.commit_record.changelog_end_offsets.items():
+                        txn.set_changelog_offset(partition, end)
                 txn.set_commit_record(pending.commit_record)
                 txn.commit()
             crash_point("store.deferred_applied")
@@ -524,6 +526,10 @@ class Store:
             with self._gate:
                 db.delete(META_PENDING)
             self._pending = None
+        if self.options.sync:
+            # The commit is durable: its files are needed no more (a writer that does not
+            # sync leaves them to its own cleanup: its commit may not outlive a power loss).
+            _remove_quietly(self.path, pending)
 
     def close(self) -> None:
         """Close every snapshot, the database, and give up ownership (idempotent).
@@ -888,3 +894,15 @@ def _read_metadata(db: plyvel.DB | plyvel.Snapshot, path: str) -> StoreMetadata:
         commit_seq=decode_seq(db.get(META_SEQ), path),
         store_wide=db.get(META_STORE_WIDE) is not None,
     )
+
+
+def _remove_quietly(path: str, commit: DeferredCommit) -> None:
+    """Remove an applied deferred commit's files (those already gone are fine)."""
+    names = commit.files if commit.coordinates is None else (*commit.files, commit.coordinates)
+    for name in names:
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            _log.warning("store %s: could not remove the applied file %s: %s", path, name, exc)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,8 +77,10 @@ def test_a_deferred_batch_is_applied_when_its_handle_closes(tmp_path: Path) -> N
     assert record.source_offsets == OFFSETS and seq == 1
     with Store.open(path) as store:
         assert store.metadata.position.to_dict() == {"orders": {"0": 6}}
-    # The staged files are the store's until the next commit, which removes them.
+    # The staged files were the store's until it applied them; then it removed them (the
+    # next commit removes the batch's directory).
     assert os.listdir(path / "_staging" / "q") == ["0"]
+    assert os.listdir(path / "_staging" / "q" / "0") == []
     _commit(path, 1, {0: [(b"b", None), (b"d", b"5")]})
     assert os.listdir(path / "_staging" / "q") == ["1"]
     data, record, seq = _contents(path)
@@ -222,3 +225,135 @@ def test_spark_s_abort_after_a_commit_leaves_the_promised_files(tmp_path: Path) 
     assert not (path / "_staging" / "q" / "1").exists()
     data = _contents(path)[0]
     assert data[b"k1"] == b"v" and data[b"shared"] == b"1"
+
+
+class NumberingChangelog:
+    """A changelog of three partitions that numbers each partition's records on from its
+    end, as Kafka does for the sink's only writer (the real one is tested against Kafka),
+    and keeps every record it was given: ``(key, value, partition, offset, timestamp)``."""
+
+    topic = "app-store-changelog"
+
+    def __init__(self) -> None:
+        self.ends = {0: 7, 1: 0, 2: 40}
+        self.records: list[tuple[bytes, bytes | None, int, int, int]] = []
+
+    def partition_count(self) -> int:
+        return 3
+
+    def published_batch(self, store_id: str) -> None:
+        return None
+
+    def publish(self, changes: Any, **_: Any) -> dict[int, int]:
+        written: set[int] = set()
+        for key, value, _, stamp, part in changes:
+            self.records.append((key, value, part, self.ends[part], stamp))
+            self.ends[part] += 1
+            written.add(part)
+        return {part: self.ends[part] for part in written}
+
+
+PUBLISHED_SPEC = StoreSpec(Role.LEADER, NumberingChangelog.topic, 3)
+_BATCHES = [
+    {0: [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")], 1: [(b"a", b"4"), (b"d", b"5")]},
+    {0: [(b"b", None), (b"e", b"6")], 1: [(b"a", b"7"), (b"f", b"8"), (b"e", b"9")]},
+]
+
+
+def _published_commits(path: Path, changelog: NumberingChangelog, defer: bool) -> None:
+    for batch_id, rows in enumerate(_BATCHES):
+        staged = _stage(path, batch_id, rows)
+        with Store.open(path, PUBLISHED_SPEC) as store:
+            batch = BatchToCommit("q", batch_id, staged, OFFSETS)
+            commit_batch(store, StagingArea(path), batch, changelog, defer=defer)  # type: ignore[arg-type]
+            assert (store.pending_commit is not None) == defer
+
+
+def _stored(path: Path) -> tuple[dict[bytes, tuple[Any, ...]], Any]:
+    with Store.open(path) as store:
+        assert store.pending_commit is None
+        with store.snapshot() as snapshot:
+            records = {}
+            for key, value in snapshot.items():
+                record = snapshot.get_record(key)
+                assert record is not None
+                records[key] = (value, record.partition, record.offset, record.timestamp)
+        return records, store.metadata
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_published_batch_is_stored_with_its_changelog_coordinates(
+    tmp_path: Path, defer: bool
+) -> None:
+    """With a changelog the commit defers its store commit too, once the Kafka transaction
+    has committed (the records' coordinates written beside the staged files): the store
+    ends exactly as the direct commit leaves it, each key naming its last record."""
+    path = tmp_path / "store"
+    changelog = NumberingChangelog()
+    _published_commits(path, changelog, defer)
+    expected: dict[bytes, tuple[Any, ...]] = {}
+    for key, value, part, offset, stamp in changelog.records:
+        if value is None:
+            expected.pop(key, None)
+        else:
+            expected[key] = (value, part, offset, stamp)
+    records, meta = _stored(path)
+    assert records == expected
+    assert records[b"a"][0] == b"7" and b"b" not in records
+    written = {part for _, _, part, _, _ in changelog.records}
+    assert {p: meta.changelog_offsets.get(p) for p in written} == {
+        p: changelog.ends[p] for p in written
+    }
+    assert meta.commit_record is not None and meta.commit_record.batch_id == 1
+    assert meta.commit_seq == 2 and meta.position.to_dict() == {"orders": {"0": 6}}
+    if defer:  # applied: the store removed the batch's files and coordinates
+        assert os.listdir(path / "_staging" / "q" / "1") == []
+
+
+def test_a_published_promise_survives_the_process(tmp_path: Path) -> None:
+    """The commit process killed once its promise (with coordinates) is written: the next
+    open stores the records as the killed process would have."""
+    path = tmp_path / "store"
+    changelog = NumberingChangelog()
+    staged = _stage(path, 0, _BATCHES[0])
+    store = Store.open(path, PUBLISHED_SPEC)
+    batch = BatchToCommit("q", 0, staged, OFFSETS)
+    commit_batch(store, StagingArea(path), batch, changelog, defer=True)  # type: ignore[arg-type]
+    # As a killed process leaves it: the marker, not applied (the handle is dropped unclosed).
+    pending = store._pending
+    assert pending is not None and pending.coordinates is not None
+    store._pending = None
+    store.close()
+    with Store.open(path, PUBLISHED_SPEC) as reopened:  # the open applies the promise
+        assert reopened.pending_commit is None and is_committed(reopened, "q", 0)
+    records, meta = _stored(path)
+    last = {
+        key: (value, part, offset, stamp) for key, value, part, offset, stamp in changelog.records
+    }
+    assert records == last
+    assert meta.commit_record is not None
+    assert meta.commit_record.changelog_end_offsets == {
+        p: changelog.ends[p] for p in meta.commit_record.changelog_end_offsets
+    }
+
+
+def test_coordinates_that_do_not_match_the_files_are_a_corrupted_store(tmp_path: Path) -> None:
+    from spark_statestore.store.deferred import write_coordinates
+
+    path = tmp_path / "store"
+    staged = _stage(path, 0, _BATCHES[0])
+    store = Store.open(path, PUBLISHED_SPEC)
+    commit_batch(
+        store, StagingArea(path), BatchToCommit("q", 0, staged), NumberingChangelog(), defer=True
+    )  # type: ignore[arg-type]
+    pending = store._pending
+    assert pending is not None and pending.coordinates is not None
+    store._pending = None
+    store.close()
+    coordinates = path / pending.coordinates
+    write_coordinates(str(coordinates), [([0, 1], [1, 2]), ([0], [3])])  # rows missing
+    with pytest.raises(StoreCorruptedError, match=r"coordinates\.arrow.*too few rows"):
+        Store.open(path)
+    write_coordinates(str(coordinates), [([0] * 3, [1] * 3)])  # a file's batch missing
+    with pytest.raises(StoreCorruptedError, match="1 coordinate batches for 2 files"):
+        Store.open(path)

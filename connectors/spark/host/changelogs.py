@@ -22,6 +22,7 @@ from spark_statestore.connectors.spark.host.requests import bad_request, store_p
 
 if TYPE_CHECKING:
     from spark_statestore.connectors.kafka.sink.streamed import (
+        ChangelogTarget,
         StreamedAttempt,
         StreamedChangelog,
     )
@@ -56,6 +57,7 @@ class HostChangelogs:
         """Per changelog topic, the batches of its publishers replaced or closed: streamed,
         published at the commit."""
         self._lock = threading.Lock()
+        self._partitions: dict[tuple[str, str, tuple[tuple[str, str], ...]], int] = {}
         self._stopped = threading.Event()
         self._upkeep = threading.Thread(target=self._keep_up, name="host-changelogs", daemon=True)
         self._upkeep.start()
@@ -99,11 +101,25 @@ class HostChangelogs:
             return store, made
 
     def action(self, name: str, request: Mapping[str, Any]) -> dict[str, Any]:
-        """A commit's action (:mod:`.publishing`): published, expect, abort. Errors of
+        """A commit's action (:mod:`.publishing`): partitions, published, expect, abort. Errors of
         publishing (Kafka's, the store's) come back in the reply, to be raised as they are."""
         from spark_statestore.connectors.spark.host import publishing
         from spark_statestore.position import Position
 
+        if name == publishing.PARTITIONS:
+            from spark_statestore.connectors.kafka.sink.streamed import ChangelogTarget
+
+            self._check_token(request)
+            try:
+                target = ChangelogTarget.from_json(request.get("changelog"))
+            except ValueError as exc:
+                raise bad_request(f"{name}: {exc}") from exc
+            try:
+                return {"partitions": self._partition_count(target)}
+            except Exception as exc:
+                if _publishing_error(exc):
+                    return {"error": publishing.error_to_json(exc)}
+                raise
         if name == publishing.ABORT:
             self._check_token(request)
             store = store_path(request)
@@ -139,6 +155,30 @@ class HostChangelogs:
             if _publishing_error(exc):
                 return {"error": publishing.error_to_json(exc)}
             raise
+
+    def _partition_count(self, target: ChangelogTarget) -> int:
+        """The partition count of ``target``'s topic (its store id aside), asked of Kafka
+        once per topic and settings, as a publisher asks it once."""
+        from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
+
+        key = (target.bootstrap_servers, target.topic, target.config)
+        with self._lock:
+            known = self._partitions.get(key)
+        if known is not None:
+            return known
+        publisher = KafkaChangelogPublisher(
+            target.bootstrap_servers,
+            target.topic,
+            application_id=target.application_id,
+            config=dict(target.config),
+        )
+        try:
+            count = publisher.partition_count()
+        finally:
+            publisher.close()
+        with self._lock:
+            self._partitions[key] = count
+        return count
 
     def publish_staged(self, request: Mapping[str, Any], reader: Any, writer: Any) -> None:
         """The commit's ``DoExchange``: read complete mode's tombstone keys, have the store's

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from spark_statestore.sink.staging import StagedFile
     from spark_statestore.store.scan import ScanSpec
 
-__all__ = ["StoreHostClient"]
+__all__ = ["StoreHostClient", "shared_client"]
 
 LOOKUP_TIMEOUT_S = 120.0
 
@@ -246,3 +247,19 @@ def _position(schema: pa.Schema) -> Position:
     if raw is None:
         raise ServeError("the store host's reply says no snapshot position")
     return Position.from_json(raw.decode("utf-8"))
+
+
+_SHARED: dict[HostRef, StoreHostClient] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_client(ref: HostRef) -> StoreHostClient:
+    """This process's client of the host ``ref`` names, made on first use and kept (calls
+    from several threads are fine: Flight's client is thread-safe). For a process that calls
+    the same host again and again (a sink's commit process, once per micro-batch): a new
+    connection per call costs more than the call. Do not close it."""
+    with _SHARED_LOCK:
+        client = _SHARED.get(ref)
+        if client is None:
+            client = _SHARED[ref] = StoreHostClient(ref)
+        return client

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ABORT",
     "EXPECT",
+    "PARTITIONS",
     "PUBLISHED",
     "PUBLISH_STAGED",
     "HostPublisher",
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 EXPECT, PUBLISHED, ABORT = "changelog-expect", "changelog-published", "changelog-abort"
+PARTITIONS = "changelog-partitions"
 """The host's Flight actions for a commit (JSON bodies with the commit token)."""
 PUBLISH_STAGED = "publish_staged"
 """The ``kind`` of the host's ``DoExchange`` that publishes (commits) a batch."""
@@ -147,7 +149,7 @@ class HostPublisher:
         stats: SinkStats | None = None,
     ) -> None:
         from spark_statestore.connectors.kafka.sink.publisher import KafkaChangelogPublisher
-        from spark_statestore.connectors.spark.host.client import StoreHostClient
+        from spark_statestore.connectors.spark.host.client import shared_client
 
         self._ref = ref
         self._commit_token = commit_token
@@ -157,18 +159,36 @@ class HostPublisher:
         self._application_id = application_id
         self._config = dict(config or {})
         self._stats = stats
-        # Reads (the roll-forward) and metadata need no producer: this process does them.
+        # Reads (the roll-forward) need no producer: this process does them.
         self._local: KafkaChangelogPublisher = KafkaChangelogPublisher(
             bootstrap_servers, topic, application_id=application_id, config=self._config
         )
-        self._client = StoreHostClient(ref)
+        # One connection per process and host: a commit process serves every micro-batch of
+        # its query, and a new (TLS) connection per commit cost more than the calls on it.
+        self._client = shared_client(ref)
+        self._partitions: int | None = None
 
     @property
     def topic(self) -> str:
         return self._topic
 
     def partition_count(self) -> int:
-        return self._local.partition_count()
+        """The changelog's partition count, as the host's producer knows it (no client of
+        this process's own: a fresh one per commit cost a metadata round trip)."""
+        if self._partitions is None:
+            target = ChangelogTarget.of(
+                self._bootstrap, self._topic, self._application_id, self._config, "-"
+            )
+            body = {"commit_token": self._commit_token, "changelog": target.to_json()}
+            reply = self._action(PARTITIONS, body)
+            count = reply.get("partitions")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise KafkaClientError(
+                    f"the store host {self._ref.location} answered {count!r} partitions for "
+                    f"changelog {self._topic!r}"
+                )
+            self._partitions = count
+        return self._partitions
 
     def _request(self, store_id: str, **more: Any) -> dict[str, Any]:
         target = ChangelogTarget.of(
@@ -269,8 +289,8 @@ class HostPublisher:
         return self._local.read(starts, ends)
 
     def close(self) -> None:
+        """Close this process's Kafka clients (the host connection stays, shared)."""
         self._local.close()
-        self._client.close()
 
     def _action(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         reply = self._client.action(name, body, CALL_TIMEOUT_S)

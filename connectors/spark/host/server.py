@@ -419,7 +419,12 @@ def _service_class() -> type:
             server = self._server
             name = action.type
             try:
-                if name not in (publishing.EXPECT, publishing.PUBLISHED, publishing.ABORT):
+                if name not in (
+                    publishing.EXPECT,
+                    publishing.PUBLISHED,
+                    publishing.ABORT,
+                    publishing.PARTITIONS,
+                ):
                     raise bad_request(f"the store host has no action {name!r}")
                 body = decode_request(action.body.to_pybytes(), name)
                 reply = server.changelogs.action(name, body)

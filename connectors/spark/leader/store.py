@@ -99,8 +99,9 @@ def commit_here(options: SinkOptions, batch: BatchToCommit) -> CommitOutcome:
         purpose = f"spark_statestore sink commit (pid {os.getpid()})"
         store = open_leader_store(options, partitions, purpose=purpose)
         try:
-            # Without a changelog the batch's staged files are committed as a promise the
-            # store keeps, and applied on the closing thread below, while Spark goes on.
+            # The batch's staged files (and, with a changelog, its records' coordinates, once
+            # its Kafka transaction committed) are committed as a promise the store keeps,
+            # applied on the closing thread below while Spark goes on.
             return commit_batch(store, StagingArea(options.path), batch, publisher, defer=True)
         finally:
             # Spark reuses the commit process for the next micro-batch: closing while its
