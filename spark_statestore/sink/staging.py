@@ -304,6 +304,14 @@ def merge_max_offsets(into: dict[str, dict[int, int]], batch: pa.RecordBatch) ->
         else:
             mask = pc.equal(topics, pa.scalar(name, pa.string()))
             these, those = partitions.filter(mask), offsets.filter(mask)
+        if not len(these):
+            continue
+        low, high = pc.min_max(these).values()
+        if low == high:  # one input partition (a task of a Kafka source, as usual)
+            current = into.setdefault(name, {})
+            offset = pc.max(those).as_py()
+            current[low.as_py()] = max(offset, current.get(low.as_py(), -1))
+            continue
         # A group-by on one small integer key: a few times cheaper than on (topic, partition).
         grouped = pa.table({"partition": these, "offset": those}).group_by("partition")
         maxima = grouped.aggregate([("offset", "max")])

@@ -377,6 +377,21 @@ class StreamedChangelog:
             streaming = self._batch
             if streaming is None or not handle.producing or streaming.failed is not None:
                 return
+            stamp_ms, partitions = streaming.stamp_ms, len(streaming.counts)
+        # The chunk's columns and partitions are made outside the lock: the batch's other
+        # attempts produce meanwhile (what must be in order, ranks and producing, is below).
+        try:
+            keys, values, stamps = publishing_columns(records, stamp_ms)
+            parts = partitions_for_keys(keys, partitions)
+            parts_array = pa.array(parts, pa.int32())
+        except Exception as exc:
+            with self._lock:
+                if self._batch is streaming and streaming.failed is None:
+                    self._fail(streaming, f"producing failed: {type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            if self._batch is not streaming or streaming.failed is not None:
+                return
             expected = self._expected
             if expected is None or handle not in streaming.attempts:
                 return
@@ -396,8 +411,6 @@ class StreamedChangelog:
                     raise _StopStreaming(
                         f"its transaction is {age:.0f} s old, over half of transaction.timeout.ms"
                     )
-                keys, values, stamps = publishing_columns(records, streaming.stamp_ms)
-                parts = partitions_for_keys(keys, len(streaming.counts))
                 ranks, streaming.counts = consecutive_offsets(parts, streaming.counts)
                 header = _header(expected.seen, max_offsets)
                 if not streaming.open:
@@ -406,7 +419,7 @@ class StreamedChangelog:
                 self._publisher.produce_chunk(
                     self.target.store_id, ChangeChunk(keys, values, stamps, parts, header)
                 )
-                handle.chunks.append((pa.array(parts, pa.int32()), pa.array(ranks, pa.int64())))
+                handle.chunks.append((parts_array, pa.array(ranks, pa.int64())))
                 handle.keys.append(records.column("key"))
                 handle.rows += len(keys)
                 crash_point("sink.streamed_produce")
