@@ -301,10 +301,11 @@ class _Writer:
         if self._host is None:
             staged = StagingArea(self._store).stage(query_id, batch_id, partition_id, attempt, rows)
         else:
-            from spark_statestore.connectors.spark.host import StoreHostClient
+            from spark_statestore.connectors.spark.host.client import shared_client
 
-            with StoreHostClient(self._host) as host:
-                staged = host.stage(self._store, query_id, batch_id, partition_id, attempt, rows)
+            # Spark reuses its Python workers: their tasks share one connection to the host.
+            host = shared_client(self._host)
+            staged = host.stage(self._store, query_id, batch_id, partition_id, attempt, rows)
         return StagedMessage(staged if staged.rows else None)
 
     def _normalized(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -94,6 +94,18 @@ def test_only_the_files_named_are_applied(make_store: MakeStore) -> None:
     assert content(store) == {b"dup": b"attempt-1"}
 
 
+def test_a_task_without_rows_keeps_no_staged_file(make_store: MakeStore) -> None:
+    # Its commit message names no file (Spark commits nothing of it): a file would stay
+    # behind a batch whose commit the store applies later (a deferred commit).
+    store = make_store(topic=None)
+    staging = StagingArea(store.path)
+    empty = pa.RecordBatch.from_pylist([], schema=staged_schema())
+    staged = staging.stage("q1", 0, 3, 0, [empty])
+    assert (staged.rows, staged.size) == (0, 0)
+    assert not os.path.exists(os.path.join(staging.root, staged.name))
+    assert os.listdir(os.path.join(staging.root, "q1", "0")) == []
+
+
 def test_complete_mode_replaces_the_content(make_store: MakeStore) -> None:
     store = make_store(topic=None)
     staging = StagingArea(store.path)

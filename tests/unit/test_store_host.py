@@ -143,6 +143,24 @@ def test_a_bound_the_store_has_not_reached_is_the_tasks_to_refuse(
     assert not bound.permits(position)  # the host waited, then answered with what it has
 
 
+def test_tasks_and_commits_share_one_connection_until_a_call_fails(
+    host: HostRef, tmp_path: Path
+) -> None:
+    """A reused Python worker's tasks (and a commit process's micro-batches) share one
+    client per host; a failed call drops it, so the next dials the host anew."""
+    from spark_statestore.connectors.spark.host.client import shared_client
+
+    store = str(tmp_path / "store")
+    first = shared_client(host)
+    first.stage(store, "q", 0, 0, 0, [_rows([b"a"], [b"1"])])
+    assert shared_client(host) is first
+    with pytest.raises(BadRequestError, match="absolute path"):
+        first.stage("relative/store", "q", 1, 0, 0, [_rows([b"a"], [b"1"])])
+    second = shared_client(host)
+    assert second is not first
+    assert second.stage(store, "q", 1, 0, 0, [_rows([b"b"], [b"2"])]).rows == 1
+
+
 def test_the_host_refuses_strangers_and_bad_requests(host: HostRef, tmp_path: Path) -> None:
     stranger = HostRef(
         host.location,

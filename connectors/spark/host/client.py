@@ -54,6 +54,12 @@ class StoreHostClient:
     def _error(self, exc: BaseException) -> Exception:
         from spark_statestore.serve.client import translate_flight_error
 
+        # A shared connection that failed is not reused: the next call dials the host anew
+        # (gRPC's own reconnection of a failed channel waits a backoff of up to minutes).
+        with _SHARED_LOCK:
+            if _SHARED.get(self.ref) is self:
+                del _SHARED[self.ref]
+
         return translate_flight_error(
             exc,
             self.ref.location,
@@ -256,8 +262,9 @@ _SHARED_LOCK = threading.Lock()
 def shared_client(ref: HostRef) -> StoreHostClient:
     """This process's client of the host ``ref`` names, made on first use and kept (calls
     from several threads are fine: Flight's client is thread-safe). For a process that calls
-    the same host again and again (a sink's commit process, once per micro-batch): a new
-    connection per call costs more than the call. Do not close it."""
+    the same host again and again (a sink's commit process once per micro-batch, a reused
+    Python worker once per task): a new connection per call costs more than the call (a TLS
+    handshake to a host on another machine). A call that fails drops it. Do not close it."""
     with _SHARED_LOCK:
         client = _SHARED.get(ref)
         if client is None:
