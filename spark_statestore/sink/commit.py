@@ -186,7 +186,10 @@ def _commit(
             after = _publish_and_apply(store, staging, batch, ordered, publisher, deferred)
             outcome = CommitOutcome.COMMITTED
     crash_point("sink.after_store_commit")
-    # A deferred batch's files are the store's until it is applied: the next commit's.
+    # A deferred batch's files are the store's until it is applied (it removes them); the
+    # batch's other files (attempts Spark did not commit) go now, its directory next time.
+    if deferred:
+        staging.remove_unpromised(batch.query_id, batch.batch_id, ordered)
     staging.remove_stale(batch.query_id, batch.batch_id - 1 if deferred else batch.batch_id)
     if publisher is not None and not batch.complete:
         _expect_next(store, batch, publisher, store.metadata.position if after is None else after)

@@ -265,6 +265,23 @@ class StagingArea:
         """Delete a batch's staged files (after its commit, or on abort)."""
         shutil.rmtree(self._batch_dir(query_id, batch_id), ignore_errors=True)
 
+    def remove_unpromised(
+        self, query_id: str, batch_id: int, promised: Iterable[StagedFile]
+    ) -> None:
+        """Delete a batch's files other than ``promised`` (and its coordinates): those of
+        attempts Spark did not commit (a killed run's, a failed or speculative task's). The
+        promised ones are the store's until it has applied them."""
+        directory = self._batch_dir(query_id, batch_id)
+        keep = {os.path.basename(staged.name) for staged in promised} | {COORDINATES_FILE}
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if entry.name not in keep and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
     def remove_stale(self, query_id: str, committed_batch: int, max_age_s: float = 86400.0) -> None:
         """Delete this query's batches up to ``committed_batch`` and other queries' staging
         untouched for ``max_age_s`` (left by dead queries)."""

@@ -357,3 +357,19 @@ def test_coordinates_that_do_not_match_the_files_are_a_corrupted_store(tmp_path:
     write_coordinates(str(coordinates), [([0] * 3, [1] * 3)])  # a file's batch missing
     with pytest.raises(StoreCorruptedError, match="1 coordinate batches for 2 files"):
         Store.open(path)
+
+
+def test_a_deferred_commit_removes_the_files_spark_did_not_commit(tmp_path: Path) -> None:
+    """A killed run's (or a failed task's) attempt left its file in the batch: the deferred
+    commit of the attempt Spark committed removes it at once (the store removes the promised
+    files once it has applied them), so a query's last batch leaves nothing behind."""
+    path = tmp_path / "store"
+    dead = _stage(path, 0, {0: [(b"a", b"dead")]})
+    staged = _stage(path, 0, {0: [(b"a", b"1")], 1: [(b"b", b"2")]})
+    with Store.open(path, SPEC) as store:
+        commit_batch(store, StagingArea(path), BatchToCommit("q", 0, staged, OFFSETS), defer=True)
+        left = sorted(os.listdir(path / "_staging" / "q" / "0"))
+        assert left == sorted(os.path.basename(s.name) for s in staged)
+        assert os.path.basename(dead[0].name) not in left
+    assert _contents(path)[0] == {b"a": b"1", b"b": b"2"}
+    assert os.listdir(path / "_staging" / "q" / "0") == []
