@@ -21,7 +21,7 @@ from tests.integration.test_follow_cli import scrape
 from tests.integration.test_metrics import _health
 from tests.kafka_util import poll_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.beside]  # self-contained: beside the main run
+pytestmark = pytest.mark.integration  # self-contained; in the main run: it balances CI
 
 
 def test_serve_reports_metrics_and_health_and_a_killed_server_goes_stale(

@@ -24,7 +24,7 @@ from tests.integration.test_sink import changelog_writer, row, start_sink, write
 from tests.integration.test_sink_server import sink_changelog
 from tests.kafka_util import poll_until, settled_changelog
 
-pytestmark = [pytest.mark.integration, pytest.mark.beside]  # self-contained: beside the main run
+pytestmark = pytest.mark.integration  # self-contained; in the main run: it balances CI
 
 FORMAT = "spark_statestore"
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
