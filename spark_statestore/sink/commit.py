@@ -126,7 +126,8 @@ def commit_batch(
     staged files (:mod:`spark_statestore.store.deferred`), after the Kafka transaction with
     a publisher (with its records' changelog coordinates, written beside the files): durable
     on return, applied when the store closes (:meth:`Store.close_in_background` does that on
-    its own thread) or by its next open. Its staged files stay until the next commit.
+    its own thread) or by its next open, which then removes its files (a store that syncs);
+    the batch's files Spark did not commit are removed at once.
 
     Raises
     ------

@@ -67,9 +67,13 @@ class DeferredCommit:
     coordinates: str | None = None
     stamp_ms: int = -1
 
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every file the commit names: its record files, then its coordinates if any."""
+        return self.files if self.coordinates is None else (*self.files, self.coordinates)
+
     def __post_init__(self) -> None:
-        names = self.files if self.coordinates is None else (*self.files, self.coordinates)
-        for name in names:
+        for name in self.paths:
             if os.path.isabs(name) or ".." in name.split(os.sep):
                 raise ValueError(f"a deferred commit's file is relative to the store: {name!r}")
         if isinstance(self.stamp_ms, bool) or not isinstance(self.stamp_ms, int):

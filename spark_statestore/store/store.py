@@ -898,8 +898,7 @@ def _read_metadata(db: plyvel.DB | plyvel.Snapshot, path: str) -> StoreMetadata:
 
 def _remove_quietly(path: str, commit: DeferredCommit) -> None:
     """Remove an applied deferred commit's files (those already gone are fine)."""
-    names = commit.files if commit.coordinates is None else (*commit.files, commit.coordinates)
-    for name in names:
+    for name in commit.paths:
         try:
             os.unlink(os.path.join(path, name))
         except FileNotFoundError:

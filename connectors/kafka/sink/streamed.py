@@ -228,11 +228,6 @@ class StreamedChangelog:
             self._publisher = self._new_publisher()
 
     # -- the commit's side ------------------------------------------------------------------
-    def partition_count(self) -> int:
-        """The changelog's partition count (its producer's metadata, asked once)."""
-        with self._lock:
-            return self._publisher.partition_count()
-
     def published_batch(self) -> PublishedBatch | None:
         """The last batch the changelog holds for the store (fencing any other producer of
         the store's transactional id first, when this one is new)."""
