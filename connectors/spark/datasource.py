@@ -29,6 +29,7 @@ from spark_statestore.connectors.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
+from spark_statestore.connectors.spark.worker_gc import freeze_long_lived
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -49,6 +50,7 @@ class StateStoreDataSource(DataSource):
         return "changelog" in self.options
 
     def schema(self) -> str:
+        freeze_long_lived()
         if self._is_feed():
             from spark_statestore.connectors.spark.follower.feed import feed_ddl
 
@@ -58,6 +60,7 @@ class StateStoreDataSource(DataSource):
         return reader_ddl(parse_reader_options(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        freeze_long_lived()
         if self._is_feed():
             raise SparkSourceError(
                 "spark.read.format('spark_statestore') reads a store snapshot and takes no "
@@ -76,6 +79,7 @@ class StateStoreDataSource(DataSource):
         return SnapshotReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        freeze_long_lived()
         if not self._is_feed():
             raise SparkSourceError(
                 "option 'changelog' is required for spark.readStream.format('spark_statestore')"
@@ -87,12 +91,14 @@ class StateStoreDataSource(DataSource):
         return FollowerStreamReader(parse_source_options(self.options, schema), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        freeze_long_lived()
         from spark_statestore.connectors.spark.sink import StreamSink
 
         # Spark passes overwrite=True for the complete output mode.
         return StreamSink(parse_sink_options(self.options, streaming=True), schema, overwrite)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        freeze_long_lived()
         from spark_statestore.connectors.spark.sink import BatchWriter
 
         return BatchWriter(parse_sink_options(self.options, streaming=False), schema, overwrite)

@@ -31,6 +31,7 @@ from pyspark.sql.datasource import (
 
 from spark_statestore.connectors.spark.errors import SinkError
 from spark_statestore.connectors.spark.options import SinkOptions
+from spark_statestore.connectors.spark.worker_gc import freeze_long_lived
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -296,6 +297,7 @@ class _Writer:
     ) -> StagedMessage:
         from spark_statestore.sink.staging import StagingArea
 
+        freeze_long_lived()  # a task in a reused Python worker
         partition_id, attempt = _task_ids()
         rows = self._normalized(batches)
         if self._host is None:
@@ -329,6 +331,7 @@ class _Writer:
         from spark_statestore.connectors.spark.leader.store import commit_here
         from spark_statestore.sink.commit import BatchToCommit
 
+        freeze_long_lived()  # Spark reuses the commit process for the next micro-batch
         staged = [m.staged for m in messages if isinstance(m, StagedMessage) and m.staged]
         batch = BatchToCommit(query_id, batch_id, staged, source_offsets, complete)
         options = self._options

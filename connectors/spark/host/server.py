@@ -47,6 +47,7 @@ from spark_statestore.connectors.spark.host.requests import (
     decode_request,
     store_path,
 )
+from spark_statestore.connectors.spark.worker_gc import freeze_long_lived
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -259,6 +260,8 @@ class StoreHostServer:
         """Serve until stopped, or until ``watch`` (the Spark driver JVM) is gone."""
         from spark_statestore.connectors.spark.detached import wait_until_stopped
 
+        # The modules and the server live as long as the process: collections skip them.
+        freeze_long_lived()
         wait_until_stopped(self.stopped, watch, "the store host")
 
     def close(self) -> None:
@@ -356,6 +359,7 @@ def _service_class() -> type:
 
         def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
             server = self._server
+            freeze_long_lived()  # the first stage imports the changelog's modules
             try:
                 with server.calls.call(STAGE):
                     request = decode_request(descriptor.command, "stage")

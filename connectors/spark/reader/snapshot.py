@@ -43,6 +43,7 @@ from spark_statestore.connectors.spark.reader.tasks import (
 )
 from spark_statestore.connectors.spark.reader.views import VIEW_DDL, health_row, view_rows
 from spark_statestore.connectors.spark.windows import WINDOWED
+from spark_statestore.connectors.spark.worker_gc import freeze_long_lived
 from spark_statestore.health import NOT_OPEN, Health, HealthState, served
 from spark_statestore.position import Position
 from spark_statestore.store.errors import StoreLockedError, StoreNotFoundError
@@ -326,6 +327,7 @@ class SnapshotReader(DataSourceReader):
 
     # -- reading (executor) ------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        freeze_long_lived()  # a task in a reused Python worker
         if isinstance(partition, RowsTask):
             yield from partition.rows
             return
