@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from spark_statestore.connectors.spark.errors import NotUpToBoundError, SparkSourceError
 from spark_statestore.connectors.spark.option_table import ValueFormat
 from spark_statestore.connectors.spark.reader.routed import ReplicaRoute
+from spark_statestore.connectors.spark.worker_gc import freeze_long_lived
 from spark_statestore.errors import InvalidPositionError
 from spark_statestore.position import Position, PositionBound
 
@@ -80,6 +81,7 @@ key framed with another id."""
 
 def enrich_batches(batches: Iterator[pa.RecordBatch], plan: Plan) -> Iterator[pa.RecordBatch]:
     """The enriched batches of one task (``mapInArrow``'s function)."""
+    freeze_long_lived()  # a task in a reused Python worker
     if plan.host is not None:
         from spark_statestore.connectors.spark.host import StoreHostClient
 

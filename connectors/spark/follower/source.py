@@ -27,6 +27,7 @@ from spark_statestore import native
 from spark_statestore.connectors.spark.errors import SparkSourceError
 from spark_statestore.connectors.spark.options import EARLIEST, LATEST, SourceOptions
 from spark_statestore.connectors.spark.windows import WINDOWED
+from spark_statestore.connectors.spark.worker_gc import freeze_long_lived
 from spark_statestore.errors import StateStoreError
 
 if TYPE_CHECKING:
@@ -292,6 +293,7 @@ class FollowerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executor side ----------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        freeze_long_lived()  # a task in a reused Python worker
         from spark_statestore.connectors.kafka.follower.ranges import (
             read_range,
             read_range_columns,
