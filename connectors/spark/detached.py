@@ -155,6 +155,7 @@ def serve_detached(
     import logging
     import signal
 
+    from spark_statestore.connectors.spark.worker_gc import claim_process, freeze_long_lived
     from spark_statestore.errors import OptionError
     from spark_statestore.logs import configure_logging
 
@@ -179,6 +180,9 @@ def serve_detached(
         handshake.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
         handshake.close()
         return 1
+    # The modules and the server live as long as the process: collections skip them.
+    claim_process()
+    freeze_long_lived()
     try:
         handshake.write(json.dumps(ready(server)) + "\n")
         handshake.close()

@@ -10,11 +10,15 @@ import sys
 import textwrap
 
 
-def _run(body: str) -> None:
+def _run(body: str, *, main: str | None = "pyspark.daemon") -> None:
+    """Run ``body`` in a child whose main module says ``main`` (as ``python -m main`` would;
+    None: a plain ``python -c``)."""
     script = textwrap.dedent(
-        """
+        f"""
         import gc, sys, types
-        from spark_statestore.connectors.spark.worker_gc import freeze_long_lived
+        if {main!r} is not None:
+            sys.modules["__main__"].__spec__ = types.SimpleNamespace(name={main!r})
+        from spark_statestore.connectors.spark.worker_gc import claim_process, freeze_long_lived
         """
     ) + textwrap.dedent(body)
     done = subprocess.run(
@@ -75,4 +79,26 @@ def test_a_forked_child_freezes_its_own_objects() -> None:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         """
+    )
+
+
+def test_a_process_that_is_not_a_spark_worker_is_left_alone() -> None:
+    for main in (None, "pytest", "my_app.main"):
+        _run(
+            """
+            freeze_long_lived()
+            assert gc.get_freeze_count() == 0
+            """,
+            main=main,
+        )
+
+
+def test_a_claimed_process_of_ours_freezes() -> None:
+    _run(
+        """
+        claim_process()
+        freeze_long_lived()
+        assert gc.get_freeze_count() > 1000
+        """,
+        main="spark_statestore.connectors.spark.host.__main__",
     )

@@ -260,8 +260,6 @@ class StoreHostServer:
         """Serve until stopped, or until ``watch`` (the Spark driver JVM) is gone."""
         from spark_statestore.connectors.spark.detached import wait_until_stopped
 
-        # The modules and the server live as long as the process: collections skip them.
-        freeze_long_lived()
         wait_until_stopped(self.stopped, watch, "the store host")
 
     def close(self) -> None:
