@@ -84,18 +84,23 @@ def wait_until_processed(bootstrap: str, app: StreamsApp, topic: str, ends: dict
         app.application_id, [TopicPartition(topic, p) for p in ends]
     )
 
+    offsets: dict[int, int] = {}
+
     def committed() -> bool | None:
         result = admin.list_consumer_group_offsets([request])[app.application_id].result()
-        offsets = {tp.partition: tp.offset for tp in result.topic_partitions}
+        offsets.update({tp.partition: tp.offset for tp in result.topic_partitions})
         done = all(end == 0 or offsets.get(p, -1) >= end for p, end in ends.items())
         return True if done else None
 
-    poll_until(
-        committed,
-        timeout_s=120,
-        interval_s=0.1,
-        failure=lambda: f"{app.application_id} did not commit {topic} up to {ends}",
-    )
+    def failure() -> str:
+        dumped = app.dump_threads()  # where its threads wait, into its log
+        return (
+            f"{app.application_id} did not commit {topic} up to {ends} (committed: {offsets}); "
+            f"{app.describe()}; "
+            + ("its threads' stacks are in its log" if dumped else "no thread dump")
+        )
+
+    poll_until(committed, timeout_s=120, interval_s=0.1, failure=failure)
 
 
 def open_transaction(bootstrap: str, topic: str) -> bool | None:
@@ -163,6 +168,26 @@ def compare(bootstrap: str, app: StreamsApp, root: Path, *, headers: bool) -> No
     ours = key_value_replica(bootstrap, app, "latest", root / "latest")
     assert ours["rows"] == kafka_streams["rows"]
     assert ours["position"] == (kafka_streams["position"] if headers else Position.empty())
+
+
+def test_an_app_waited_on_in_vain_dumps_its_threads_into_its_log(
+    kafka_broker: LocalKafkaCluster, orders: str, tmp_path: Path
+) -> None:
+    """What a test's failure message offers when the app does not get somewhere: the app's
+    states and errors, and its threads' stacks in its log (SIGQUIT), the app running on."""
+    bootstrap = kafka_broker.bootstrap_servers
+    app = start_app(bootstrap, orders, tmp_path / "state", f"interop-{next(_apps)}", True)
+    try:
+        assert app.describe().endswith(f"-> RUNNING; errors: none; log {app.log_path})")
+        assert app.dump_threads()
+        log = app.log_path.read_text()
+        assert "Full thread dump" in log
+        assert "StreamThread" in log  # Kafka Streams' own threads, where a stuck app waits
+        ends = produce_orders(bootstrap, orders, 100, seed=3)
+        wait_until_processed(bootstrap, app, orders, ends)  # the dump did not stop it
+    finally:
+        app.stop()
+    assert not app.dump_threads()  # nothing to dump once it has exited
 
 
 @pytest.mark.parametrize("headers", [True, False], ids=["position-headers", "no-headers"])

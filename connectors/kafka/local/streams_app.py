@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
+import signal
 import subprocess
 import threading
 import time
@@ -147,6 +149,7 @@ class StreamsApp:
         self._answers: dict[str, dict[str, Any]] = {}
         self._states: queue.Queue[str] = queue.Queue()
         self._errors: list[str] = []
+        self._dumped = threading.Event()
         self._events: list[dict[str, Any]] = []
         self._changed = threading.Condition()
         self._ids = 0
@@ -321,12 +324,41 @@ class StreamsApp:
         with self._changed:
             return list(self._events)
 
+    def describe(self) -> str:
+        """What the app has said so far, for a test's failure message: its last state, its
+        uncaught errors, and where its log is."""
+        with self._changed:
+            states = [str(e.get("state")) for e in self._events if e.get("event") == "state"]
+        errors = "; ".join(self._errors) or "none"
+        return (
+            f"the Kafka Streams app {self.application_id!r} (states {' -> '.join(states)}; "
+            f"errors: {errors}; log {self.log_path})"
+        )
+
+    def dump_threads(self, timeout_s: float = 10.0) -> bool:
+        """Have the JVM print its threads' stacks (SIGQUIT) into the app's log (where a stuck
+        app waits); True once it is there, False if the app is not running or it is late."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return False
+        self._dumped.clear()
+        try:
+            os.kill(proc.pid, signal.SIGQUIT)
+        except ProcessLookupError:
+            return False
+        return self._dumped.wait(timeout_s)
+
     def _read(self, stdout: IO[str]) -> None:
         for line in stdout:
             try:
                 message = json.loads(line)
             except json.JSONDecodeError:
-                continue  # not ours (a JVM warning on stdout)
+                # Not ours: a JVM warning, or a thread dump (dump_threads): into the log.
+                with contextlib.suppress(OSError), self.log_path.open("a") as log:
+                    log.write(line)
+                if line.startswith("JNI global refs"):  # the last line of a HotSpot dump
+                    self._dumped.set()
+                continue
             if "event" in message:
                 with self._changed:
                     self._events.append(message)
