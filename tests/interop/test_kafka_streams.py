@@ -97,10 +97,18 @@ def wait_until_processed(bootstrap: str, app: StreamsApp, topic: str, ends: dict
         return (
             f"{app.application_id} did not commit {topic} up to {ends} (committed: {offsets}); "
             f"{app.describe()}; "
-            + ("its threads' stacks are in its log" if dumped else "no thread dump")
+            + (f"its stream threads:\n{stream_threads(app)}" if dumped else "no thread dump")
         )
 
     poll_until(committed, timeout_s=120, interval_s=0.1, failure=failure)
+
+
+def stream_threads(app: StreamsApp, limit: int = 120) -> str:
+    """The stacks of Kafka Streams' threads in the app's last thread dump (its log): a
+    HotSpot dump gives each thread a paragraph that starts with its quoted name."""
+    dump = app.log_path.read_text().rpartition("Full thread dump")[2]
+    paragraphs = [p for p in dump.split("\n\n") if p.startswith('"') and "StreamThread" in p]
+    return "\n".join("\n\n".join(paragraphs).splitlines()[:limit])
 
 
 def open_transaction(bootstrap: str, topic: str) -> bool | None:
@@ -183,6 +191,7 @@ def test_an_app_waited_on_in_vain_dumps_its_threads_into_its_log(
         log = app.log_path.read_text()
         assert "Full thread dump" in log
         assert "StreamThread" in log  # Kafka Streams' own threads, where a stuck app waits
+        assert stream_threads(app).startswith('"')  # what a failure message shows of them
         ends = produce_orders(bootstrap, orders, 100, seed=3)
         wait_until_processed(bootstrap, app, orders, ends)  # the dump did not stop it
     finally:
