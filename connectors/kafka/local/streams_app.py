@@ -201,9 +201,8 @@ class StreamsApp:
                 text=True,
             )
         assert self._proc.stdout is not None
-        threading.Thread(
-            target=self._read, args=(self._proc.stdout,), name="streams-app-out", daemon=True
-        ).start()
+        out = (self._proc.stdout, self.log_path.open("a"))  # its stdout's other lines: the log
+        threading.Thread(target=self._read, args=out, name="streams-app-out", daemon=True).start()
         try:
             self.wait_for_state("RUNNING", timeout_s)
         except BaseException:
@@ -325,8 +324,7 @@ class StreamsApp:
             return list(self._events)
 
     def describe(self) -> str:
-        """What the app has said so far, for a test's failure message: its last state, its
-        uncaught errors, and where its log is."""
+        """What the app has said so far (states, uncaught errors, log), for a failure message."""
         with self._changed:
             states = [str(e.get("state")) for e in self._events if e.get("event") == "state"]
         errors = "; ".join(self._errors) or "none"
@@ -348,14 +346,15 @@ class StreamsApp:
             return False
         return self._dumped.wait(timeout_s)
 
-    def _read(self, stdout: IO[str]) -> None:
+    def _read(self, stdout: IO[str], log: IO[str]) -> None:
         for line in stdout:
             try:
                 message = json.loads(line)
             except json.JSONDecodeError:
                 # Not ours: a JVM warning, or a thread dump (dump_threads): into the log.
-                with contextlib.suppress(OSError), self.log_path.open("a") as log:
+                with contextlib.suppress(OSError):
                     log.write(line)
+                    log.flush()
                 if line.startswith("JNI global refs"):  # the last line of a HotSpot dump
                     self._dumped.set()
                 continue
@@ -370,6 +369,7 @@ class StreamsApp:
                 with self._changed:
                     self._answers[str(message["id"])] = message
                     self._changed.notify_all()
+        log.close()
         self._states.put("EXITED")
         with self._changed:
             self._changed.notify_all()
